@@ -1,0 +1,110 @@
+# libuform: the C library, its cffi module, tests and demo.
+#
+#   make            libuform.a, libuform.so and the Python module (in place)
+#   make test       dependencies, C tests (also under ASan/UBSan), the C example, pytest
+#   make demo       dependencies, then the demo
+#   make bench      benchmarks against the PyTorch reference (slow)
+#   make install PREFIX=/usr/local
+#   make clean
+
+PYTHON ?= python3
+CC ?= cc
+PREFIX ?= /usr/local
+BUILD := c/build
+
+SOURCES := $(wildcard c/src/*.c) $(wildcard c/src/cpu/*.c)
+HEADERS := c/include/uform.h $(wildcard c/src/*.h) $(wildcard c/src/cpu/*.h)
+OBJECTS := $(patsubst c/src/%.c,$(BUILD)/obj/%.o,$(SOURCES))
+SANITIZED_OBJECTS := $(patsubst c/src/%.c,$(BUILD)/asan/%.o,$(SOURCES))
+
+WARNINGS := -Wall -Wextra -Werror
+COMMON := -std=c11 -D_GNU_SOURCE -pthread -Ic/include -Ic/src -fno-math-errno
+CFLAGS_LIB := $(COMMON) $(WARNINGS) -O3 -fPIC -fvisibility=hidden
+CFLAGS_ASAN := $(COMMON) $(WARNINGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+               -fno-sanitize-recover=undefined
+LDLIBS := -lm -pthread
+
+C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
+
+.PHONY: all lib python test test-c test-python demo bench install clean deps fuzz
+
+all: lib python
+
+lib: $(BUILD)/libuform.a $(BUILD)/libuform.so
+
+$(BUILD)/obj/%.o: c/src/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+$(BUILD)/asan/%.o: c/src/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ASAN) -c $< -o $@
+
+$(BUILD)/libuform.a: $(OBJECTS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libuform.so: $(OBJECTS)
+	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $^ $(LDLIBS)
+
+# The cffi module, built in place next to uform/__init__.py.
+python: $(BUILD)/libuform.a
+	$(PYTHON) build_ffi.py
+
+# ---- dependencies: what a fresh Debian/Ubuntu machine lacks -----------------
+deps:
+	@bash scripts/install-deps.sh
+
+# ---- tests ------------------------------------------------------------------
+$(BUILD)/tests/%: tests/c/%.c $(SANITIZED_OBJECTS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(LDLIBS)
+
+test-c: $(addprefix $(BUILD)/tests/,$(C_TESTS))
+	@set -e; for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; $(BUILD)/tests/$$t; done
+
+# The C example, compiled and linked only through pkg-config's flags of an installed tree.
+test-example: lib
+	@rm -rf $(BUILD)/prefix
+	$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(BUILD)/prefix
+	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/prefix/lib/pkgconfig sh -c \
+	  '$(CC) -std=c11 -Wall -Wextra -Werror examples/encode.c $$(pkg-config --cflags --libs uform) \
+	   -Wl,-rpath,$(CURDIR)/$(BUILD)/prefix/lib -o $(BUILD)/encode'
+	$(PYTHON) examples/make_checkpoint.py $(BUILD)/example.safetensors
+	$(BUILD)/encode $(BUILD)/example.safetensors "hello, world"
+
+test-python: all
+	$(PYTHON) -m pytest -q tests
+
+test: deps
+	$(MAKE) --no-print-directory all
+	$(MAKE) --no-print-directory test-c
+	$(MAKE) --no-print-directory test-example
+	$(MAKE) --no-print-directory test-python
+
+demo: deps
+	$(MAKE) --no-print-directory all
+	$(PYTHON) examples/demo.py
+
+bench: deps
+	$(MAKE) --no-print-directory all
+	$(PYTHON) -m pytest -q bench --benchmark-only --benchmark-columns=min,mean,rounds
+
+# libFuzzer target of the safetensors parser (needs clang).
+fuzz:
+	@mkdir -p $(BUILD)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src \
+	  fuzz/fuzz_safetensors.c c/src/safetensors.c c/src/json.c c/src/error.c -lm -o $(BUILD)/fuzz_safetensors
+	@echo "run: $(BUILD)/fuzz_safetensors -max_total_time=60"
+
+# ---- install ----------------------------------------------------------------
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 c/include/uform.h $(DESTDIR)$(PREFIX)/include/uform.h
+	install -m 644 $(BUILD)/libuform.a $(DESTDIR)$(PREFIX)/lib/libuform.a
+	install -m 755 $(BUILD)/libuform.so $(DESTDIR)$(PREFIX)/lib/libuform.so.4
+	ln -sf libuform.so.4 $(DESTDIR)$(PREFIX)/lib/libuform.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' c/uform.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
+
+clean:
+	rm -rf $(BUILD) uform/_uform*.so uform/_uform.c uform/_uform.o build *.egg-info

@@ -1,0 +1,160 @@
+/* gemm_bench.c: GFLOP/s of each CPU class's GEMM, and the machine's BF16 and
+ * FP32 peaks from register-only loops.
+ *
+ * Build with the library's own flags (kernels pick their ISA by attributes):
+ *   gcc -O3 -std=c11 -D_GNU_SOURCE -fPIC -Ic/include -Ic/src c/src/error.c \
+ *       c/src/executor.c c/src/cpu/\*.c bench/gemm_bench.c -lm -lpthread -o /tmp/gemm_bench
+ *   /tmp/gemm_bench [class ...]      (default: every class this CPU runs)
+ */
+#include "cpu/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <x86intrin.h>
+#endif
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Repeats fn until `budget` seconds have passed (one warm-up call first) and
+ * returns the best seconds per call. */
+typedef struct {
+    const uform_cpu_kernels_t *kernels;
+    uform_executor_t *executor;
+    uform_packed_t *packed;
+    const float *x, *bias;
+    float *y;
+    size_t m, n, k;
+} gemm_call_t;
+
+static double time_gemm(const gemm_call_t *call, double budget) {
+    call->kernels->gemm(call->executor, call->packed, call->x, call->k, call->m, call->bias,
+                        call->y, call->n);
+    double best = 1e30, start = now();
+    do {
+        double t0 = now();
+        call->kernels->gemm(call->executor, call->packed, call->x, call->k, call->m, call->bias,
+                            call->y, call->n);
+        double t = now() - t0;
+        if (t < best) best = t;
+    } while (now() - start < budget);
+    return best;
+}
+
+#if defined(__x86_64__)
+#define PEAK_ITERATIONS 20000000ull
+
+/* 16 independent accumulators hide the latency; no loads. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) static float
+peak_bf16(void) {
+    __m512 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x00010001);
+    for (unsigned long long it = 0; it < PEAK_ITERATIONS; it++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a), "+v"(b));
+    }
+    __m512 sum = acc[0];
+    for (int i = 1; i < 16; i++) sum = _mm512_add_ps(sum, acc[i]);
+    return _mm512_reduce_add_ps(sum);
+}
+
+__attribute__((target("avx512f"), noinline)) static float peak_fp32(void) {
+    __m512 acc[16];
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+    __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-30f);
+    for (unsigned long long it = 0; it < PEAK_ITERATIONS; it++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(a, b, acc[i]);
+        __asm__ volatile("" : "+v"(a), "+v"(b));
+    }
+    __m512 sum = acc[0];
+    for (int i = 1; i < 16; i++) sum = _mm512_add_ps(sum, acc[i]);
+    return _mm512_reduce_add_ps(sum);
+}
+
+static void report_peak(const char *what, float (*fn)(void), double flops_per_instruction) {
+    double t0 = now();
+    unsigned long long c0 = __rdtsc();
+    volatile float sink = fn();
+    (void)sink;
+    unsigned long long c1 = __rdtsc();
+    double seconds = now() - t0;
+    double flops = flops_per_instruction * 16.0 * (double)PEAK_ITERATIONS;
+    printf("peak %-5s one core: %7.1f GFLOP/s, %5.1f flops per TSC cycle (TSC %.2f GHz)\n", what,
+           flops / seconds * 1e-9, flops / (double)(c1 - c0), (double)(c1 - c0) / seconds * 1e-9);
+}
+#endif
+
+int main(int argc, char **argv) {
+    static const uform_cpu_class_t all[] = {UFORM_CPU_CLASS_SERIAL, UFORM_CPU_CLASS_HASWELL,
+                                            UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE};
+    static const size_t ms[] = {1, 300, 4096};
+    static const size_t nks[][2] = {{1536, 512}, {2048, 512}, {512, 2048}};
+    static const size_t threads[] = {1, 2};
+
+#if defined(__x86_64__)
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE))
+        report_peak("bf16", peak_bf16, 64.0); /* 16 lanes x 2 products x (mul + add) */
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_SKYLAKE))
+        report_peak("fp32", peak_fp32, 32.0); /* 16 lanes x FMA */
+#endif
+
+    uform_executor_t *executors[2];
+    for (size_t t = 0; t < 2; t++)
+        if (uform_executor_for_ram(threads[t], NULL, 0, &executors[t]) != UFORM_OK) {
+            printf("executor: %s\n", uform_last_error());
+            return 1;
+        }
+    size_t max_m = 4096, max_nk = 2048 * 2048;
+    float *x = malloc(max_m * 2048 * sizeof(float));
+    float *y = malloc(max_m * 2048 * sizeof(float));
+    float *bias = malloc(2048 * sizeof(float));
+    uint16_t *w = malloc(max_nk * sizeof(uint16_t));
+    if (!x || !y || !bias || !w) return 1;
+    for (size_t i = 0; i < max_m * 2048; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < 2048; i++) bias[i] = 0.01f * (float)i;
+    for (size_t i = 0; i < max_nk; i++)
+        w[i] = uform_f32_to_bf16((float)((i * 40503u) % 1000) * 1e-3f - 0.5f);
+
+    printf("%-9s %7s %5s %5s %5s %9s\n", "class", "threads", "m", "n", "k", "GFLOP/s");
+    for (size_t c = 0; c < sizeof(all) / sizeof(all[0]); c++) {
+        const char *name = uform_cpu_class_name(all[c]);
+        bool wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], name) == 0;
+        const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(all[c]);
+        if (!wanted || !kernels || !uform_cpu_class_supported(all[c])) continue;
+        for (size_t s = 0; s < sizeof(nks) / sizeof(nks[0]); s++) {
+            size_t n = nks[s][0], k = nks[s][1];
+            uform_packed_t packed;
+            if (kernels->pack(w, n, k, &packed) != UFORM_OK) {
+                printf("pack: %s\n", uform_last_error());
+                return 1;
+            }
+            for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+                for (size_t t = 0; t < 2; t++) {
+                    gemm_call_t call = {kernels, executors[t], &packed, x, bias, y, ms[i], n, k};
+                    /* The serial class is slow: one timed call is enough there. */
+                    double seconds = time_gemm(&call, all[c] == UFORM_CPU_CLASS_SERIAL ? 0 : 0.3);
+                    printf("%-9s %7zu %5zu %5zu %5zu %9.1f\n", name, threads[t], ms[i], n, k,
+                           2.0 * (double)ms[i] * (double)n * (double)k / seconds * 1e-9);
+                    fflush(stdout);
+                }
+            uform_packed_free(&packed);
+        }
+    }
+    for (size_t t = 0; t < 2; t++) uform_executor_free(executors[t]);
+    free(x);
+    free(y);
+    free(bias);
+    free(w);
+    return 0;
+}

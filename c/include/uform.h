@@ -1,0 +1,312 @@
+/*
+ * uform.h: the one public header of libuform.
+ *
+ * C11, prefixed names, opaque handles, status codes. Every function returns a
+ * uform_status_t (UFORM_OK = 0) and hands results back through out-pointers;
+ * uform_last_error() names what went wrong on the calling thread. The library
+ * never prints, never exits and never aborts on bad input.
+ *
+ * cffi reads this file after `cc -E -DUFORM_CDEF`, so under UFORM_CDEF it must
+ * hold only declarations cffi understands: no includes, no attributes, no
+ * inline code. Enum values are a stable ABI: never renumber a released value.
+ */
+#ifndef UFORM_H
+#define UFORM_H
+
+#ifndef UFORM_CDEF
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+#ifdef UFORM_CDEF
+#define UFORM_API
+#elif defined(UFORM_BUILDING)
+#define UFORM_API __attribute__((visibility("default")))
+#else
+#define UFORM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    UFORM_OK = 0,
+    UFORM_INVALID_ARGUMENT = 1, /* a caller's value is out of its domain */
+    UFORM_UNSUPPORTED = 2,      /* this build or machine cannot run it (yet) */
+    UFORM_FORMAT = 3,           /* corrupt or malformed checkpoint or media */
+    UFORM_FILE = 4,             /* the file system refused an operation */
+    UFORM_OUT_OF_MEMORY = 5,    /* an allocation failed or a size overflowed */
+    UFORM_DEVICE = 6,           /* a GPU runtime failure */
+    UFORM_MESH = 7,             /* a multi-host rendezvous failure */
+    UFORM_CANCELLED = 8         /* a progress handler asked to stop */
+} uform_status_t;
+
+/* The last failure's message on the calling thread; never NULL, "" when none.
+ * Valid until the thread's next failing call. */
+UFORM_API const char *uform_last_error(void);
+
+/* The library version as major * 10000 + minor * 100 + patch. */
+UFORM_API uint32_t uform_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Enumerations (values fixed by the API reference)                          */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    UFORM_MODALITY_TEXT = 0,
+    UFORM_MODALITY_IMAGE = 1,
+    UFORM_MODALITY_VIDEO = 2,
+    UFORM_MODALITY_AUDIO = 3
+} uform_modality_t;
+
+typedef enum {
+    UFORM_OBJECTIVE_MASKED = 0,
+    UFORM_OBJECTIVE_CONTRASTIVE = 1,
+    UFORM_OBJECTIVE_JOINT = 2
+} uform_objective_t;
+
+typedef enum {
+    UFORM_NEGATIVES_AMBIENT = 0,
+    UFORM_NEGATIVES_NAMED = 1
+} uform_negatives_t;
+
+typedef enum {
+    UFORM_PAIR_LOSS_DERIVED = 0,
+    UFORM_PAIR_LOSS_BALANCED = 1,
+    UFORM_PAIR_LOSS_RANKED = 2,
+    UFORM_PAIR_LOSS_SIGMOID = 3
+} uform_pair_loss_form_t;
+
+typedef enum {
+    UFORM_SIDE_NONE = 0,
+    UFORM_SIDE_QUERY = 1,
+    UFORM_SIDE_DOCUMENT = 2,
+    UFORM_SIDE_QUERY_AND_DOCUMENT = 3
+} uform_late_interaction_side_t;
+
+typedef enum {
+    UFORM_SCALAR_F32 = 0,
+    UFORM_SCALAR_BF16 = 1,
+    UFORM_SCALAR_F16 = 2,
+    UFORM_SCALAR_E4M3 = 3,
+    UFORM_SCALAR_E5M2 = 4,
+    UFORM_SCALAR_I8 = 5,   /* round(x * 127), clamped to [-127, 127]: scale 1/127 */
+    UFORM_SCALAR_B1 = 6    /* sign bits, x > 0 -> 1, MSB-first in each byte */
+} uform_scalar_t;
+
+/* CPU classes: the kernels a RAM model is packed for. AUTO (0) asks the
+ * library to pick the best class the CPU and OS can run. */
+typedef enum {
+    UFORM_CPU_CLASS_AUTO = 0,
+    UFORM_CPU_CLASS_SERIAL = 1,   /* portable C11, FP32 */
+    UFORM_CPU_CLASS_HASWELL = 2,  /* AVX2 + FMA, FP32 */
+    UFORM_CPU_CLASS_SKYLAKE = 3,  /* AVX-512F, FP32 */
+    UFORM_CPU_CLASS_SAPPHIRE = 4, /* AVX-512 + BF16 dot products, FP32 sums */
+    UFORM_CPU_CLASS_NEON = 5,     /* Arm NEON (not built yet) */
+    UFORM_CPU_CLASS_SVE = 6       /* Arm SVE (not built yet) */
+} uform_cpu_class_t;
+
+/* GPU classes; NONE (0) for a RAM model, or "pick for me" in a pin. */
+typedef enum {
+    UFORM_GPU_CLASS_NONE = 0,
+    UFORM_GPU_CLASS_AMPERE = 1,    /* sm_80 */
+    UFORM_GPU_CLASS_ADA = 2,       /* sm_89 */
+    UFORM_GPU_CLASS_HOPPER = 3,    /* sm_90a */
+    UFORM_GPU_CLASS_BLACKWELL = 4  /* sm_100a */
+} uform_gpu_class_t;
+
+/* Output flags of the encode verbs. */
+enum {
+    UFORM_OUTPUTS_EMBEDDINGS = 1,
+    UFORM_OUTPUTS_TOKENS = 2
+};
+
+/* ------------------------------------------------------------------------ */
+/* Progress                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Called at most `steps` times per call (0 derives 100) with done <= total,
+ * the last time with done == total; a nonzero return cancels the call with
+ * UFORM_CANCELLED. */
+typedef int (*uform_progress_fn_t)(void *user, size_t done, size_t total);
+
+typedef struct {
+    uform_progress_fn_t callback; /* NULL: no progress reports */
+    void *user;
+    size_t steps;
+} uform_progress_t;
+
+/* ------------------------------------------------------------------------ */
+/* Executors: where work runs                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uform_executor uform_executor_t;
+
+/* A persistent thread pool on CPU cores. threads = 0 means one per core the
+ * process may run on. memory_domains lists NUMA nodes (recorded for replicas;
+ * NULL/0 means the whole machine as one domain). */
+UFORM_API uform_status_t uform_executor_for_ram(size_t threads, const uint32_t *memory_domains,
+                                                size_t memory_domains_count,
+                                                uform_executor_t **executor);
+/* A set of GPUs; this build has no GPU backend yet: UFORM_UNSUPPORTED. */
+UFORM_API uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_count,
+                                                 uform_executor_t **executor);
+UFORM_API uform_status_t uform_executor_threads(const uform_executor_t *executor, size_t *threads);
+UFORM_API uform_status_t uform_executor_memory_domains(const uform_executor_t *executor,
+                                                       size_t *count);
+/* Waits for the executor's submitted jobs, stops its threads, frees it. NULL is fine. */
+UFORM_API void uform_executor_free(uform_executor_t *executor);
+
+/* ------------------------------------------------------------------------ */
+/* Arenas: output memory reused across calls                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uform_arena uform_arena_t;
+
+UFORM_API uform_status_t uform_arena_init_ram(uform_arena_t **arena);
+/* Invalidates every output previously written into the arena. */
+UFORM_API uform_status_t uform_arena_reset(uform_arena_t *arena);
+/* Bytes the arena currently holds from the system. */
+UFORM_API uform_status_t uform_arena_capacity(const uform_arena_t *arena, size_t *bytes);
+UFORM_API void uform_arena_free(uform_arena_t *arena);
+
+/* ------------------------------------------------------------------------ */
+/* Models                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uform_model uform_model_t;
+
+typedef struct {
+    const uint32_t *memory_domains;  /* NULL: the executor's or the whole machine */
+    size_t memory_domains_count;
+    uform_cpu_class_t cpu_class;     /* AUTO: the best this CPU runs */
+    uform_executor_t *executor;      /* NULL: a private pool on every core; borrowed, must
+                                        outlive the model, also runs encode calls that pass
+                                        no executor of their own */
+    uform_scalar_t quantization;     /* F32 (0) or BF16: as stored (BF16); E4M3: not built yet */
+    uform_progress_t progress;
+} uform_model_load_ram_options_t;
+
+typedef struct {
+    size_t dimensions;               /* scalars per embedding */
+    size_t context;                  /* tokens per item before truncation */
+    uform_scalar_t quantization;     /* the scalar the blocks run in */
+    size_t memory_usage;             /* bytes the model holds */
+    uform_cpu_class_t cpu_class;     /* AUTO (0) never: the class it was packed for */
+    uform_gpu_class_t gpu_class;     /* NONE for a RAM model */
+    size_t token_width;              /* 0 without a token head */
+    size_t choice_temperature_groups;/* 0 without a byte head, 1 when uncalibrated */
+    /* Beyond the seed's description: the geometry, for tools and tests. */
+    size_t depth;
+    size_t hidden;
+} uform_model_description_t;
+
+UFORM_API uform_status_t uform_model_load_ram(const char *path,
+                                              const uform_model_load_ram_options_t *options,
+                                              uform_model_t **model);
+/* The buffer is read during the call only; the model keeps its own copy. */
+UFORM_API uform_status_t uform_model_load_ram_buffer(const void *data, size_t size,
+                                                     const uform_model_load_ram_options_t *options,
+                                                     uform_model_t **model);
+/* The GPU backend is not built yet: both answer UFORM_UNSUPPORTED. */
+UFORM_API uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices,
+                                               size_t devices_count, uform_gpu_class_t gpu_class,
+                                               uform_executor_t *executor,
+                                               uform_scalar_t quantization,
+                                               const uform_progress_t *progress,
+                                               uform_model_t **model);
+UFORM_API uform_status_t uform_model_load_vram_buffer(const void *data, size_t size,
+                                                      const uint32_t *devices,
+                                                      size_t devices_count,
+                                                      uform_gpu_class_t gpu_class,
+                                                      uform_executor_t *executor,
+                                                      uform_scalar_t quantization,
+                                                      const uform_progress_t *progress,
+                                                      uform_model_t **model);
+UFORM_API uform_status_t uform_model_describe(const uform_model_t *model,
+                                              uform_model_description_t *description);
+UFORM_API void uform_model_free(uform_model_t *model);
+
+/* ------------------------------------------------------------------------ */
+/* Encoding                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A tape of `count` byte strings: item i is data[offsets[i], offsets[i+1]).
+ * offsets holds count + 1 non-decreasing values, the last at most `size`, the
+ * bytes data holds (so a bad offset is an error, never an overread); data may
+ * be NULL when size is 0. */
+typedef struct {
+    const void *data;
+    size_t size;
+    const size_t *offsets;
+    size_t count;
+} uform_tape_t;
+
+typedef struct {
+    uint32_t outputs;                /* UFORM_OUTPUTS_* flags; 0 means EMBEDDINGS */
+    uform_scalar_t outputs_scalar;   /* F32, BF16, F16, I8 or B1 */
+    uform_progress_t progress;
+} uform_encode_options_t;
+
+/* Where an encode call left its outputs, all inside the arena. */
+typedef struct {
+    size_t count;                    /* items */
+    uform_scalar_t scalar;
+    void *embeddings;                /* count rows of embedding_row_bytes, or NULL */
+    size_t dimensions;
+    size_t embedding_row_bytes;
+    void *tokens;                    /* token_offsets[count] rows of token_row_bytes, or NULL */
+    size_t *token_offsets;           /* count + 1 row boundaries, or NULL */
+    size_t token_width;
+    size_t token_row_bytes;
+} uform_encoded_t;
+
+typedef struct {
+    size_t items;                    /* texts encoded */
+    size_t tokens;                   /* tokens run through the model */
+    size_t truncated;                /* texts cut at `context` tokens */
+    size_t empty;                    /* empty texts (zero embedding, no token rows) */
+} uform_text_encode_stats_t;
+
+/* Encodes UTF-8 texts, a byte per token. executor NULL: the model's.
+ * stats may be NULL. */
+UFORM_API uform_status_t uform_text_encode(uform_model_t *model, uform_executor_t *executor,
+                                           const uform_tape_t *texts, uform_arena_t *arena,
+                                           const uform_encode_options_t *options,
+                                           uform_encoded_t *encoded,
+                                           uform_text_encode_stats_t *stats);
+
+/* ------------------------------------------------------------------------ */
+/* Submission: the same verbs, answered later                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uform_job uform_job_t;
+
+/* Queues uform_text_encode on the executor's submission thread (the model's
+ * executor when NULL). Every pointer argument must stay valid until the job
+ * is waited for; the results land in *encoded and *stats then. */
+UFORM_API uform_status_t uform_text_encode_submit(uform_model_t *model,
+                                                  uform_executor_t *executor,
+                                                  const uform_tape_t *texts, uform_arena_t *arena,
+                                                  const uform_encode_options_t *options,
+                                                  uform_encoded_t *encoded,
+                                                  uform_text_encode_stats_t *stats,
+                                                  uform_job_t **job);
+/* 1 when the job has finished, 0 while it runs. */
+UFORM_API int uform_job_done(const uform_job_t *job);
+/* Blocks until the job finishes; returns the job's own status and makes its
+ * message this thread's uform_last_error(). */
+UFORM_API uform_status_t uform_job_wait(uform_job_t *job);
+/* Waits if still running, then frees. NULL is fine. */
+UFORM_API void uform_job_free(uform_job_t *job);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UFORM_H */

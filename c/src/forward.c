@@ -1,0 +1,392 @@
+/* forward.c: the transformer blocks over a batch of packed items, on the CPU.
+ *
+ * The math is DESIGN section 5 (docs/architecture.md): pre-norm blocks,
+ * rotary positions, attention confined to each item, tanh GELU, final norm.
+ * GEMMs go through the model's CPU class; the row-wise operations here are
+ * written once in portable C whose loops the compiler vectorises, with
+ * target_clones so AVX2/AVX-512 machines get wide vectors. Every loop keeps
+ * a fixed operation order per output element (no reassociation, no FMA
+ * contraction under -std=c11), so a row's result never depends on the batch
+ * around it or on the thread count. */
+#include "model.h"
+
+#include <math.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(UFORM_NO_CLONES)
+#define UFORM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define UFORM_VECTOR_CLONES
+#endif
+
+#define UFORM_HEAD_WIDTH 64
+#define UFORM_PAIRS 32
+#define UFORM_LANES 16 /* partial sums per reduction: fills one AVX-512 register */
+
+/* ---- scalar helpers that vectorise --------------------------------------- */
+
+/* exp(x) for x <= 88.3 (callers pass x <= 0 or clamp): Cody-Waite reduction
+ * and a degree-6 polynomial, about 2 ulp; branch-free so loops vectorise.
+ * Results below 2^-126 flush to zero, far under any tolerance we state. */
+static inline float uform_exp(float x) {
+    if (x < -87.0f) x = -87.0f;
+    if (x > 88.0f) x = 88.0f;
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to integer */
+    float n = (x * 1.44269504088896341f + round_magic) - round_magic;
+    float r = x - n * 0.693359375f;          /* ln2 high part, exact product */
+    r = r - n * -2.12194440e-4f;             /* ln2 low part */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t exponent = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &exponent, sizeof(scale));
+    return p * scale;
+}
+
+/* ---- layer norm ----------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    float *y;
+    const float *weight, *bias;
+    size_t width;
+} uform_norm_task_t;
+
+UFORM_VECTOR_CLONES
+static void uform_norm_rows(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_norm_task_t *task = context;
+    size_t width = task->width;
+    for (size_t row = begin; row < end; row++) {
+        const float *x = task->x + row * width;
+        float *y = task->y + row * width;
+        float partial[UFORM_LANES] = {0};
+        for (size_t i = 0; i < width; i += UFORM_LANES)
+            for (size_t l = 0; l < UFORM_LANES && i + l < width; l++) partial[l] += x[i + l];
+        float sum = 0;
+        for (size_t l = 0; l < UFORM_LANES; l++) sum += partial[l];
+        float mean = sum / (float)width;
+        float squares[UFORM_LANES] = {0};
+        for (size_t i = 0; i < width; i += UFORM_LANES)
+            for (size_t l = 0; l < UFORM_LANES && i + l < width; l++) {
+                float d = x[i + l] - mean;
+                squares[l] += d * d;
+            }
+        float variance = 0;
+        for (size_t l = 0; l < UFORM_LANES; l++) variance += squares[l];
+        variance /= (float)width; /* biased, as DESIGN fixes */
+        float inverse = 1.0f / sqrtf(variance + 1e-5f);
+        for (size_t i = 0; i < width; i++)
+            y[i] = (x[i] - mean) * inverse * task->weight[i] + task->bias[i];
+    }
+}
+
+static void uform_layer_norm(uform_executor_t *executor, const float *x, float *y, size_t rows,
+                             size_t width, const float *weight, const float *bias) {
+    uform_norm_task_t task = {x, y, weight, bias, width};
+    uform_parallel_for(executor, rows, 64, uform_norm_rows, &task);
+}
+
+/* ---- elementwise ---------------------------------------------------------- */
+
+typedef struct {
+    float *x;
+    const float *y;
+    size_t width;
+} uform_rows_task_t;
+
+UFORM_VECTOR_CLONES
+static void uform_add_rows(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_rows_task_t *task = context;
+    float *x = task->x + begin * task->width;
+    const float *y = task->y + begin * task->width;
+    size_t count = (end - begin) * task->width;
+    for (size_t i = 0; i < count; i++) x[i] += y[i];
+}
+
+/* GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), which avoids the
+ * cancellation of 1 + tanh(u) for negative u. */
+UFORM_VECTOR_CLONES
+static void uform_gelu_rows(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_rows_task_t *task = context;
+    float *x = task->x + begin * task->width;
+    size_t count = (end - begin) * task->width;
+    for (size_t i = 0; i < count; i++) {
+        float v = x[i];
+        float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+        x[i] = v / (1.0f + uform_exp(-2.0f * u));
+    }
+}
+
+/* ---- rotary positions ----------------------------------------------------- */
+
+/* For an item with `axes` position axes: which axis each of the 32 pairs
+ * rotates with and its inverse frequency 10000^(-i/n_a). Groups are
+ * contiguous, the first (32 mod axes) one pair larger. */
+static void uform_rope_plan(size_t axes, uint8_t axis_of_pair[UFORM_PAIRS],
+                            double frequency[UFORM_PAIRS]) {
+    size_t pair = 0;
+    for (size_t a = 0; a < axes; a++) {
+        size_t group = UFORM_PAIRS / axes + (a < UFORM_PAIRS % axes ? 1 : 0);
+        for (size_t i = 0; i < group; i++, pair++) {
+            axis_of_pair[pair] = (uint8_t)a;
+            frequency[pair] = pow(10000.0, -(double)i / (double)group);
+        }
+    }
+}
+
+typedef struct {
+    const uform_batch_t *batch;
+    float *cosines, *sines; /* [rows][32] */
+} uform_rope_table_task_t;
+
+static void uform_rope_table_segments(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_rope_table_task_t *task = context;
+    for (size_t s = begin; s < end; s++) {
+        const uform_segment_t *segment = &task->batch->segments[s];
+        uint8_t axis_of_pair[UFORM_PAIRS];
+        double frequency[UFORM_PAIRS];
+        uform_rope_plan(segment->axes, axis_of_pair, frequency);
+        for (size_t r = segment->begin; r < segment->begin + segment->length; r++) {
+            const uint32_t *position = task->batch->positions + r * 3;
+            for (size_t j = 0; j < UFORM_PAIRS; j++) {
+                double angle = (double)position[axis_of_pair[j]] * frequency[j];
+                task->cosines[r * UFORM_PAIRS + j] = (float)cos(angle);
+                task->sines[r * UFORM_PAIRS + j] = (float)sin(angle);
+            }
+        }
+    }
+}
+
+typedef struct {
+    float *qkv;
+    size_t hidden, heads;
+    const float *cosines, *sines;
+} uform_rope_task_t;
+
+UFORM_VECTOR_CLONES
+static void uform_rope_rows(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_rope_task_t *task = context;
+    for (size_t r = begin; r < end; r++) {
+        const float *c = task->cosines + r * UFORM_PAIRS;
+        const float *s = task->sines + r * UFORM_PAIRS;
+        float *row = task->qkv + r * 3 * task->hidden;
+        /* queries and keys: the first two thirds of the row, head by head */
+        for (size_t h = 0; h < 2 * task->heads; h++) {
+            float *x = row + h * UFORM_HEAD_WIDTH;
+            for (size_t j = 0; j < UFORM_PAIRS; j++) {
+                float x0 = x[j], x1 = x[j + UFORM_PAIRS];
+                x[j] = x0 * c[j] - x1 * s[j];
+                x[j + UFORM_PAIRS] = x0 * s[j] + x1 * c[j];
+            }
+        }
+    }
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct {
+    const uform_batch_t *batch;
+    const float *qkv;
+    float *context;      /* [rows, H] */
+    float *scores;       /* [threads][longest segment] */
+    size_t longest, hidden, heads;
+} uform_attention_task_t;
+
+/* One (segment, head) pair: for each query, scores against every key of the
+ * segment, softmax, weighted sum of values. */
+UFORM_VECTOR_CLONES
+static void uform_attention_heads(void *context, size_t begin, size_t end, size_t thread) {
+    const uform_attention_task_t *task = context;
+    size_t stride = 3 * task->hidden;
+    float *scores = task->scores + thread * task->longest;
+    for (size_t t = begin; t < end; t++) {
+        const uform_segment_t *segment = &task->batch->segments[t / task->heads];
+        size_t head = t % task->heads;
+        size_t n = segment->length;
+        const float *base = task->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
+        const float *keys = base + task->hidden;
+        const float *values = base + 2 * task->hidden;
+        for (size_t i = 0; i < n; i++) {
+            const float *q = base + i * stride;
+            float top = -INFINITY;
+            for (size_t j = 0; j < n; j++) {
+                const float *k = keys + j * stride;
+                float partial[UFORM_LANES] = {0};
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d += UFORM_LANES)
+                    for (size_t l = 0; l < UFORM_LANES; l++) partial[l] += q[d + l] * k[d + l];
+                float dot = 0;
+                for (size_t l = 0; l < UFORM_LANES; l++) dot += partial[l];
+                float score = dot * 0.125f; /* 1/sqrt(head width) */
+                scores[j] = score;
+                top = score > top ? score : top;
+            }
+            float total = 0;
+            for (size_t j = 0; j < n; j++) {
+                scores[j] = uform_exp(scores[j] - top);
+                total += scores[j];
+            }
+            float accumulated[UFORM_HEAD_WIDTH] = {0};
+            for (size_t j = 0; j < n; j++) {
+                const float *v = values + j * stride;
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) accumulated[d] += scores[j] * v[d];
+            }
+            float inverse = 1.0f / total;
+            float *out = task->context + (segment->begin + i) * task->hidden +
+                         head * UFORM_HEAD_WIDTH;
+            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) out[d] = accumulated[d] * inverse;
+        }
+    }
+}
+
+/* ---- the blocks ------------------------------------------------------------ */
+
+size_t uform_forward_scratch_floats(const uform_model_t *model, size_t rows,
+                                    size_t longest_segment, size_t threads) {
+    size_t hidden = model->hidden;
+    /* xn [H] + qkv [3H] + context [H] + mlp [4H] + rope cos/sin [2 x 32] per row */
+    return rows * (9 * hidden + 2 * UFORM_PAIRS) + threads * longest_segment;
+}
+
+void uform_forward(const uform_model_t *model, uform_executor_t *executor,
+                   const uform_batch_t *batch, float *x, float *scratch) {
+    size_t rows = batch->rows, hidden = model->hidden;
+    size_t longest = 0;
+    for (size_t s = 0; s < batch->segments_count; s++)
+        if (batch->segments[s].length > longest) longest = batch->segments[s].length;
+    float *normed = scratch;
+    float *qkv = normed + rows * hidden;
+    float *attended = qkv + rows * 3 * hidden;
+    float *mlp = attended + rows * hidden;
+    float *cosines = mlp + rows * 4 * hidden;
+    float *sines = cosines + rows * UFORM_PAIRS;
+    float *scores = sines + rows * UFORM_PAIRS;
+    const uform_cpu_kernels_t *kernels = model->kernels;
+
+    uform_rope_table_task_t table = {batch, cosines, sines};
+    uform_parallel_for(executor, batch->segments_count, 1, uform_rope_table_segments, &table);
+
+    for (size_t l = 0; l < model->depth; l++) {
+        const uform_block_t *block = &model->blocks[l];
+        /* x += out(attention(rope(qkv(norm(x))))) */
+        uform_layer_norm(executor, x, normed, rows, hidden, block->attention_norm_weight,
+                         block->attention_norm_bias);
+        kernels->gemm(executor, &block->qkv, normed, hidden, rows, block->qkv_bias, qkv,
+                      3 * hidden);
+        uform_rope_task_t rope = {qkv, hidden, model->heads, cosines, sines};
+        uform_parallel_for(executor, rows, 64, uform_rope_rows, &rope);
+        uform_attention_task_t attention = {batch, qkv, attended, scores,
+                                            longest, hidden, model->heads};
+        uform_parallel_for(executor, batch->segments_count * model->heads, 1,
+                           uform_attention_heads, &attention);
+        kernels->gemm(executor, &block->out, attended, hidden, rows, block->out_bias, normed,
+                      hidden);
+        uform_rows_task_t residual = {x, normed, hidden};
+        uform_parallel_for(executor, rows, 64, uform_add_rows, &residual);
+
+        /* x += down(gelu(up(norm(x)))) */
+        uform_layer_norm(executor, x, normed, rows, hidden, block->mlp_norm_weight,
+                         block->mlp_norm_bias);
+        kernels->gemm(executor, &block->up, normed, hidden, rows, block->up_bias, mlp,
+                      4 * hidden);
+        uform_rows_task_t gelu = {mlp, NULL, 4 * hidden};
+        uform_parallel_for(executor, rows, 16, uform_gelu_rows, &gelu);
+        kernels->gemm(executor, &block->down, mlp, 4 * hidden, rows, block->down_bias, attended,
+                      hidden);
+        uform_rows_task_t residual_mlp = {x, attended, hidden};
+        uform_parallel_for(executor, rows, 64, uform_add_rows, &residual_mlp);
+    }
+    uform_layer_norm(executor, x, x, rows, hidden, model->norm_weight, model->norm_bias);
+}
+
+/* ---- heads ----------------------------------------------------------------- */
+
+typedef struct {
+    float *y;
+    size_t width;
+} uform_normalize_task_t;
+
+UFORM_VECTOR_CLONES
+static void uform_normalize_rows(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_normalize_task_t *task = context;
+    for (size_t r = begin; r < end; r++) {
+        float *y = task->y + r * task->width;
+        float partial[UFORM_LANES] = {0};
+        for (size_t i = 0; i < task->width; i += UFORM_LANES)
+            for (size_t l = 0; l < UFORM_LANES && i + l < task->width; l++)
+                partial[l] += y[i + l] * y[i + l];
+        float squares = 0;
+        for (size_t l = 0; l < UFORM_LANES; l++) squares += partial[l];
+        float norm = sqrtf(squares);
+        float inverse = 1.0f / (norm > 1e-12f ? norm : 1e-12f);
+        for (size_t i = 0; i < task->width; i++) y[i] *= inverse;
+    }
+}
+
+void uform_project_normalize(const uform_model_t *model, uform_executor_t *executor,
+                             const uform_packed_t *head, const float *x, size_t rows, float *y) {
+    model->kernels->gemm(executor, head, x, model->hidden, rows, NULL, y, head->n);
+    uform_normalize_task_t task = {y, head->n};
+    uform_parallel_for(executor, rows, 64, uform_normalize_rows, &task);
+}
+
+/* ---- output scalars ---------------------------------------------------------- */
+
+size_t uform_output_row_bytes(uform_scalar_t scalar, size_t width) {
+    switch (scalar) {
+    case UFORM_SCALAR_F32: return width * 4;
+    case UFORM_SCALAR_BF16:
+    case UFORM_SCALAR_F16: return width * 2;
+    case UFORM_SCALAR_I8: return width;
+    case UFORM_SCALAR_B1: return (width + 7) / 8;
+    default: return 0;
+    }
+}
+
+void uform_convert_rows(const float *rows_f32, size_t rows, size_t width, uform_scalar_t scalar,
+                        void *out, size_t row_bytes) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = rows_f32 + r * width;
+        uint8_t *row = (uint8_t *)out + r * row_bytes;
+        switch (scalar) {
+        case UFORM_SCALAR_F32: memcpy(row, x, width * 4); break;
+        case UFORM_SCALAR_BF16:
+            for (size_t i = 0; i < width; i++) {
+                uint16_t bits = uform_f32_to_bf16(x[i]);
+                memcpy(row + 2 * i, &bits, 2);
+            }
+            break;
+        case UFORM_SCALAR_F16:
+            for (size_t i = 0; i < width; i++) {
+                uint16_t bits = uform_f32_to_f16(x[i]);
+                memcpy(row + 2 * i, &bits, 2);
+            }
+            break;
+        case UFORM_SCALAR_I8:
+            /* Unit vectors: every component is in [-1, 1]; a fixed scale of 127. */
+            for (size_t i = 0; i < width; i++) {
+                float scaled = nearbyintf(x[i] * 127.0f);
+                if (scaled > 127.0f) scaled = 127.0f;
+                if (scaled < -127.0f) scaled = -127.0f;
+                row[i] = (uint8_t)(int8_t)scaled;
+            }
+            break;
+        case UFORM_SCALAR_B1:
+            /* Sign bits, most significant bit first: numpy.packbits order. */
+            memset(row, 0, row_bytes);
+            for (size_t i = 0; i < width; i++)
+                if (x[i] > 0) row[i / 8] |= (uint8_t)(0x80u >> (i % 8));
+            break;
+        default: break;
+        }
+    }
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what `make test` and `make demo` need on a fresh Debian/Ubuntu
+# machine, and nothing when it is already there (so it is cheap to re-run).
+set -euo pipefail
+
+PYTHON=${PYTHON:-python3}
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+missing_apt=()
+command -v cc >/dev/null 2>&1 || missing_apt+=(build-essential)
+command -v make >/dev/null 2>&1 || missing_apt+=(make)
+command -v pkg-config >/dev/null 2>&1 || missing_apt+=(pkg-config)
+command -v "$PYTHON" >/dev/null 2>&1 || missing_apt+=(python3 python3-dev python3-pip)
+if [ ${#missing_apt[@]} -gt 0 ]; then
+    echo "installing Debian packages: ${missing_apt[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing_apt[@]}"
+fi
+
+# Python headers for the cffi module.
+if ! "$PYTHON" - <<'PY' >/dev/null 2>&1
+import os, sysconfig
+raise SystemExit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
+PY
+then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-dev
+fi
+
+# Python packages: the exact torch pin is the test oracle (CPU build).
+need_pip=()
+"$PYTHON" -c "import cffi" 2>/dev/null || need_pip+=("cffi>=1.16")
+"$PYTHON" -c "import numpy" 2>/dev/null || need_pip+=("numpy>=1.24")
+"$PYTHON" -c "import pytest" 2>/dev/null || need_pip+=("pytest>=7")
+"$PYTHON" -c "import pytest_benchmark" 2>/dev/null || need_pip+=("pytest-benchmark>=4")
+"$PYTHON" -c "import setuptools" 2>/dev/null || need_pip+=("setuptools")
+"$PYTHON" -c "import torch; assert torch.__version__.startswith('2.13.0')" 2>/dev/null \
+    || need_pip+=("torch==2.13.0")
+if [ ${#need_pip[@]} -gt 0 ]; then
+    echo "installing Python packages: ${need_pip[*]}"
+    "$PYTHON" -m pip install -q "${need_pip[@]}"
+fi

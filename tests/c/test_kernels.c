@@ -1,0 +1,289 @@
+/* test_kernels.c: the CPU classes' packing and GEMM against a float64
+ * reference, and the determinism contract of kernels.h, bit for bit.
+ *
+ * Build (from the repository root):
+ *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -fsanitize=address,undefined \
+ *       -Ic/include -Ic/src c/src/error.c c/src/executor.c c/src/cpu/\*.c \
+ *       tests/c/test_kernels.c -lm -lpthread -o /tmp/test_kernels && /tmp/test_kernels
+ *
+ * Error bounds (u = 2^-24, the FP32 unit roundoff; S = sum_p |x_p w_p| + |bias|):
+ * - FP32 classes: each output is one chain over k of at most two roundings per
+ *   step (mul then add in serial, one FMA elsewhere) plus one for the bias, each
+ *   bounded by u times a partial sum no larger than S, so
+ *   |y - exact| <= (2k + 1) u S (1 + O(k u)); we allow (2k + 2) u S. This is
+ *   the worst case; typical errors are ~sqrt(k) u S.
+ * - sapphire: x is rounded to BF16 (8 significant bits, relative error at
+ *   most 2^-8 each: unit roundoff 2^-p with p = 8), W is exactly BF16 and a
+ *   product of two BF16 is exact in FP32, so the products are off by at most
+ *   2^-8 |x_p w_p|, plus the FP32 sums as above:
+ *   |y - exact| <= (2^-8 + (2k + 2) u) S. Against a reference
+ *   that rounds x to BF16 first the bound is the FP32 one, which checks that
+ *   the kernel rounds exactly like uform_f32_to_bf16. */
+#include "cpu/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int passed, failed;
+
+#define CHECK(condition, ...)                                                                  \
+    do {                                                                                       \
+        if (condition) {                                                                       \
+            passed++;                                                                          \
+        } else {                                                                               \
+            failed++;                                                                          \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
+            printf(__VA_ARGS__);                                                               \
+            printf("\n");                                                                      \
+        }                                                                                      \
+    } while (0)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Uniform in [-1, 1). */
+static float rng_float(void) { return (float)((double)(rng_next() >> 11) * 0x1p-52 - 1.0); }
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        printf("out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+typedef struct {
+    size_t m, n, k, x_stride, y_stride;
+    uint16_t *w;  /* [n, k] BF16 */
+    float *x;     /* [m, x_stride] */
+    float *bias;  /* [n] or NULL */
+} problem_t;
+
+static problem_t problem_make(size_t m, size_t n, size_t k, size_t pad, bool with_bias) {
+    problem_t p = {m, n, k, k + pad, n + pad, NULL, NULL, NULL};
+    p.w = xmalloc(n * k * sizeof(uint16_t));
+    p.x = xmalloc(m * p.x_stride * sizeof(float));
+    for (size_t i = 0; i < n * k; i++) p.w[i] = uform_f32_to_bf16(rng_float());
+    for (size_t i = 0; i < m * p.x_stride; i++) p.x[i] = rng_float();
+    if (with_bias) {
+        p.bias = xmalloc(n * sizeof(float));
+        for (size_t j = 0; j < n; j++) p.bias[j] = rng_float();
+    }
+    return p;
+}
+
+static void problem_free(problem_t *p) {
+    free(p->w);
+    free(p->x);
+    free(p->bias);
+}
+
+static const float sentinel = 12345.0f;
+
+/* y [m, y_stride] with the padding set to a sentinel that must survive. */
+static float *output_make(const problem_t *p) {
+    float *y = xmalloc(p->m * p->y_stride * sizeof(float));
+    for (size_t i = 0; i < p->m * p->y_stride; i++) y[i] = sentinel;
+    return y;
+}
+
+/* Checks y against float64; returns whether every element is in bounds. */
+static bool check_accuracy(const problem_t *p, const float *y, bool bf16_x, bool round_x) {
+    double u = 0x1p-24;
+    for (size_t i = 0; i < p->m; i++) {
+        for (size_t j = 0; j < p->n; j++) {
+            double sum = 0, magnitude = 0;
+            for (size_t q = 0; q < p->k; q++) {
+                float xv = p->x[i * p->x_stride + q];
+                if (round_x) xv = uform_bf16_to_f32(uform_f32_to_bf16(xv));
+                double product = (double)xv * uform_bf16_to_f32(p->w[j * p->k + q]);
+                sum += product;
+                magnitude += fabs(product);
+            }
+            if (p->bias) {
+                sum += p->bias[j];
+                magnitude += fabs(p->bias[j]);
+            }
+            double bound = (2.0 * (double)p->k + 2.0) * u * magnitude;
+            if (bf16_x && !round_x) bound += 0x1p-8 * magnitude;
+            double got = y[i * p->y_stride + j];
+            if (!(fabs(got - sum) <= bound + 1e-30)) {
+                printf("  y[%zu, %zu] = %.9g, expected %.9g (bound %.3g)\n", i, j, got, sum,
+                       bound);
+                return false;
+            }
+        }
+        for (size_t j = p->n; j < p->y_stride; j++)
+            if (y[i * p->y_stride + j] != sentinel) {
+                printf("  y[%zu, %zu] (padding) was overwritten\n", i, j);
+                return false;
+            }
+    }
+    return true;
+}
+
+static void test_accuracy(const uform_cpu_kernels_t *kernels, uform_executor_t *executor) {
+    static const size_t ms[] = {1, 2, 3, 7, 17, 64, 257};
+    static const size_t ns[] = {1, 5, 64, 100, 192};
+    static const size_t ks[] = {1, 3, 64, 65, 200, 601};
+    bool bf16_x = kernels->cpu_class == UFORM_CPU_CLASS_SAPPHIRE;
+    size_t variant = 0;
+    for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
+        for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
+            for (size_t c = 0; c < sizeof(ks) / sizeof(ks[0]); c++, variant++) {
+                size_t m = ms[a], n = ns[b], k = ks[c];
+                /* Keep the float64 reference affordable under the sanitizers. */
+                if (m * n * k > 4000000) m = 17;
+                problem_t p = problem_make(m, n, k, variant % 3 == 0 ? 3 : 0, variant % 2 == 0);
+                uform_packed_t packed;
+                uform_status_t status = kernels->pack(p.w, n, k, &packed);
+                CHECK(status == UFORM_OK, "%s pack %zu x %zu: %s", kernels->name, n, k,
+                      uform_last_error());
+                if (status != UFORM_OK) {
+                    problem_free(&p);
+                    continue;
+                }
+                float *y = output_make(&p);
+                kernels->gemm(executor, &packed, p.x, p.x_stride, m, p.bias, y, p.y_stride);
+                CHECK(check_accuracy(&p, y, bf16_x, false),
+                      "%s m=%zu n=%zu k=%zu bias=%d stride pad=%zu", kernels->name, m, n, k,
+                      p.bias != NULL, p.x_stride - k);
+                if (bf16_x)
+                    CHECK(check_accuracy(&p, y, true, true),
+                          "%s vs BF16-rounded x: m=%zu n=%zu k=%zu", kernels->name, m, n, k);
+                free(y);
+                uform_packed_free(&packed);
+                problem_free(&p);
+            }
+}
+
+static bool same_bits(const float *a, size_t a_stride, const float *b, size_t b_stride,
+                      size_t rows, size_t cols) {
+    for (size_t i = 0; i < rows; i++)
+        if (memcmp(a + i * a_stride, b + i * b_stride, cols * sizeof(float)) != 0) return false;
+    return true;
+}
+
+/* The same rows give the same bits alone, in other batches and on any thread count. */
+static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_t **executors,
+                             size_t executors_count) {
+    static const size_t shapes[][3] = {{257, 100, 601}, {300, 192, 1100}, {40, 1000, 64}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        problem_t p = problem_make(m, n, k, 1, s != 1);
+        uform_packed_t packed;
+        if (kernels->pack(p.w, n, k, &packed) != UFORM_OK) {
+            CHECK(false, "%s pack: %s", kernels->name, uform_last_error());
+            problem_free(&p);
+            continue;
+        }
+        float *batch = output_make(&p);
+        float *other = output_make(&p);
+        kernels->gemm(executors[0], &packed, p.x, p.x_stride, m, p.bias, batch, p.y_stride);
+
+        for (size_t e = 1; e < executors_count; e++) {
+            kernels->gemm(executors[e], &packed, p.x, p.x_stride, m, p.bias, other, p.y_stride);
+            CHECK(same_bits(batch, p.y_stride, other, p.y_stride, m, n),
+                  "%s %zu x %zu x %zu: executor %zu differs from executor 0", kernels->name, m, n,
+                  k, e);
+        }
+        bool rows_alone = true;
+        for (size_t i = 0; i < m; i++) {
+            uform_executor_t *executor = executors[i % executors_count];
+            kernels->gemm(executor, &packed, p.x + i * p.x_stride, p.x_stride, 1, p.bias,
+                          other + i * p.y_stride, p.y_stride);
+            if (!same_bits(batch + i * p.y_stride, p.y_stride, other + i * p.y_stride, p.y_stride,
+                           1, n)) {
+                rows_alone = false;
+                printf("  row %zu alone differs\n", i);
+                break;
+            }
+        }
+        CHECK(rows_alone, "%s %zu x %zu x %zu: a row alone differs from the batch",
+              kernels->name, m, n, k);
+        /* Sub-batches at odd offsets put rows in other kernel slots and tiles. */
+        static const size_t windows[][2] = {{5, 17}, {1, 64}, {13, 2}, {100, 157}, {31, 3}};
+        for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
+            size_t begin = windows[w][0], count = windows[w][1];
+            if (begin >= m) continue;
+            if (begin + count > m) count = m - begin;
+            for (size_t e = 0; e < executors_count; e++) {
+                kernels->gemm(executors[e], &packed, p.x + begin * p.x_stride, p.x_stride, count,
+                              p.bias, other, p.y_stride);
+                CHECK(same_bits(batch + begin * p.y_stride, p.y_stride, other, p.y_stride, count,
+                                n),
+                      "%s %zu x %zu x %zu: rows [%zu, %zu) on executor %zu differ",
+                      kernels->name, m, n, k, begin, begin + count, e);
+            }
+        }
+        free(batch);
+        free(other);
+        uform_packed_free(&packed);
+        problem_free(&p);
+    }
+}
+
+static void test_detect(void) {
+    uform_cpu_class_t best = uform_cpu_class_best();
+    CHECK(uform_cpu_class_supported(best), "best class %d is not supported", (int)best);
+    CHECK(uform_cpu_kernels_for(best) != NULL, "best class %d has no table", (int)best);
+    CHECK(uform_cpu_class_supported(UFORM_CPU_CLASS_SERIAL), "serial must always run");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_AUTO) == NULL, "AUTO has no table");
+#if defined(__x86_64__)
+    CHECK(!uform_cpu_class_supported(UFORM_CPU_CLASS_NEON), "NEON on x86");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_NEON) == NULL, "NEON table on x86");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_SVE) == NULL, "SVE table on x86");
+#endif
+    CHECK(strcmp(uform_cpu_class_name(UFORM_CPU_CLASS_SAPPHIRE), "sapphire") == 0, "name");
+    CHECK(strcmp(uform_cpu_class_name(UFORM_CPU_CLASS_SVE), "sve") == 0, "name");
+    printf("best class: %s\n", uform_cpu_class_name(best));
+
+    /* Bad input is refused with a message, and the result is left empty. */
+    uint16_t w[4] = {0};
+    uform_packed_t packed;
+    const uform_cpu_kernels_t *serial = uform_cpu_kernels_for(UFORM_CPU_CLASS_SERIAL);
+    CHECK(serial->pack(w, 0, 4, &packed) == UFORM_INVALID_ARGUMENT && packed.data == NULL,
+          "n = 0 accepted");
+    CHECK(serial->pack(NULL, 1, 4, &packed) == UFORM_INVALID_ARGUMENT, "NULL weights accepted");
+    CHECK(serial->pack(w, SIZE_MAX / 2, 4, &packed) == UFORM_OUT_OF_MEMORY,
+          "an overflowing size was accepted");
+    uform_packed_free(&packed);
+    uform_packed_free(NULL);
+}
+
+int main(void) {
+    test_detect();
+    uform_executor_t *executors[3];
+    for (size_t t = 0; t < 3; t++)
+        if (uform_executor_for_ram(t + 1, NULL, 0, &executors[t]) != UFORM_OK) {
+            printf("executor: %s\n", uform_last_error());
+            return 1;
+        }
+    static const uform_cpu_class_t classes[] = {UFORM_CPU_CLASS_SERIAL, UFORM_CPU_CLASS_HASWELL,
+                                                UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE};
+    for (size_t c = 0; c < sizeof(classes) / sizeof(classes[0]); c++) {
+        const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(classes[c]);
+        const char *name = uform_cpu_class_name(classes[c]);
+        if (!kernels || !uform_cpu_class_supported(classes[c])) {
+            printf("skip %s: not supported by this CPU or build\n", name);
+            continue;
+        }
+        CHECK(kernels->cpu_class == classes[c] && strcmp(kernels->name, name) == 0,
+              "%s table names itself %s", name, kernels->name);
+        int before = failed;
+        test_accuracy(kernels, executors[1]);
+        test_determinism(kernels, executors, 3);
+        printf("%s: %s\n", name, failed == before ? "ok" : "FAILED");
+    }
+    for (size_t t = 0; t < 3; t++) uform_executor_free(executors[t]);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

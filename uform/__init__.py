@@ -1,0 +1,29 @@
+"""uform: one small transformer encoder for text, images, video and audio.
+
+The Python package is glue over libuform (an out-of-line cffi module): it turns
+keyword arguments into C structures and buffers into borrowed pointers; all
+computation happens in C.
+"""
+from __future__ import annotations
+
+from ._buffers import Arena, ArenaBuffer, RowsTape
+from ._enums import (CPUClass, GPUClass, LateInteractionSide, Modality, MultimemTier, Negatives,
+                     Objective, Outputs, PairLossForm, Scalar)
+from ._errors import (CancelledError, DeviceError, Error, FileError, FormatError,
+                      InvalidArgumentError, MeshError, OutOfMemoryError, UnsupportedError)
+from ._executor import Executor
+from ._model import Deferred, DeferredOn, Encoded, Model, ModelDescription, On, TextEncodeStats
+from ._native import lib as _lib
+from ._training import Mesh, Trainer
+
+__version__ = "4.0.0"
+#: The version of the loaded libuform, as major * 10000 + minor * 100 + patch.
+library_version: int = int(_lib.uform_version())
+
+__all__ = [
+    "Arena", "ArenaBuffer", "CPUClass", "CancelledError", "Deferred", "DeferredOn", "DeviceError",
+    "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "InvalidArgumentError",
+    "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
+    "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",
+    "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError",
+]

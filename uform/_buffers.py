@@ -1,0 +1,209 @@
+"""Output memory (Arena) and zero-copy views of it (ArenaBuffer, RowsTape), and
+the conversion of inputs to borrowed C pointers (tapes)."""
+from __future__ import annotations
+
+import os
+from array import array
+from itertools import accumulate
+from typing import Any, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._enums import Scalar
+from ._errors import InvalidArgumentError
+from ._native import check, ffi, lib
+
+Buffer = Any  # any object with the buffer protocol
+_Tape = Tuple[Buffer, Buffer]
+_Texts = Union[Sequence[Union[str, bytes]], _Tape]
+_PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+#: numpy dtype of one stored scalar; B1 rows are bytes of packed bits.
+_DTYPES = {
+    Scalar.F32: np.dtype(np.float32),
+    Scalar.BF16: np.dtype(np.uint16),  # bfloat16 bits: (x.astype(np.uint32) << 16).view(np.float32)
+    Scalar.F16: np.dtype(np.float16),
+    Scalar.I8: np.dtype(np.int8),
+    Scalar.B1: np.dtype(np.uint8),
+}
+
+
+class Arena:
+    """Host memory that encode verbs write their outputs into, grown as needed
+    and reused by the next call: outputs stay valid until the arena's next use
+    or reset(). Views keep the arena alive, so a stale view never reads freed
+    memory."""
+
+    def __init__(self) -> None:
+        pointer = ffi.new("uform_arena_t **")
+        check(lib.uform_arena_init_ram(pointer))
+        self._arena = ffi.gc(pointer[0], lib.uform_arena_free)
+
+    def reset(self) -> None:
+        """Ends the validity of every output written so far."""
+        check(lib.uform_arena_reset(self._arena))
+
+    @property
+    def capacity(self) -> int:
+        """Bytes the arena holds from the system."""
+        size = ffi.new("size_t *")
+        check(lib.uform_arena_capacity(self._arena, size))
+        return int(size[0])
+
+    def __repr__(self) -> str:
+        return f"uform.Arena(capacity={self.capacity})"
+
+
+class ArenaBuffer(np.ndarray):
+    """Rows in an arena, as a numpy array that shares the arena's memory.
+
+    The buffer protocol and numpy read it without a copy; `scalar` tells how
+    to read the values (BF16 rows are uint16 bit patterns, B1 rows packed bits)."""
+
+    scalar: Scalar
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.scalar = getattr(obj, "scalar", Scalar.F32)
+        self._owner = getattr(obj, "_owner", None)
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        # Arithmetic on a view produces ordinary arrays, not arena views.
+        result = np.asarray(array).view(np.ndarray)
+        return result[()] if return_scalar else result
+
+
+class RowsTape(ArenaBuffer):
+    """Variable-length groups of rows: item i owns rows offsets[i]:offsets[i+1]."""
+
+    offsets: np.ndarray
+
+    def __array_finalize__(self, obj: Any) -> None:
+        super().__array_finalize__(obj)
+        self.offsets = getattr(obj, "offsets", None)  # type: ignore[assignment]
+
+    def rows(self, item: int) -> np.ndarray:
+        """The rows of one item, a view."""
+        return np.asarray(self)[int(self.offsets[item]) : int(self.offsets[item + 1])]
+
+    def __len__(self) -> int:  # rows, as numpy counts them
+        return super().__len__()
+
+
+def _view(pointer: Any, rows: int, row_bytes: int, width: int, scalar: Scalar, owner: Any,
+          cls: type) -> Any:
+    """An ndarray over `rows` rows at `pointer`, alive as long as `owner`."""
+    dtype = _DTYPES[scalar]
+    columns = row_bytes // dtype.itemsize
+    if rows == 0 or row_bytes == 0:
+        flat = np.empty((0,), dtype=dtype)
+    else:
+        flat = np.frombuffer(ffi.buffer(pointer, rows * row_bytes), dtype=dtype)
+    view = flat.reshape(rows, columns).view(cls)
+    view.scalar = scalar
+    view._owner = owner
+    view.flags.writeable = True
+    return view
+
+
+def arena_rows(pointer: Any, rows: int, row_bytes: int, width: int, scalar: Scalar,
+               owner: Any) -> ArenaBuffer:
+    return _view(pointer, rows, row_bytes, width, scalar, owner, ArenaBuffer)
+
+
+def arena_rows_tape(pointer: Any, offsets: Any, count: int, row_bytes: int, width: int,
+                    scalar: Scalar, owner: Any) -> RowsTape:
+    boundaries = np.frombuffer(ffi.buffer(offsets, (count + 1) * ffi.sizeof("size_t")),
+                               dtype=np.uintp)
+    tape = _view(pointer, int(boundaries[-1]), row_bytes, width, scalar, owner, RowsTape)
+    tape.offsets = boundaries
+    return tape
+
+
+# ---- inputs ------------------------------------------------------------------
+
+class Tape:
+    """A uform_tape_t over borrowed memory, with what keeps that memory alive."""
+
+    def __init__(self, data: Any, size: int, offsets: Any, count: int, keep: tuple) -> None:
+        self.struct = ffi.new("uform_tape_t *")
+        self.struct.data = data
+        self.struct.size = size
+        self.struct.offsets = offsets
+        self.struct.count = count
+        self._keep = keep
+
+
+def _is_offsets_buffer(value: Any) -> bool:
+    if isinstance(value, (str, bytes, bytearray)):
+        return False
+    try:
+        return memoryview(value).itemsize == 8
+    except TypeError:
+        return False
+
+
+def texts_tape(texts: Any, name: str = "texts") -> Tape:
+    """Converts _Texts (a sequence of str/bytes, or a (data, offsets) tape) to a Tape."""
+    if isinstance(texts, (str, bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(
+            f"{name}: expected a sequence of texts, got a single {type(texts).__name__}; "
+            "wrap it in a list")
+    if isinstance(texts, tuple) and len(texts) == 2 and _is_offsets_buffer(texts[1]):
+        return _tape_from_buffers(texts[0], texts[1], name)
+    if isinstance(texts, np.ndarray) or not isinstance(texts, Sequence):
+        raise InvalidArgumentError(
+            f"{name}: expected a sequence of str or bytes, or a (data, offsets) tape; "
+            f"got {type(texts).__name__}")
+    encoded = []
+    for index, text in enumerate(texts):
+        if isinstance(text, str):
+            try:
+                encoded.append(text.encode("utf-8"))
+            except UnicodeEncodeError as error:
+                raise InvalidArgumentError(f"{name}[{index}]: not encodable as UTF-8 ({error.reason})") from None
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            encoded.append(bytes(text))
+        else:
+            raise InvalidArgumentError(
+                f"{name}[{index}]: expected str or bytes, got {type(text).__name__}")
+    data = b"".join(encoded)
+    offsets = array("Q", accumulate(map(len, encoded), initial=0))
+    return _tape_from_buffers(data, offsets, name)
+
+
+def _tape_from_buffers(data: Any, offsets: Any, name: str) -> Tape:
+    try:
+        with memoryview(data) as data_view, memoryview(offsets) as offsets_view:
+            contiguous = data_view.c_contiguous and offsets_view.c_contiguous
+            data_bytes = data_view.nbytes
+            offsets_bytes = offsets_view.nbytes
+            offsets_format = offsets_view.format.lstrip("@=<")
+            offsets_itemsize = offsets_view.itemsize
+    except TypeError:
+        raise InvalidArgumentError(f"{name}: a tape is (data, offsets), both buffers") from None
+    if not contiguous:
+        raise InvalidArgumentError(f"{name}: tape buffers must be contiguous")
+    if offsets_itemsize != 8 or offsets_format not in ("Q", "L", "N", "q", "l", "n"):
+        raise InvalidArgumentError(
+            f"{name}: tape offsets must be 64-bit integers (size_t), got format {offsets_format!r}")
+    count = offsets_bytes // 8 - 1
+    if count < 0:
+        raise InvalidArgumentError(f"{name}: tape offsets must hold count + 1 values, got none")
+    # cffi holds its own buffer on each object for as long as the pointer lives.
+    data_pointer = ffi.from_buffer("char[]", data) if data_bytes else ffi.NULL
+    offsets_pointer = ffi.from_buffer("size_t[]", offsets)
+    return Tape(data_pointer, data_bytes, offsets_pointer, count, (data, offsets, data_pointer, offsets_pointer))
+
+
+def path_bytes(path: Any, name: str = "path") -> bytes:
+    """A path as the C side takes it: os.fsencode's bytes, with no NUL."""
+    try:
+        encoded = os.fsencode(path)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name}: expected str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if b"\0" in encoded:
+        raise InvalidArgumentError(f"{name}: contains a NUL byte")
+    if not encoded:
+        raise InvalidArgumentError(f"{name}: empty path")
+    return encoded

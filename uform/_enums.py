@@ -1,0 +1,97 @@
+"""Enumerations, valued as their C counterparts in uform.h (a stable ABI)."""
+from __future__ import annotations
+
+from enum import IntEnum, IntFlag
+
+
+class Modality(IntEnum):
+    """What the bytes of one item hold, valued as uform_modality_t."""
+
+    TEXT = 0
+    IMAGE = 1
+    VIDEO = 2
+    AUDIO = 3
+
+
+class Objective(IntEnum):
+    """Which losses a training step relaxes, valued as uform_objective_t."""
+
+    MASKED = 0
+    CONTRASTIVE = 1
+    JOINT = 2
+
+
+class Negatives(IntEnum):
+    """Which pairs the contrastive loss pushes apart, valued as uform_negatives_t."""
+
+    AMBIENT = 0
+    NAMED = 1
+
+
+class PairLossForm(IntEnum):
+    """How a contrastive term turns a row of scores into forces."""
+
+    DERIVED = 0
+    BALANCED = 1
+    RANKED = 2
+    SIGMOID = 3
+
+
+class LateInteractionSide(IntEnum):
+    """Which side of a late-interaction score an item takes."""
+
+    NONE = 0
+    QUERY = 1
+    DOCUMENT = 2
+    QUERY_AND_DOCUMENT = 3
+
+
+class Scalar(IntEnum):
+    """Numeric formats of weights and outputs, valued as uform_scalar_t.
+
+    I8 outputs are round(x * 127) of unit-norm rows (scale 1/127); B1 outputs are
+    sign bits (x > 0), most significant bit first, as numpy.packbits reads them.
+    """
+
+    F32 = 0
+    BF16 = 1
+    F16 = 2
+    E4M3 = 3
+    E5M2 = 4
+    I8 = 5
+    B1 = 6
+
+
+class CPUClass(IntEnum):
+    """Kernels a RAM model is packed for, chosen at load by cpuid."""
+
+    SERIAL = 1
+    HASWELL = 2
+    SKYLAKE = 3
+    SAPPHIRE = 4
+    NEON = 5
+    SVE = 6
+
+
+class GPUClass(IntEnum):
+    """Kernels a VRAM model runs (no GPU backend is built yet)."""
+
+    AMPERE = 1
+    ADA = 2
+    HOPPER = 3
+    BLACKWELL = 4
+
+
+class MultimemTier(IntEnum):
+    """How a GPU mesh reduces across devices (reserved: no GPU mesh is built yet)."""
+
+    NONE = 0
+    NVLINK = 1
+    NVLINK_SWITCH = 2
+
+
+class Outputs(IntFlag):
+    """What an encode verb writes into the arena."""
+
+    EMBEDDINGS = 1
+    TOKENS = 2

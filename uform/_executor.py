@@ -1,0 +1,68 @@
+"""Executors: where verbs run. A RAM executor is a persistent thread pool."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ._errors import InvalidArgumentError
+from ._native import as_count, check, ffi, lib
+
+
+class Executor:
+    """A thread pool on CPU cores (for_ram) or a set of GPUs (for_vram)."""
+
+    _executor: object
+
+    def __init__(self) -> None:
+        raise TypeError("use Executor.for_ram(...) or Executor.for_vram(...)")
+
+    @classmethod
+    def for_ram(cls, threads: int = 0, memory_domains: Sequence[int] | None = None) -> "Executor":
+        """A pool of `threads` threads (0: one per core this process may use).
+
+        memory_domains lists NUMA nodes, recorded for one replica per domain."""
+        threads = as_count(threads, "threads")
+        domains = _words(memory_domains, "memory_domains")
+        pointer = ffi.new("uform_executor_t **")
+        check(lib.uform_executor_for_ram(threads, domains, len(domains) if domains else 0, pointer))
+        self = cls.__new__(cls)
+        self._executor = ffi.gc(pointer[0], lib.uform_executor_free)
+        return self
+
+    @classmethod
+    def for_vram(cls, devices: Sequence[int] | None = None) -> "Executor":
+        """The GPUs to run on; this build has no GPU backend and raises UnsupportedError."""
+        listed = _words(devices, "devices")
+        pointer = ffi.new("uform_executor_t **")
+        check(lib.uform_executor_for_vram(listed, len(listed) if listed else 0, pointer))
+        raise AssertionError("unreachable: for_vram succeeded without a GPU backend")
+
+    @property
+    def threads(self) -> int:
+        """Threads a parallel loop runs on, the calling one included."""
+        value = ffi.new("size_t *")
+        check(lib.uform_executor_threads(self._executor, value))
+        return int(value[0])
+
+    @property
+    def memory_domains(self) -> int:
+        value = ffi.new("size_t *")
+        check(lib.uform_executor_memory_domains(self._executor, value))
+        return int(value[0])
+
+    def __repr__(self) -> str:
+        return f"uform.Executor.for_ram(threads={self.threads})"
+
+
+def _words(values: Sequence[int] | None, name: str):  # -> cdata uint32_t[] | NULL
+    if values is None:
+        return ffi.NULL
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise InvalidArgumentError(f"{name}: expected a sequence of ints, got {type(values).__name__}")
+    checked = []
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+            raise InvalidArgumentError(f"{name}[{index}]: expected an int in [0, 2**32), got {value!r}")
+        checked.append(value)
+    if not checked:
+        return ffi.NULL
+    return ffi.new("uint32_t[]", checked)

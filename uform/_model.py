@@ -1,0 +1,367 @@
+"""Model: a loaded encoder, its description, and the encode verbs."""
+from __future__ import annotations
+
+from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar
+
+from ._buffers import (Arena, ArenaBuffer, Buffer, RowsTape, _PathLike, _Texts, arena_rows,
+                       arena_rows_tape, path_bytes, texts_tape)
+from ._enums import CPUClass, GPUClass, Outputs, Scalar
+from ._errors import InvalidArgumentError, UnsupportedError
+from ._executor import Executor, _words
+from ._native import Progress, ProgressBridge, check, ffi, lib
+
+T = TypeVar("T")
+
+
+class ModelDescription(NamedTuple):
+    """What a loaded model reports about itself, as uform_model_description_t holds it."""
+
+    dimensions: int
+    context: int
+    quantization: Scalar
+    memory_usage: int
+    cpu_class: CPUClass | None
+    gpu_class: GPUClass | None
+    token_width: int
+    choice_temperature_groups: int
+
+
+class TextEncodeStats:
+    """What text_encode reports, overwritten by every call it is passed to."""
+
+    __slots__ = ("items", "tokens", "truncated", "empty")
+
+    def __init__(self) -> None:
+        self.items = 0       # texts encoded
+        self.tokens = 0      # tokens run through the model
+        self.truncated = 0   # texts cut at the model's context
+        self.empty = 0       # empty texts (zero embedding, no token rows)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)}" for name in self.__slots__)
+        return f"TextEncodeStats({fields})"
+
+
+class Encoded:
+    """Outputs of one encode call, views into its arena valid until the arena's next use."""
+
+    __slots__ = ("embeddings", "tokens", "scalar")
+
+    def __init__(self, embeddings: ArenaBuffer | None, tokens: RowsTape | None, scalar: Scalar) -> None:
+        self.embeddings = embeddings  # [items, dimensions]
+        self.tokens = tokens          # token rows; tokens.offsets has items + 1 boundaries
+        self.scalar = scalar
+
+    def __repr__(self) -> str:
+        shape = lambda value: None if value is None else tuple(value.shape)  # noqa: E731
+        return f"Encoded(embeddings={shape(self.embeddings)}, tokens={shape(self.tokens)}, scalar={self.scalar.name})"
+
+
+class Deferred(Generic[T]):
+    """A verb submitted to an executor's submission thread, answered later.
+
+    The buffers the call borrows stay alive (and must stay unchanged) until it completes."""
+
+    def __init__(self, job: Any, finish: Callable[[], T], keep: tuple) -> None:
+        self._job = job
+        self._finish = finish
+        self._keep = keep
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._complete = False
+
+    def done(self) -> bool:
+        return self._complete or bool(lib.uform_job_done(self._job))
+
+    def wait(self) -> None:
+        """Blocks until the call finishes; raises its error, if any."""
+        if not self._complete:
+            status = lib.uform_job_wait(self._job)
+            try:
+                check(status, self._keep[0])
+                self._result = self._finish()
+            except BaseException as error:
+                self._error = error
+            self._complete = True
+            self._keep = (None,)  # the borrowed buffers are free to go
+        if self._error is not None:
+            raise self._error
+
+    def result(self) -> T:
+        self.wait()
+        return self._result
+
+
+def _scalar(value: Any, name: str) -> Scalar:
+    try:
+        return Scalar(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}: {value!r} is not a uform.Scalar") from None
+
+
+def _outputs(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"outputs: expected uform.Outputs, got {type(value).__name__}")
+    if value <= 0 or value & ~int(Outputs.EMBEDDINGS | Outputs.TOKENS):
+        raise InvalidArgumentError(f"outputs: {value!r} is not a combination of uform.Outputs flags")
+    return int(value)
+
+
+def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | None,
+                  executor: Executor | None, quantization: Scalar, bridge: ProgressBridge) -> tuple:
+    options = ffi.new("uform_model_load_ram_options_t *")
+    domains = _words(memory_domains, "memory_domains")
+    options.memory_domains = domains
+    options.memory_domains_count = len(memory_domains) if memory_domains else 0
+    if cpu_class is None:
+        options.cpu_class = 0
+    else:
+        try:
+            options.cpu_class = CPUClass(cpu_class)
+        except ValueError:
+            raise InvalidArgumentError(f"cpu_class: {cpu_class!r} is not a uform.CPUClass") from None
+    if executor is not None and not isinstance(executor, Executor):
+        raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+    options.executor = executor._executor if executor is not None else ffi.NULL
+    options.quantization = _scalar(quantization, "quantization")
+    bridge.fill(options.progress)
+    return options, domains
+
+
+class Model:
+    """A loaded encoder serving every modality it was trained on."""
+
+    def __init__(self) -> None:
+        raise TypeError("use Model.load_ram(...) or Model.load_ram_buffer(...)")
+
+    @classmethod
+    def _adopt(cls, pointer: Any, executor: Executor | None) -> "Model":
+        self = cls.__new__(cls)
+        self._model = ffi.gc(pointer, lib.uform_model_free)
+        self._executor = executor  # the model borrows it: keep it alive as long as the model
+        return self
+
+    @classmethod
+    def load_ram(cls, path: _PathLike, /, *, memory_domains: Sequence[int] | None = None,
+                 cpu_class: CPUClass | None = None, executor: Executor | None = None,
+                 quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
+                 progress_steps: int = 0) -> "Model":
+        """Copies a safetensors checkpoint into host memory, packed for a CPU class."""
+        encoded = path_bytes(path)
+        bridge = ProgressBridge(progress, progress_steps)
+        options, _domains = _load_options(memory_domains, cpu_class, executor, quantization, bridge)
+        pointer = ffi.new("uform_model_t **")
+        check(lib.uform_model_load_ram(encoded, options, pointer), bridge)
+        return cls._adopt(pointer[0], executor)
+
+    @classmethod
+    def load_ram_buffer(cls, buffer: Buffer, /, *, memory_domains: Sequence[int] | None = None,
+                        cpu_class: CPUClass | None = None, executor: Executor | None = None,
+                        quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
+                        progress_steps: int = 0) -> "Model":
+        """Copies a checkpoint held in memory (any buffer) into host memory."""
+        if isinstance(buffer, str):
+            raise InvalidArgumentError("buffer: expected the checkpoint's bytes, got str (a path? use load_ram)")
+        try:
+            data = ffi.from_buffer(buffer)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"buffer: expected a bytes-like object, got {type(buffer).__name__}") from None
+        bridge = ProgressBridge(progress, progress_steps)
+        options, _domains = _load_options(memory_domains, cpu_class, executor, quantization, bridge)
+        pointer = ffi.new("uform_model_t **")
+        check(lib.uform_model_load_ram_buffer(data, len(data), options, pointer), bridge)
+        return cls._adopt(pointer[0], executor)
+
+    @classmethod
+    def load_vram(cls, path: _PathLike, /, *, devices: Sequence[int] | None = None,
+                  gpu_class: GPUClass | None = None, executor: Executor | None = None,
+                  quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
+                  progress_steps: int = 0) -> "Model":
+        """Copies a checkpoint onto GPUs: not built yet, raises UnsupportedError."""
+        encoded = path_bytes(path)
+        listed = _words(devices, "devices")
+        bridge = ProgressBridge(progress, progress_steps)
+        pointer = ffi.new("uform_model_t **")
+        check(lib.uform_model_load_vram(encoded, listed, len(devices) if devices else 0,
+                                        int(gpu_class or 0), ffi.NULL, _scalar(quantization, "quantization"),
+                                        bridge.new(), pointer), bridge)
+        raise AssertionError("unreachable: load_vram succeeded without a GPU backend")
+
+    @classmethod
+    def load_vram_buffer(cls, buffer: Buffer, /, *, devices: Sequence[int] | None = None,
+                         gpu_class: GPUClass | None = None, executor: Executor | None = None,
+                         quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
+                         progress_steps: int = 0) -> "Model":
+        """Copies a checkpoint in memory onto GPUs: not built yet, raises UnsupportedError."""
+        raise UnsupportedError("Model.load_vram_buffer: this build of libuform has no GPU backend yet")
+
+    def on(self, executor: Executor, /) -> "On[Model]":
+        """A receiver whose verbs block on `executor`."""
+        return On(self, executor)
+
+    def deferred(self, executor: Executor, /) -> "DeferredOn[Model]":
+        """A receiver whose verbs submit to `executor` and answer a Deferred."""
+        return DeferredOn(self, executor)
+
+    def describe(self) -> ModelDescription:
+        """The model's geometry and placement."""
+        description = ffi.new("uform_model_description_t *")
+        check(lib.uform_model_describe(self._model, description))
+        return ModelDescription(
+            dimensions=description.dimensions,
+            context=description.context,
+            quantization=Scalar(description.quantization),
+            memory_usage=description.memory_usage,
+            cpu_class=CPUClass(description.cpu_class) if description.cpu_class else None,
+            gpu_class=GPUClass(description.gpu_class) if description.gpu_class else None,
+            token_width=description.token_width,
+            choice_temperature_groups=description.choice_temperature_groups,
+        )
+
+    # ---- text ---------------------------------------------------------------
+
+    def _text_call(self, texts: _Texts, arena: Arena, outputs: Outputs, outputs_scalar: Scalar,
+                   progress: Progress | None, progress_steps: int,
+                   stats: TextEncodeStats | None) -> tuple:
+        """Converts the arguments of text_encode into C structures and keepalives."""
+        if not isinstance(arena, Arena):
+            raise InvalidArgumentError(f"arena: expected uform.Arena, got {type(arena).__name__}")
+        if stats is not None and not isinstance(stats, TextEncodeStats):
+            raise InvalidArgumentError(f"stats: expected uform.TextEncodeStats, got {type(stats).__name__}")
+        tape = texts_tape(texts)
+        bridge = ProgressBridge(progress, progress_steps)
+        options = ffi.new("uform_encode_options_t *")
+        options.outputs = _outputs(outputs)
+        options.outputs_scalar = _scalar(outputs_scalar, "outputs_scalar")
+        bridge.fill(options.progress)
+        encoded = ffi.new("uform_encoded_t *")
+        c_stats = ffi.new("uform_text_encode_stats_t *")
+
+        def finish() -> Encoded:
+            if stats is not None:
+                stats.items, stats.tokens = c_stats.items, c_stats.tokens
+                stats.truncated, stats.empty = c_stats.truncated, c_stats.empty
+            return _encoded(encoded, arena)
+
+        return bridge, tape, options, encoded, c_stats, finish
+
+    def text_encode(self, texts: _Texts, arena: Arena, /, *, outputs: Outputs = Outputs.EMBEDDINGS,
+                    outputs_scalar: Scalar = Scalar.F32, progress: Progress | None = None,
+                    progress_steps: int = 0, stats: TextEncodeStats | None = None) -> Encoded:
+        """Encodes UTF-8 texts, a byte per token."""
+        return self._text_encode(None, texts, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+                                 progress=progress, progress_steps=progress_steps, stats=stats)
+
+    def _text_encode(self, executor: Executor | None, texts: _Texts, arena: Arena, /, **keywords: Any) -> Encoded:
+        bridge, tape, options, encoded, c_stats, finish = self._text_call(texts, arena, **keywords)
+        check(lib.uform_text_encode(self._model, _executor_pointer(executor), tape.struct, arena._arena,
+                                    options, encoded, c_stats), bridge)
+        return finish()
+
+    def _text_encode_deferred(self, executor: Executor, texts: _Texts, arena: Arena, /,
+                              **keywords: Any) -> Deferred[Encoded]:
+        bridge, tape, options, encoded, c_stats, finish = self._text_call(texts, arena, **keywords)
+        job = ffi.new("uform_job_t **")
+        check(lib.uform_text_encode_submit(self._model, _executor_pointer(executor), tape.struct,
+                                           arena._arena, options, encoded, c_stats, job))
+        handle = ffi.gc(job[0], lib.uform_job_free)
+        return Deferred(handle, finish, (bridge, tape, options, encoded, c_stats, arena, self, executor))
+
+    # ---- modalities not built yet ---------------------------------------------
+
+    def image_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
+        """Decodes and encodes JPEG, PNG or WebP files: not built yet."""
+        raise UnsupportedError("Model.image_encode: image encoding is not built in this version of uform")
+
+    def image_encode_pixels(self, pixels: Any, arena: Arena, /, **keywords: Any) -> Encoded:
+        """Encodes [height, width, 3] uint8 images: not built yet."""
+        raise UnsupportedError("Model.image_encode_pixels: image encoding is not built in this version of uform")
+
+    def video_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
+        """Decodes and encodes MP4 or WebM clips: not built yet."""
+        raise UnsupportedError("Model.video_encode: video encoding is not built in this version of uform")
+
+    def audio_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
+        """Decodes and encodes WAV, FLAC, MP3 or Opus recordings: not built yet."""
+        raise UnsupportedError("Model.audio_encode: audio encoding is not built in this version of uform")
+
+    def audio_encode_samples(self, samples: Any, sample_rate: int, arena: Arena, /,
+                             **keywords: Any) -> Encoded:
+        """Encodes 1-D float32 mono recordings: not built yet."""
+        raise UnsupportedError("Model.audio_encode_samples: audio encoding is not built in this version of uform")
+
+    def text_choose(self, texts: _Texts, choices: _Texts, arena: Arena, /, **keywords: Any) -> RowsTape:
+        """Scores each text's single-byte choices: not built yet."""
+        raise UnsupportedError("Model.text_choose: calibrated choices are not built in this version of uform")
+
+
+def _executor_pointer(executor: Executor | None) -> Any:
+    if executor is None:
+        return ffi.NULL
+    if not isinstance(executor, Executor):
+        raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+    return executor._executor
+
+
+def _encoded(encoded: Any, arena: Arena) -> Encoded:
+    scalar = Scalar(encoded.scalar)
+    embeddings = None
+    if encoded.embeddings != ffi.NULL:
+        embeddings = arena_rows(encoded.embeddings, encoded.count, encoded.embedding_row_bytes,
+                                encoded.dimensions, scalar, arena)
+    tokens = None
+    if encoded.token_offsets != ffi.NULL:
+        tokens = arena_rows_tape(encoded.tokens, encoded.token_offsets, encoded.count,
+                                 encoded.token_row_bytes, encoded.token_width, scalar, arena)
+    return Encoded(embeddings, tokens, scalar)
+
+
+_VERBS = ("text_encode", "image_encode", "image_encode_pixels", "video_encode", "audio_encode",
+          "audio_encode_samples", "text_choose")
+
+
+class On(Generic[T]):
+    """A receiver whose verbs block on one executor."""
+
+    def __init__(self, target: T, executor: Executor) -> None:
+        if not isinstance(executor, Executor):
+            raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+        self._target = target
+        self._executor = executor
+
+    def text_encode(self, texts: _Texts, arena: Arena, /, **keywords: Any) -> Encoded:
+        return self._target._text_encode(self._executor, texts, arena, **_text_defaults(keywords))  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _VERBS:
+            return getattr(self._target, name)  # not built yet: they raise UnsupportedError
+        raise AttributeError(name)
+
+
+class DeferredOn(Generic[T]):
+    """A receiver whose verbs submit to one executor and answer a Deferred."""
+
+    def __init__(self, target: T, executor: Executor) -> None:
+        if not isinstance(executor, Executor):
+            raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+        self._target = target
+        self._executor = executor
+
+    def text_encode(self, texts: _Texts, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
+        return self._target._text_encode_deferred(self._executor, texts, arena, **_text_defaults(keywords))  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _VERBS:
+            return getattr(self._target, name)
+        raise AttributeError(name)
+
+
+def _text_defaults(keywords: dict) -> dict:
+    unknown = set(keywords) - {"outputs", "outputs_scalar", "progress", "progress_steps", "stats"}
+    if unknown:
+        raise TypeError(f"text_encode() got unexpected keyword arguments: {sorted(unknown)}")
+    merged = {"outputs": Outputs.EMBEDDINGS, "outputs_scalar": Scalar.F32, "progress": None,
+              "progress_steps": 0, "stats": None}
+    merged.update(keywords)
+    return merged
