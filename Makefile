@@ -26,6 +26,8 @@ LDLIBS := -lm -pthread
 
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
+.SECONDARY:
+
 .PHONY: all lib python test test-c test-python demo bench install clean deps fuzz
 
 all: lib python

@@ -193,74 +193,59 @@ static void uform_rope_rows(void *context, size_t begin, size_t end, size_t thre
 
 /* ---- attention ------------------------------------------------------------ */
 
+/* Queries per attention task: small enough to spread one long item over every
+ * thread, large enough that re-transposing its keys per task costs little. */
+#define UFORM_QUERIES_PER_TASK 64
+
 typedef struct {
+    const uform_model_t *model;
     const uform_batch_t *batch;
+    const size_t *first_task;  /* [segments + 1]: tasks before each segment */
     const float *qkv;
-    float *context;      /* [rows, H] */
-    float *scores;       /* [threads][longest segment] */
-    size_t longest, hidden, heads;
+    float *context;            /* [rows, H] */
+    float *scratch;            /* [threads][uform_attention_scratch_floats(longest)] */
+    size_t scratch_per_thread;
 } uform_attention_task_t;
 
-/* One (segment, head) pair: for each query, scores against every key of the
- * segment, softmax, weighted sum of values. */
-UFORM_VECTOR_CLONES
-static void uform_attention_heads(void *context, size_t begin, size_t end, size_t thread) {
+/* Task t is (segment, head, block of queries), segments in order. */
+static void uform_attention_tasks(void *context, size_t begin, size_t end, size_t thread) {
     const uform_attention_task_t *task = context;
-    size_t stride = 3 * task->hidden;
-    float *scores = task->scores + thread * task->longest;
+    size_t hidden = task->model->hidden, heads = task->model->heads, stride = 3 * hidden;
+    float *scratch = task->scratch + thread * task->scratch_per_thread;
+    size_t segment_index = 0;
     for (size_t t = begin; t < end; t++) {
-        const uform_segment_t *segment = &task->batch->segments[t / task->heads];
-        size_t head = t % task->heads;
-        size_t n = segment->length;
-        const float *base = task->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
-        const float *keys = base + task->hidden;
-        const float *values = base + 2 * task->hidden;
-        for (size_t i = 0; i < n; i++) {
-            const float *q = base + i * stride;
-            float top = -INFINITY;
-            for (size_t j = 0; j < n; j++) {
-                const float *k = keys + j * stride;
-                float partial[UFORM_LANES] = {0};
-                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d += UFORM_LANES)
-                    for (size_t l = 0; l < UFORM_LANES; l++) partial[l] += q[d + l] * k[d + l];
-                float dot = 0;
-                for (size_t l = 0; l < UFORM_LANES; l++) dot += partial[l];
-                float score = dot * 0.125f; /* 1/sqrt(head width) */
-                scores[j] = score;
-                top = score > top ? score : top;
-            }
-            float total = 0;
-            for (size_t j = 0; j < n; j++) {
-                scores[j] = uform_exp(scores[j] - top);
-                total += scores[j];
-            }
-            float accumulated[UFORM_HEAD_WIDTH] = {0};
-            for (size_t j = 0; j < n; j++) {
-                const float *v = values + j * stride;
-                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) accumulated[d] += scores[j] * v[d];
-            }
-            float inverse = 1.0f / total;
-            float *out = task->context + (segment->begin + i) * task->hidden +
-                         head * UFORM_HEAD_WIDTH;
-            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) out[d] = accumulated[d] * inverse;
-        }
+        while (task->first_task[segment_index + 1] <= t) segment_index++;
+        const uform_segment_t *segment = &task->batch->segments[segment_index];
+        size_t local = t - task->first_task[segment_index];
+        size_t head = local % heads, block = local / heads;
+        size_t first = block * UFORM_QUERIES_PER_TASK;
+        size_t last = first + UFORM_QUERIES_PER_TASK < segment->length
+                          ? first + UFORM_QUERIES_PER_TASK : segment->length;
+        const float *q = task->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
+        task->model->kernels->attention(q, q + hidden, q + 2 * hidden, stride, segment->length,
+                                        first, last,
+                                        task->context + segment->begin * hidden + head * UFORM_HEAD_WIDTH,
+                                        hidden, scratch);
     }
 }
 
 /* ---- the blocks ------------------------------------------------------------ */
 
-size_t uform_forward_scratch_floats(const uform_model_t *model, size_t rows,
+size_t uform_forward_scratch_floats(const uform_model_t *model, size_t rows, size_t segments,
                                     size_t longest_segment, size_t threads) {
     size_t hidden = model->hidden;
-    /* xn [H] + qkv [3H] + context [H] + mlp [4H] + rope cos/sin [2 x 32] per row */
-    return rows * (9 * hidden + 2 * UFORM_PAIRS) + threads * longest_segment;
+    /* per row: xn [H] + qkv [3H] + context [H] + mlp [4H] + rope cos/sin [2 x 32];
+     * then the attention task table (size_t, 2 floats each, kept even) and
+     * every thread's attention scratch */
+    return rows * (9 * hidden + 2 * UFORM_PAIRS) + 2 * (segments + 2) + 16 +
+           threads * uform_attention_scratch_floats(longest_segment);
 }
 
 void uform_forward(const uform_model_t *model, uform_executor_t *executor,
                    const uform_batch_t *batch, float *x, float *scratch) {
-    size_t rows = batch->rows, hidden = model->hidden;
+    size_t rows = batch->rows, hidden = model->hidden, segments = batch->segments_count;
     size_t longest = 0;
-    for (size_t s = 0; s < batch->segments_count; s++)
+    for (size_t s = 0; s < segments; s++)
         if (batch->segments[s].length > longest) longest = batch->segments[s].length;
     float *normed = scratch;
     float *qkv = normed + rows * hidden;
@@ -268,11 +253,21 @@ void uform_forward(const uform_model_t *model, uform_executor_t *executor,
     float *mlp = attended + rows * hidden;
     float *cosines = mlp + rows * 4 * hidden;
     float *sines = cosines + rows * UFORM_PAIRS;
-    float *scores = sines + rows * UFORM_PAIRS;
+    size_t *first_task = (size_t *)(sines + rows * UFORM_PAIRS);
+    float *attention_scratch = (float *)(first_task + segments + 2);
+    /* keep each thread's attention slice 64-byte aligned: scratch is, and the
+     * per-row part is a multiple of 16 floats when H is a multiple of 64 */
+    attention_scratch += (16 - ((size_t)(attention_scratch - scratch) % 16)) % 16;
     const uform_cpu_kernels_t *kernels = model->kernels;
 
+    first_task[0] = 0;
+    for (size_t s = 0; s < segments; s++) {
+        size_t blocks = (batch->segments[s].length + UFORM_QUERIES_PER_TASK - 1) / UFORM_QUERIES_PER_TASK;
+        first_task[s + 1] = first_task[s] + blocks * model->heads;
+    }
+
     uform_rope_table_task_t table = {batch, cosines, sines};
-    uform_parallel_for(executor, batch->segments_count, 1, uform_rope_table_segments, &table);
+    uform_parallel_for(executor, segments, 1, uform_rope_table_segments, &table);
 
     for (size_t l = 0; l < model->depth; l++) {
         const uform_block_t *block = &model->blocks[l];
@@ -283,10 +278,10 @@ void uform_forward(const uform_model_t *model, uform_executor_t *executor,
                       3 * hidden);
         uform_rope_task_t rope = {qkv, hidden, model->heads, cosines, sines};
         uform_parallel_for(executor, rows, 64, uform_rope_rows, &rope);
-        uform_attention_task_t attention = {batch, qkv, attended, scores,
-                                            longest, hidden, model->heads};
-        uform_parallel_for(executor, batch->segments_count * model->heads, 1,
-                           uform_attention_heads, &attention);
+        uform_attention_task_t attention = {model, batch, first_task, qkv, attended,
+                                            attention_scratch,
+                                            uform_attention_scratch_floats(longest)};
+        uform_parallel_for(executor, first_task[segments], 1, uform_attention_tasks, &attention);
         kernels->gemm(executor, &block->out, attended, hidden, rows, block->out_bias, normed,
                       hidden);
         uform_rows_task_t residual = {x, normed, hidden};

@@ -62,7 +62,8 @@ typedef struct {
 /* Runs the blocks and the final norm over x [rows, H] in place: on return x
  * holds the final normed states. Needs scratch from uform_forward_scratch_floats. */
 UFORM_INTERNAL size_t uform_forward_scratch_floats(const uform_model_t *model, size_t rows,
-                                                   size_t longest_segment, size_t threads);
+                                                   size_t segments, size_t longest_segment,
+                                                   size_t threads);
 UFORM_INTERNAL void uform_forward(const uform_model_t *model, uform_executor_t *executor,
                                   const uform_batch_t *batch, float *x, float *scratch);
 

@@ -85,7 +85,7 @@ static uform_status_t uform_text_buffers_init(uform_text_buffers_t *b, const ufo
     size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
     size_t projected_rows = rows > items ? rows : items;
     b->states = uform_alloc_aligned(rows, hidden * sizeof(float), "text states");
-    b->scratch = uform_alloc_aligned(uform_forward_scratch_floats(model, rows, longest, threads),
+    b->scratch = uform_alloc_aligned(uform_forward_scratch_floats(model, rows, items, longest, threads),
                                      sizeof(float), "text scratch");
     b->pooled = uform_alloc_aligned(items, hidden * sizeof(float), "pooled states");
     b->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");

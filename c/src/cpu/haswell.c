@@ -98,6 +98,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_haswell = {
     .name = "haswell",
     .pack = uform_haswell_pack,
     .gemm = uform_haswell_gemm_run,
+    .attention = uform_attention_portable,
 };
 
 #endif /* __x86_64__ */

@@ -31,7 +31,32 @@ typedef struct {
      * floats apart, y rows y_stride floats apart; runs on the executor. */
     void (*gemm)(uform_executor_t *executor, const uform_packed_t *w, const float *x,
                  size_t x_stride, size_t m, const float *bias, float *y, size_t y_stride);
+    /* One head of attention within one item of n tokens, for queries
+     * [first, last): out[i] = sum_j softmax_j(q_i . k_j / 8) v_j. q, k and v
+     * point at the item's row 0, rows `stride` floats apart, 64 wide (rotary
+     * positions applied); out points at row 0 too. scratch holds
+     * uform_attention_scratch_floats(n) floats, 64-byte aligned. Each output
+     * depends only on the item's own rows, in a fixed order. */
+    void (*attention)(const float *q, const float *k, const float *v, size_t stride, size_t n,
+                      size_t first, size_t last, float *out, size_t out_stride, float *scratch);
 } uform_cpu_kernels_t;
+
+/* Scratch floats any class's attention needs for an item of n tokens; a
+ * multiple of 16, so per-thread slices stay 64-byte aligned. */
+static inline size_t uform_attention_scratch_floats(size_t n) {
+    size_t padded = (n + 15) & ~(size_t)15;
+    return 72 * padded + 1024;
+}
+
+/* attention.c and attention_avx512.c: the two implementations. */
+UFORM_INTERNAL void uform_attention_portable(const float *q, const float *k, const float *v,
+                                             size_t stride, size_t n, size_t first, size_t last,
+                                             float *out, size_t out_stride, float *scratch);
+#if defined(__x86_64__)
+UFORM_INTERNAL void uform_attention_avx512(const float *q, const float *k, const float *v,
+                                           size_t stride, size_t n, size_t first, size_t last,
+                                           float *out, size_t out_stride, float *scratch);
+#endif
 
 /* The class tables, each defined in its own file (serial.c, haswell.c, ...).
  * A class whose file was not compiled for this target has no table. */

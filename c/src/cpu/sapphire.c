@@ -142,6 +142,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_sapphire = {
     .name = "sapphire",
     .pack = uform_sapphire_pack,
     .gemm = uform_sapphire_gemm_run,
+    .attention = uform_attention_avx512,
 };
 
 #endif /* __x86_64__ */

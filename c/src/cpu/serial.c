@@ -68,4 +68,5 @@ const uform_cpu_kernels_t uform_cpu_kernels_serial = {
     .name = "serial",
     .pack = uform_serial_pack,
     .gemm = uform_serial_gemm_run,
+    .attention = uform_attention_portable,
 };

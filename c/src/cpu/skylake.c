@@ -108,6 +108,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_skylake = {
     .name = "skylake",
     .pack = uform_skylake_pack,
     .gemm = uform_skylake_gemm_run,
+    .attention = uform_attention_avx512,
 };
 
 #endif /* __x86_64__ */
