@@ -28,7 +28,7 @@ C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-python demo bench install clean deps fuzz
+.PHONY: all lib python test test-c test-fuzz test-example test-python demo bench install clean deps fuzz
 
 all: lib python
 
@@ -75,12 +75,26 @@ test-example: lib
 	$(PYTHON) examples/make_checkpoint.py $(BUILD)/example.safetensors
 	$(BUILD)/encode $(BUILD)/example.safetensors "hello, world"
 
+# The safetensors fuzz target under ASan/UBSan: deterministic mutations with
+# gcc everywhere, plus a timed libFuzzer run where clang is installed.
+test-fuzz: $(SANITIZED_OBJECTS)
+	@mkdir -p $(BUILD)/fuzz-seeds
+	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_safetensors.c fuzz/fuzz_main.c $(BUILD)/asan/error.o \
+	  $(BUILD)/asan/json.o $(BUILD)/asan/safetensors.o -o $(BUILD)/fuzz_main $(LDLIBS)
+	$(BUILD)/fuzz_main --write-seeds $(BUILD)/fuzz-seeds
+	@set -e; for seed in $(BUILD)/fuzz-seeds/*; do $(BUILD)/fuzz_main --mutate 20000 1 $$seed; done
+	@if command -v clang >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory fuzz && \
+	  $(BUILD)/fuzz_safetensors -max_total_time=20 -print_final_stats=0 $(BUILD)/fuzz-seeds 2>&1 | tail -n 2; \
+	else echo "clang not installed: the libFuzzer run is skipped (the mutation driver above ran)"; fi
+
 test-python: all
 	$(PYTHON) -m pytest -q tests
 
 test: deps
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory test-c
+	$(MAKE) --no-print-directory test-fuzz
 	$(MAKE) --no-print-directory test-example
 	$(MAKE) --no-print-directory test-python
 

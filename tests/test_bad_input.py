@@ -248,3 +248,13 @@ def test_executor_arguments():
     with pytest.raises(TypeError):
         uform.Executor()
     assert uform.Executor.for_ram(0).threads == len(os.sched_getaffinity(0))
+
+
+def test_hostile_header_sizes_are_refused_before_allocating():
+    # A header of 1.2 million tiny JSON values: refused by count, not parsed into gigabytes.
+    header = b'{"a":[' + b"0," * 1_200_000 + b'0]}'
+    with pytest.raises(uform.FormatError, match="values"):
+        uform.Model.load_ram_buffer(struct.pack("<Q", len(header)) + header)
+    # A declared header length of 2^63: refused from the 8 bytes alone.
+    with pytest.raises(uform.FormatError, match="header"):
+        uform.Model.load_ram_buffer(struct.pack("<Q", 1 << 63) + b"{}")

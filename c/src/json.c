@@ -23,7 +23,12 @@ typedef struct {
     size_t length;
     size_t position;
     size_t max_depth;
+    size_t values;   /* values parsed so far, against UFORM_JSON_MAX_VALUES */
 } json_parser_t;
+
+/* A value costs about 72 bytes parsed: this cap bounds a hostile header's
+ * memory near 100 MiB, far above any checkpoint (12 per block). */
+#define UFORM_JSON_MAX_VALUES ((size_t)1 << 20)
 
 static uform_status_t json_value(json_parser_t *parser, uform_json_t *out, size_t depth);
 static void json_free_contents(uform_json_t *value);
@@ -464,6 +469,8 @@ static uform_status_t json_value(json_parser_t *parser, uform_json_t *out, size_
     char c = parser->text[parser->position];
     if ((c == '[' || c == '{') && depth >= parser->max_depth)
         return json_fail(parser->position, "nesting deeper than %zu levels", parser->max_depth);
+    if (++parser->values > UFORM_JSON_MAX_VALUES)
+        return json_fail(parser->position, "more than %zu values", UFORM_JSON_MAX_VALUES);
     switch (c) {
     case '{': return json_object(parser, out, depth);
     case '[': return json_array(parser, out, depth);
@@ -488,7 +495,7 @@ uform_status_t uform_json_parse(const char *text, size_t length, size_t max_dept
     if (!root) return uform_fail(UFORM_INVALID_ARGUMENT, "JSON: root is NULL");
     memset(root, 0, sizeof(*root));
     if (!text && length) return uform_fail(UFORM_INVALID_ARGUMENT, "JSON: text is NULL");
-    json_parser_t parser = {text ? text : "", length, 0, max_depth};
+    json_parser_t parser = {text ? text : "", length, 0, max_depth, 0};
     uform_status_t status = json_value(&parser, root, 0);
     if (status != UFORM_OK) return status;
     json_skip_space(&parser);

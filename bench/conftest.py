@@ -1,0 +1,45 @@
+"""Fixtures of the text_encode benchmarks: thread setup, the checkpoint, the contenders,
+and a summary of texts per second and ratios at the end of the run."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
+import pytest  # noqa: E402
+
+THREADS = harness.thread_count()
+harness.configure_torch(THREADS)    # before any torch work: one inter-op thread, THREADS intra-op
+
+# (contender key, batch) -> (label, texts per second), filled by the benchmarks.
+RESULTS: dict = {}
+
+
+@pytest.fixture(scope="session")
+def bench_checkpoint(tmp_path_factory):
+    return harness.write_checkpoint(str(tmp_path_factory.mktemp("bench")))
+
+
+@pytest.fixture(scope="session")
+def bench_contenders(bench_checkpoint):
+    return {c.key: c for c in harness.contenders(bench_checkpoint, THREADS)}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    write = terminalreporter.write_line
+    shape = harness.SHAPE
+    terminalreporter.section(f"text_encode, texts per second (depth {shape['depth']}, hidden "
+                             f"{shape['hidden']}, {THREADS} threads, best round)")
+    for batch in harness.BATCHES:
+        rows = {key: value for (key, b), value in RESULTS.items() if b == batch}
+        if not rows:
+            continue
+        write(f"batch {batch}:")
+        for key, (label, rate) in rows.items():
+            ratios = []
+            for other in ("torch-bf16", "torch-fp32"):
+                if key.startswith("uform") and other in rows:
+                    ratios.append(f"x{rate / rows[other][1]:.2f} vs {other}")
+            write(f"  {label:<48} {rate:10.2f}   {', '.join(ratios)}")

@@ -1,0 +1,148 @@
+"""What the text_encode benchmarks share: sizes, texts, thread setup and the contenders.
+
+Used by bench/conftest.py + bench/test_text_encode_bench.py (pytest-benchmark) and by
+bench/report.py (writes docs/benchmarks.md). UFORM_BENCH_QUICK=1 shrinks everything for
+a smoke run; UFORM_BENCH_ROUNDS overrides the number of timed rounds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable, NamedTuple, Optional
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+for _path in (os.path.join(ROOT, "tests"), ROOT):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import uform  # noqa: E402
+from reference.batched import BatchedTorchModel  # noqa: E402
+from reference.checkpoint import write_random_checkpoint  # noqa: E402
+
+QUICK = os.environ.get("UFORM_BENCH_QUICK", "") not in ("", "0")
+
+# The model: DESIGN's text encoder at depth 12, hidden 512 (quick: depth 2, hidden 128).
+SHAPE = (dict(depth=2, hidden=128, dimensions=128, context=512) if QUICK
+         else dict(depth=12, hidden=512, dimensions=512, context=512))
+BIG_BATCH = 32 if QUICK else 256
+BATCHES = (1, BIG_BATCH)
+TEXT_BYTES = (64, 512)        # lengths uniform in [64, 512], printable ASCII
+SINGLE_TEXTS = 16             # batch 1: this many different texts, one call each, per round
+TORCH_MINI_BATCH = 32         # BatchedTorchModel's mini-batch (texts sorted by length)
+
+
+def rounds_for(batch: int) -> int:
+    """Timed rounds (after one warm-up): UFORM_BENCH_ROUNDS, else 3 at batch 1, 2 above."""
+    if os.environ.get("UFORM_BENCH_ROUNDS"):
+        return max(1, int(os.environ["UFORM_BENCH_ROUNDS"]))
+    return 3 if batch == 1 else 2
+
+
+def thread_count() -> int:
+    """The cores this process may use: uform's executor and torch both get this many."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def configure_torch(threads: int) -> None:
+    """Same thread count as uform; one inter-op thread. Call before any torch work."""
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:      # already set, or inter-op work already started
+        pass
+    torch.set_num_threads(threads)
+
+
+def make_texts(count: int, seed: int) -> list[bytes]:
+    """Deterministic random printable-ASCII texts, lengths uniform in TEXT_BYTES."""
+    rng = np.random.default_rng(seed)
+    low, high = TEXT_BYTES
+    lengths = rng.integers(low, high + 1, size=count)
+    return [bytes(rng.integers(32, 127, size=int(n), dtype=np.uint8)) for n in lengths]
+
+
+def texts_for(batch: int) -> list[bytes]:
+    """The texts of one round: SINGLE_TEXTS at batch 1, `batch` otherwise."""
+    return make_texts(SINGLE_TEXTS if batch == 1 else batch, seed=batch)
+
+
+def write_checkpoint(directory: str) -> str:
+    path = os.path.join(directory, "bench-d{depth}-h{hidden}.safetensors".format(**SHAPE))
+    if not os.path.exists(path):
+        write_random_checkpoint(path, seed=0, **SHAPE)
+    return path
+
+
+class Contender(NamedTuple):
+    key: str                                   # short id, for pytest ids
+    label: str                                 # what the report prints
+    encode: Callable[[list], np.ndarray]       # a batch of texts -> [n, D] float32
+    uform_class: Optional[str]                 # the uform CPU class, None for torch
+
+
+def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["uform.CPUClass"],
+                    key: str) -> Optional[Contender]:
+    """uform text_encode on `executor`; cpu_class None: the library's automatic choice.
+    None when this machine cannot run the class."""
+    try:
+        model = uform.Model.load_ram(path, cpu_class=cpu_class, executor=executor)
+    except uform.UnsupportedError:
+        return None
+    arena = uform.Arena()
+    chosen = model.describe().cpu_class
+    math = "BF16 products, FP32 sums" if chosen == uform.CPUClass.SAPPHIRE else "FP32"
+    how = "auto" if cpu_class is None else "pinned"
+    label = f"uform {chosen.name} ({how}; {math})"
+
+    def encode(texts: list) -> np.ndarray:
+        return np.asarray(model.text_encode(texts, arena).embeddings)  # a view into the arena
+
+    return Contender(key, label, encode, chosen.name)
+
+
+def contenders(path: str, threads: int) -> list[Contender]:
+    """uform auto (SAPPHIRE here), uform pinned SKYLAKE (FP32), torch BF16 autocast, torch FP32."""
+    executor = uform.Executor.for_ram(threads)
+    assert executor.threads == threads, (executor.threads, threads)
+    found = [uform_contender(path, executor, None, "uform-auto")]
+    if found[0] is not None and found[0].uform_class != "SKYLAKE":
+        found.append(uform_contender(path, executor, uform.CPUClass.SKYLAKE, "uform-skylake"))
+    torch_model = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=TORCH_MINI_BATCH)
+    found.append(Contender("torch-bf16", "torch BF16 autocast",
+                           lambda texts: torch_model.encode(texts, autocast=True).numpy(), None))
+    found.append(Contender("torch-fp32", "torch FP32",
+                           lambda texts: torch_model.encode(texts, autocast=False).numpy(), None))
+    return [c for c in found if c is not None]
+
+
+def round_function(contender: Contender, batch: int, texts: list) -> Callable[[], np.ndarray]:
+    """One timed round: one call with all texts, or (batch 1) one call per text."""
+    if batch == 1:
+        def run() -> np.ndarray:
+            return np.concatenate([contender.encode([text]) for text in texts])
+    else:
+        def run() -> np.ndarray:
+            return contender.encode(texts)
+    return run
+
+
+def warm_up(contender: Contender, batch: int, texts: list) -> None:
+    """Untimed: one round at batch 1, the first 32 texts otherwise (arena growth, JIT, caches)."""
+    if batch == 1:
+        round_function(contender, batch, texts)()
+    else:
+        contender.encode(texts[:32])
+
+
+def time_rounds(run: Callable[[], np.ndarray], rounds: int) -> tuple[list[float], np.ndarray]:
+    """Seconds of each round and a copy of the last round's embeddings."""
+    seconds, result = [], None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = run()
+        seconds.append(time.perf_counter() - start)
+    return seconds, np.array(result, dtype=np.float32, copy=True)
