@@ -19,7 +19,7 @@ _Texts = Union[Sequence[Union[str, bytes]], _Tape]
 _PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 #: numpy dtype of one stored scalar; B1 rows are bytes of packed bits.
-_DTYPES = {
+_DTYPES: dict[Scalar, np.dtype] = {
     Scalar.F32: np.dtype(np.float32),
     Scalar.BF16: np.dtype(np.uint16),  # bfloat16 bits: (x.astype(np.uint32) << 16).view(np.float32)
     Scalar.F16: np.dtype(np.float16),
@@ -98,7 +98,7 @@ def _view(pointer: Any, rows: int, row_bytes: int, width: int, scalar: Scalar, o
         flat = np.empty((0,), dtype=dtype)
     else:
         flat = np.frombuffer(ffi.buffer(pointer, rows * row_bytes), dtype=dtype)
-    view = flat.reshape(rows, columns).view(cls)
+    view: Any = flat.reshape(rows, columns).view(cls)
     view.scalar = scalar
     view._owner = owner
     view.flags.writeable = True

@@ -131,6 +131,9 @@ def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | No
 class Model:
     """A loaded encoder serving every modality it was trained on."""
 
+    _model: Any                   # uform_model_t *, freed with the object
+    _executor: Executor | None    # a borrowed executor the model runs on
+
     def __init__(self) -> None:
         raise TypeError("use Model.load_ram(...) or Model.load_ram_buffer(...)")
 
