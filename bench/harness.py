@@ -73,7 +73,8 @@ def texts_for(batch: int) -> list[bytes]:
 def write_checkpoint(directory: str) -> str:
     path = os.path.join(directory, "bench-d{depth}-h{hidden}.safetensors".format(**SHAPE))
     if not os.path.exists(path):
-        write_random_checkpoint(path, seed=0, **SHAPE)
+        write_random_checkpoint(path, seed=0, depth=SHAPE["depth"], hidden=SHAPE["hidden"],
+                                dimensions=SHAPE["dimensions"], context=SHAPE["context"])
     return path
 
 
@@ -94,6 +95,7 @@ def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["
         return None
     arena = uform.Arena()
     chosen = model.describe().cpu_class
+    assert chosen is not None, "a model loaded into RAM has a CPU class"
     math = "BF16 products, FP32 sums" if chosen == uform.CPUClass.SAPPHIRE else "FP32"
     how = "auto" if cpu_class is None else "pinned"
     label = f"uform {chosen.name} ({how}; {math})"

@@ -26,13 +26,13 @@ def test_batched_torch_matches_reference(tmp_path):
     harness.write_random_checkpoint(path, depth=2, hidden=128, dimensions=48, context=96, seed=5)
     rng = np.random.default_rng(2)
     texts = [bytes(rng.integers(0, 256, size=int(rng.integers(1, 140)), dtype=np.uint8))
-             for _ in range(40)] + [b"", "héllo wörld".encode(), b"x"]
+             for _ in range(24)] + [b"", "héllo wörld".encode(), b"x"]
     expected, _ = ReferenceModel.load(path).text_encode(texts)
     expected = expected.detach().numpy()
     model = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=8)  # several mini-batches
     fp32 = model.encode(texts).numpy()
     np.testing.assert_allclose(fp32, expected, atol=1e-4, rtol=0)
-    assert np.all(fp32[40] == 0), "an empty text embeds as zeros"
+    assert np.all(fp32[24] == 0), "an empty text embeds as zeros"
     bf16 = model.encode(texts, autocast=True).numpy()
     np.testing.assert_allclose(bf16, expected, atol=3e-2, rtol=0)
 

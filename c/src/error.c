@@ -132,19 +132,20 @@ uform_status_t uform_progress_update(uform_progress_state_t *state, size_t done)
     if (!progress || !progress->callback) return UFORM_OK;
     /* Zero derives, as everywhere: a handler with no step count hears 100 reports. */
     size_t steps = progress->steps ? progress->steps : 100;
-    /* Report when done crosses the next of `steps` evenly spaced marks; the
-     * last mark is total itself, so a finished call always reports done == total. */
-    while (state->reported < steps) {
-        size_t mark = state->total == 0
-                          ? 0
-                          : (size_t)(((unsigned __int128)state->total * (state->reported + 1)) /
-                                     steps);
-        if (done < mark) break;
-        state->reported++;
-        if (done >= state->total) state->reported = steps;
-        if (progress->callback(progress->user, done, state->total) != 0)
-            return uform_fail(UFORM_CANCELLED, "cancelled by the progress handler at %zu of %zu",
-                              done, state->total);
-    }
+    /* Mark j of 1..steps sits at floor(total * j / steps); the last is total
+     * itself, so a finished call always reports done == total. One report per
+     * update that crosses marks, however many it crosses: a handler never hears
+     * the same `done` twice, and a huge step count costs nothing. */
+    if (state->reported >= steps) return UFORM_OK;
+    size_t crossed; /* marks at or below done: floor(total * j / steps) <= done */
+    if (done >= state->total)
+        crossed = steps;
+    else
+        crossed = (size_t)((((unsigned __int128)done + 1) * steps - 1) / state->total);
+    if (crossed <= state->reported) return UFORM_OK;
+    state->reported = crossed;
+    if (progress->callback(progress->user, done, state->total) != 0)
+        return uform_fail(UFORM_CANCELLED, "cancelled by the progress handler at %zu of %zu", done,
+                          state->total);
     return UFORM_OK;
 }

@@ -45,10 +45,10 @@ typedef struct {
  * multiple of 16, so per-thread slices stay 64-byte aligned. */
 static inline size_t uform_attention_scratch_floats(size_t n) {
     size_t padded = (n + 15) & ~(size_t)15;
-    return 72 * padded + 1024;
+    return 80 * padded + 1024;
 }
 
-/* attention.c and attention_avx512.c: the two implementations. */
+/* attention.c, attention_avx512.c, attention_bf16.c: the implementations. */
 UFORM_INTERNAL void uform_attention_portable(const float *q, const float *k, const float *v,
                                              size_t stride, size_t n, size_t first, size_t last,
                                              float *out, size_t out_stride, float *scratch);
@@ -56,6 +56,9 @@ UFORM_INTERNAL void uform_attention_portable(const float *q, const float *k, con
 UFORM_INTERNAL void uform_attention_avx512(const float *q, const float *k, const float *v,
                                            size_t stride, size_t n, size_t first, size_t last,
                                            float *out, size_t out_stride, float *scratch);
+UFORM_INTERNAL void uform_attention_bf16(const float *q, const float *k, const float *v,
+                                         size_t stride, size_t n, size_t first, size_t last,
+                                         float *out, size_t out_stride, float *scratch);
 #endif
 
 /* The class tables, each defined in its own file (serial.c, haswell.c, ...).

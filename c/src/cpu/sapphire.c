@@ -6,28 +6,16 @@
  * kernel, 14 rows x 32 columns in 28 zmm accumulators, does 32 x 2 products
  * per row and pair of k; one or two rows sweep 4 panels at once. The
  * products of two BF16 are exact in FP32. */
+#include "bf16_avx512.h"
 #include "gemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define UFORM_SAPPHIRE __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+#define UFORM_SAPPHIRE UFORM_SAPPHIRE_TARGET
 #define UFORM_SAPPHIRE_MR 14
 #define UFORM_SAPPHIRE_NR 32
 #define UFORM_SAPPHIRE_WIDE 4 /* panels per wide kernel call */
-
-/* 16 floats to 16 BF16, bit for bit uform_f32_to_bf16 (vcvtneps2bf16 would
- * flush subnormals to zero instead). */
-static inline __attribute__((always_inline)) UFORM_SAPPHIRE __m256i
-uform_sapphire_to_bf16(__m512i bits) {
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    /* NaN: keep the payload's top bits and make it quiet. */
-    rounded = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
-}
 
 /* a[p2 * rows + r] = bf16(x[r, 2 p2]) | bf16(x[r, 2 p2 + 1]) << 16. */
 static UFORM_SAPPHIRE void uform_sapphire_pack_a(const float *x, size_t x_stride, size_t rows,
@@ -39,7 +27,7 @@ static UFORM_SAPPHIRE void uform_sapphire_pack_a(const float *x, size_t x_stride
         for (; p + 16 <= kc; p += 16) {
             uint32_t pairs[8];
             _mm256_storeu_si256((__m256i *)pairs,
-                                uform_sapphire_to_bf16(_mm512_loadu_si512(row + p)));
+                                uform_bf16_round16(_mm512_loadu_si512(row + p)));
             for (size_t t = 0; t < 8; t++) dst[(p / 2 + t) * rows + r] = pairs[t];
         }
         for (; p < kc; p += 2) {
@@ -142,7 +130,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_sapphire = {
     .name = "sapphire",
     .pack = uform_sapphire_pack,
     .gemm = uform_sapphire_gemm_run,
-    .attention = uform_attention_avx512,
+    .attention = uform_attention_bf16,
 };
 
 #endif /* __x86_64__ */

@@ -1,0 +1,381 @@
+"""Runs the text_encode comparison with PyTorch and writes docs/benchmarks.md.
+
+    make all && python3 bench/report.py                       # full size, writes docs/benchmarks.md
+    UFORM_BENCH_QUICK=1 python3 bench/report.py               # smoke run, prints to stdout
+
+The same contenders, texts and thread setup as bench/test_text_encode_bench.py (see
+bench/harness.py), timed directly with time.perf_counter (best of a few rounds after a
+warm-up), plus the machine's BF16 and FP32 peaks from bench/gemm_bench.c, so that the
+report can say what share of the peak text_encode's GEMMs reach. It writes whatever it
+measures, goals met or not.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
+
+THREADS = harness.thread_count()
+harness.configure_torch(THREADS)    # before any torch work
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import uform  # noqa: E402
+
+ROOT = harness.ROOT
+SHAPE = harness.SHAPE
+GEMM_SOURCES = ["c/src/error.c", "c/src/executor.c", "c/src/cpu/*.c", "bench/gemm_bench.c"]
+
+
+# ----------------------------------------------------------------------------- machine
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+                    return [f for f in wanted if f in flags]
+    except OSError:
+        pass
+    return []
+
+
+def git_revision() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def torch_backends() -> str:
+    info = torch.__config__.parallel_info()
+    found = [line.strip() for line in info.splitlines()
+             if "Math Kernel Library" in line or "MKL-DNN" in line or "parallel backend" in line]
+    return "; ".join([f"CPU capability {torch.backends.cpu.get_cpu_capability()}"] + found)
+
+
+# ----------------------------------------------------------------------------- peaks
+
+PEAK_LINE = re.compile(r"peak (\w+)\s+one core:\s+([\d.]+) GFLOP/s")
+
+
+def build_gemm_bench(directory: str) -> tuple[str | None, str]:
+    """Compiles bench/gemm_bench.c as its header says; (binary or None, message)."""
+    compiler = os.environ.get("CC", "cc")
+    if shutil.which(compiler) is None:
+        return None, f"no C compiler ({compiler})"
+    binary = os.path.join(directory, "gemm_bench")
+    sources = []
+    for pattern in GEMM_SOURCES:
+        if "*" in pattern:
+            folder = os.path.join(ROOT, os.path.dirname(pattern))
+            sources += sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".c"))
+        else:
+            sources.append(os.path.join(ROOT, pattern))
+    command = [compiler, "-O3", "-std=c11", "-D_GNU_SOURCE", "-fPIC", f"-I{ROOT}/c/include",
+               f"-I{ROOT}/c/src", *sources, "-lm", "-lpthread", "-o", binary]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, f"gemm_bench did not build: {done.stderr.strip()[-500:]}"
+    return binary, "built"
+
+
+def peaks_once(binary: str) -> dict[str, float]:
+    """One core's register-only peaks in GFLOP/s: {'bf16': ..., 'fp32': ...} ('none' runs no GEMM)."""
+    output = subprocess.run([binary, "none"], capture_output=True, text=True, check=True).stdout
+    return {kind: float(value) for kind, value in PEAK_LINE.findall(output)}
+
+
+def machine_peaks(binary: str, threads: int, repeats: int = 5) -> dict:
+    """Peaks of one core alone and of `threads` copies at once (each looping `repeats` times,
+    so the copies overlap; per copy the median, summed over copies). The sum is the machine's
+    peak on the cores we use; SMT siblings sharing a core show up as a sum below threads x one."""
+    alone = [peaks_once(binary) for _ in range(3)]
+    one = {kind: max(p[kind] for p in alone) for kind in alone[0]}
+    script = f'for i in $(seq {repeats}); do "{binary}" none; done'
+    workers = [subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True)
+               for _ in range(threads)]
+    total: dict[str, float] = {}
+    for worker in workers:
+        output, _ = worker.communicate()
+        rates: dict[str, list] = {}
+        for kind, value in PEAK_LINE.findall(output):
+            rates.setdefault(kind, []).append(float(value))
+        for kind, values in rates.items():
+            total[kind] = total.get(kind, 0.0) + statistics.median(values)
+    return {"one": one, "all": total}
+
+
+def gemm_table(binary: str, classes: list) -> str:
+    """gemm_bench's own table for the CPU classes of the uform contenders (lower-case names)."""
+    done = subprocess.run([binary, *[name.lower() for name in classes]], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("peak")]
+    return "\n".join(lines)
+
+
+def torch_matmul_peak(size: int = 2048, seconds: float = 1.0) -> float:
+    """GFLOP/s of a square BF16 torch matmul (best call), for context."""
+    a = torch.randn(size, size).to(torch.bfloat16)
+    b = torch.randn(size, size).to(torch.bfloat16)
+    with torch.inference_mode():
+        torch.matmul(a, b)
+        best, start = float("inf"), time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            t0 = time.perf_counter()
+            torch.matmul(a, b)
+            best = min(best, time.perf_counter() - t0)
+    return 2.0 * size ** 3 / best * 1e-9
+
+
+# ----------------------------------------------------------------------------- flops
+
+def text_flops(texts: list) -> dict:
+    """Useful FLOPs of encoding `texts` (no padding): GEMMs (per token per layer
+    2 * 12 * H^2: qkv 3H^2, out H^2, up 4H^2, down 4H^2; plus the embedding head 2 * D * H
+    per text) and attention (QK^T and PV: 4 * L^2 * H per text per layer)."""
+    H, depth, D, context = SHAPE["hidden"], SHAPE["depth"], SHAPE["dimensions"], SHAPE["context"]
+    lengths = np.array([min(len(t), context) for t in texts], dtype=np.float64)
+    tokens = lengths.sum()
+    gemm = tokens * depth * 24.0 * H * H + len(texts) * 2.0 * D * H
+    attention = depth * 4.0 * H * (lengths ** 2).sum()
+    return {"tokens": tokens, "gemm": gemm, "attention": attention}
+
+
+# ----------------------------------------------------------------------------- runs
+
+def measure(contenders: list, log) -> dict:
+    """{(key, batch): {seconds: [...], texts, embeddings}} for every contender and batch."""
+    results = {}
+    for batch in harness.BATCHES:
+        texts = harness.texts_for(batch)
+        rounds = harness.rounds_for(batch)
+        for contender in contenders:
+            harness.warm_up(contender, batch, texts)
+            run = harness.round_function(contender, batch, texts)
+            seconds, embeddings = harness.time_rounds(run, rounds)
+            results[(contender.key, batch)] = {"seconds": seconds, "texts": texts,
+                                               "embeddings": embeddings}
+            log(f"batch {batch:4d}  {contender.label:<48} "
+                f"best {min(seconds):8.3f} s  {len(texts) / min(seconds):9.2f} texts/s")
+    return results
+
+
+def fmt_rate(value: float) -> str:
+    return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed) -> str:
+    batches = harness.BATCHES
+    big = harness.BIG_BATCH
+    by_key = {c.key: c for c in contenders}
+    rate = {k: len(r["texts"]) / min(r["seconds"]) for k, r in results.items()}
+    lines: list[str] = []
+    out = lines.append
+
+    title = "text_encode vs PyTorch"
+    if harness.QUICK:
+        title += " (QUICK SMOKE RUN: a tiny model, not the benchmark)"
+    out(f"# Benchmarks: {title}\n")
+    out(f"Generated by `bench/report.py` on {datetime.date.today().isoformat()}; "
+        f"uform {uform.__version__} (libuform {uform.library_version}), commit {git_revision()}.\n")
+    out("## Setup\n")
+    out(f"- Machine: {cpu_model()}; {os.cpu_count()} logical CPUs, this process may use {THREADS}; "
+        f"flags: {', '.join(cpu_flags()) or 'n/a'}.")
+    out(f"- Python {platform.python_version()}, torch {torch.__version__} ({torch_backends()}), "
+        f"numpy {np.__version__}.")
+    out(f"- Threads: {THREADS} for both: uform `Executor.for_ram({THREADS})`, torch "
+        f"`set_num_threads({THREADS})` and `set_num_interop_threads(1)`.")
+    out(f"- Model: random checkpoint (`write_random_checkpoint`, seed 0), depth {SHAPE['depth']}, "
+        f"hidden {SHAPE['hidden']} ({SHAPE['hidden'] // 64} heads of 64), MLP {4 * SHAPE['hidden']}, "
+        f"embedding {SHAPE['dimensions']}, context {SHAPE['context']}; BF16 weights.")
+    lo, hi = harness.TEXT_BYTES
+    out(f"- Texts: random printable ASCII, lengths uniform in [{lo}, {hi}] bytes (a byte per token). "
+        f"Batch 1: {harness.SINGLE_TEXTS} different texts, one call each. Batch {big}: one call "
+        f"with {big} texts.")
+    out(f"- uform: `Model.text_encode` (embeddings, FP32 outputs). The automatic CPU class and "
+        f"SKYLAKE pinned (FP32 all through) on the same executor.")
+    out(f"- PyTorch: `tests/reference/batched.py` `BatchedTorchModel`, an idiomatic batched "
+        f"implementation of the same math (checked against the float64 reference to 1e-4): "
+        f"texts sorted by length, mini-batches of {harness.TORCH_MINI_BATCH} padded to their "
+        f"longest text, `F.scaled_dot_product_attention` with a key-padding mask, `F.layer_norm`, "
+        f"tanh `F.gelu`, under `torch.inference_mode()`; FP32, and inside "
+        f"`torch.autocast(\"cpu\", dtype=torch.bfloat16)`.")
+    out(f"- Timing: `time.perf_counter` around each round after an untimed warm-up; best of "
+        + ", ".join(f"{harness.rounds_for(b)} rounds at batch {b}" for b in batches)
+        + f". Whole run: {elapsed / 60:.1f} min.\n")
+
+    out("## Texts per second\n")
+    out("| implementation | " + " | ".join(f"batch {b}" for b in batches) + " |")
+    out("|---|" + "---:|" * len(batches))
+    for c in contenders:
+        out(f"| {c.label} | " + " | ".join(fmt_rate(rate[(c.key, b)]) for b in batches) + " |")
+    out("")
+    out("Ratios (uform texts/s divided by torch texts/s; above 1: uform is faster):\n")
+    out("| uform | against | " + " | ".join(f"batch {b}" for b in batches) + " |")
+    out("|---|---|" + "---:|" * len(batches))
+    torch_keys = [k for k in ("torch-bf16", "torch-fp32") if k in by_key]
+    for c in contenders:
+        if not c.key.startswith("uform"):
+            continue
+        for other in torch_keys:
+            out(f"| {c.label} | {by_key[other].label} | "
+                + " | ".join(f"{rate[(c.key, b)] / rate[(other, b)]:.2f}x" for b in batches) + " |")
+    out("")
+
+    auto = "uform-auto"
+    if auto in by_key and "torch-bf16" in by_key:
+        out("### Goals\n")
+        fastest_1 = max(torch_keys, key=lambda k: rate[(k, 1)])
+        r_big = rate[(auto, big)] / rate[("torch-bf16", big)]
+        r_one = rate[(auto, 1)] / rate[("torch-bf16", 1)]
+        r_one_fast = rate[(auto, 1)] / rate[(fastest_1, 1)]
+        verdict = lambda ok: "**met**" if ok else "**missed**"  # noqa: E731
+        out(f"- Batch {big}, at least as fast as torch BF16 autocast: {r_big:.2f}x, {verdict(r_big >= 1)}.")
+        out(f"- Batch 1, at least 2x faster than torch BF16 autocast: {r_one:.2f}x, {verdict(r_one >= 2)}"
+            + ("." if fastest_1 == "torch-bf16" else
+               f" (the faster torch mode at batch 1 is {by_key[fastest_1].label}: {r_one_fast:.2f}x,"
+               f" {verdict(r_one_fast >= 2)}).")
+            + "\n")
+
+    out("### Agreement\n")
+    out(f"The embeddings of the timed batch-{big} round against torch FP32's (unit vectors):\n")
+    out("| implementation | max abs difference | min cosine |")
+    out("|---|---:|---:|")
+    baseline = results[("torch-fp32", big)]["embeddings"] if "torch-fp32" in by_key else None
+    for c in contenders:
+        if baseline is None or c.key == "torch-fp32":
+            continue
+        e = results[(c.key, big)]["embeddings"]
+        out(f"| {c.label} | {np.abs(e - baseline).max():.2e} | {(e * baseline).sum(axis=1).min():.6f} |")
+    out("")
+
+    out("## Share of the machine's GEMM peak\n")
+    bf16_peak = peaks.get("all", {}).get("bf16") if peaks else None
+    fp32_peak = peaks.get("all", {}).get("fp32") if peaks else None
+    if peaks:
+        one = peaks["one"]
+        out(f"Peaks from `bench/gemm_bench.c` ({peak_source}): register-only loops of independent "
+            f"`vdpbf16ps` (BF16: 64 flops per instruction) and `vfmadd` (FP32: 32 flops) on zmm "
+            f"registers, no loads. One core alone: BF16 {one.get('bf16', float('nan')):.1f} GFLOP/s, "
+            f"FP32 {one.get('fp32', float('nan')):.1f} GFLOP/s. {THREADS} copies at once (the "
+            f"cores we use, summed): **BF16 {bf16_peak or float('nan'):.1f} GFLOP/s**, "
+            f"FP32 {fp32_peak or float('nan'):.1f} GFLOP/s; these sums are the peaks used below.")
+        if bf16_peak and one.get("bf16") and bf16_peak < 0.9 * THREADS * one["bf16"]:
+            out(f"The copies did not scale to {THREADS}x one core ({bf16_peak / one['bf16']:.2f}x): "
+                "the CPUs are SMT siblings sharing execution units, or the machine was busy.")
+        out("")
+    else:
+        out(f"gemm_bench could not be used ({peak_source}); the BF16 peak below is the best "
+            f"square torch BF16 matmul instead (a lower bound of the true peak).\n")
+        bf16_peak = torch_peak
+    out(f"For context, a 2048^3 torch BF16 matmul reaches {torch_peak:.1f} GFLOP/s on {THREADS} threads.\n")
+    out("Useful GEMM FLOPs are counted without padding: per token per layer 2 x 12 x H^2 (qkv 3H^2, "
+        "out H^2, MLP up 4H^2 and down 4H^2) plus the embedding head, 2 x D x H per text. torch "
+        "computes more (padding to each mini-batch's longest text); only useful work is counted.\n")
+    out("| implementation | batch | GEMM GFLOP | GEMM GFLOP/s | share of BF16 peak | share of FP32 peak |")
+    out("|---|---:|---:|---:|---:|---:|")
+    for batch in batches:
+        for c in contenders:
+            r = results[(c.key, batch)]
+            flops = text_flops(r["texts"])
+            achieved = flops["gemm"] / min(r["seconds"]) * 1e-9
+            share_bf16 = f"{achieved / bf16_peak:.1%}" if bf16_peak else "n/a"
+            share_fp32 = f"{achieved / fp32_peak:.1%}" if fp32_peak else "n/a"
+            out(f"| {c.label} | {batch} | {flops['gemm'] * 1e-9:.1f} | {achieved:.1f} | {share_bf16} | {share_fp32} |")
+    out("")
+    flops = text_flops(results[(contenders[0].key, big)]["texts"])
+    out(f"Attention FLOPs: the texts attend only within themselves, QK^T and PV cost 4 x L^2 x H "
+        f"per text per layer (softmax, norms, GELU and rotary not counted). At batch {big} that is "
+        f"{flops['attention'] * 1e-9:.1f} GFLOP against {flops['gemm'] * 1e-9:.1f} GFLOP of GEMMs "
+        f"(another {flops['attention'] / flops['gemm']:.1%} on top of the GEMMs; {flops['tokens']:.0f} tokens, mean "
+        f"{flops['tokens'] / big:.0f} per text). The shares above leave it out; counting it, "
+        f"{by_key[contenders[0].key].label} reaches "
+        f"{(flops['gemm'] + flops['attention']) / min(results[(contenders[0].key, big)]['seconds']) * 1e-9:.1f} "
+        f"GFLOP/s at batch {big}.\n")
+    if gemm_output:
+        out("gemm_bench's own table for the CPU classes above (one GEMM kernel call alone, "
+            "best of 0.3 s; its threads are fixed at 1 and 2):\n")
+        out("```\n" + gemm_output.strip() + "\n```\n")
+
+    out("## Reproduce\n")
+    out("```sh\nmake all\npython3 bench/report.py                 # this page (docs/benchmarks.md)\n"
+        "make bench                              # the same comparison under pytest-benchmark\n"
+        "UFORM_BENCH_QUICK=1 python3 bench/report.py   # smoke run: depth 2, hidden 128, batch 32\n```\n")
+    out("Run it on an otherwise idle machine: both contenders use every core this process may use.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=None,
+                        help="where to write the report ('-': stdout); default docs/benchmarks.md, "
+                             "stdout under UFORM_BENCH_QUICK=1")
+    parser.add_argument("--no-gemm-table", action="store_true", help="skip gemm_bench's GEMM table")
+    arguments = parser.parse_args()
+    output = arguments.output or ("-" if harness.QUICK else os.path.join(ROOT, "docs", "benchmarks.md"))
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as directory:
+        binary, message = build_gemm_bench(directory)
+        peaks, gemm_output = None, ""
+        if binary is not None:
+            try:
+                peaks = machine_peaks(binary, THREADS)
+                if not peaks["one"].get("bf16"):
+                    message, peaks = "this CPU has no AVX-512 BF16: gemm_bench printed no BF16 peak", None
+                else:
+                    message = f"built with the library's flags, {THREADS} concurrent copies"
+                    log(f"peaks: one core {peaks['one']}, {THREADS} copies {peaks['all']}")
+            except (OSError, subprocess.CalledProcessError) as error:
+                message, peaks = f"gemm_bench failed: {error}", None
+        torch_peak = torch_matmul_peak()
+        log(f"torch bf16 matmul: {torch_peak:.1f} GFLOP/s")
+
+        path = harness.write_checkpoint(directory)
+        contenders = harness.contenders(path, THREADS)
+        if binary is not None and not arguments.no_gemm_table:
+            gemm_output = gemm_table(binary, [c.uform_class for c in contenders if c.uform_class])
+        results = measure(contenders, log)
+    report = write_report(contenders, results, peaks, message, gemm_output, torch_peak,
+                          time.perf_counter() - started)
+    if output == "-":
+        sys.stdout.write(report)
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        with open(output, "w") as file:
+            file.write(report)
+        log(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()
