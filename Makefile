@@ -3,7 +3,8 @@
 #   make            libuform.a, libuform.so and the Python module (in place)
 #   make test       dependencies, C tests (also under ASan/UBSan), the C example, pytest
 #   make demo       dependencies, then the demo
-#   make bench      benchmarks against the PyTorch reference (slow)
+#   make bench      benchmarks against PyTorch, writes docs/benchmarks.md (slow)
+#   make bench-pytest  the same through pytest-benchmark
 #   make install PREFIX=/usr/local
 #   make clean
 
@@ -28,7 +29,7 @@ C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-fuzz test-example test-python demo bench install clean deps fuzz
+.PHONY: all lib python test test-c test-fuzz test-example test-python demo bench bench-pytest install clean deps fuzz
 
 all: lib python
 
@@ -102,9 +103,15 @@ demo: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) examples/demo.py
 
+# Side by side with PyTorch on the same weights; writes docs/benchmarks.md.
 bench: deps
 	$(MAKE) --no-print-directory all
-	$(PYTHON) -m pytest -q bench --benchmark-only --benchmark-columns=min,mean,rounds
+	$(PYTHON) bench/report.py
+
+# The same comparison through pytest-benchmark (also its correctness checks).
+bench-pytest: deps
+	$(MAKE) --no-print-directory all
+	$(PYTHON) -m pytest -q bench --benchmark-columns=min,mean,rounds
 
 # libFuzzer target of the safetensors parser (needs clang).
 fuzz:

@@ -193,7 +193,8 @@ def fmt_rate(value: float) -> str:
     return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
 
 
-def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed) -> str:
+def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed,
+                 loads) -> str:
     batches = harness.BATCHES
     big = harness.BIG_BATCH
     by_key = {c.key: c for c in contenders}
@@ -228,10 +229,14 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         f"texts sorted by length, mini-batches of {harness.TORCH_MINI_BATCH} padded to their "
         f"longest text, `F.scaled_dot_product_attention` with a key-padding mask, `F.layer_norm`, "
         f"tanh `F.gelu`, under `torch.inference_mode()`; FP32, and inside "
-        f"`torch.autocast(\"cpu\", dtype=torch.bfloat16)`.")
+        f"`torch.autocast(\"cpu\", dtype=torch.bfloat16)` with the linear weights cast to BF16 "
+        f"once (autocast would recast them on every call).")
     out(f"- Timing: `time.perf_counter` around each round after an untimed warm-up; best of "
         + ", ".join(f"{harness.rounds_for(b)} rounds at batch {b}" for b in batches)
-        + f". Whole run: {elapsed / 60:.1f} min.\n")
+        + f". Whole run: {elapsed / 60:.1f} min.")
+    out(f"- 1-minute load average before the run {loads[0]:.2f}, after {loads[1]:.2f} (near 0 before, "
+        f"near {THREADS} after on an idle machine; more means other work shared the cores, which "
+        f"hurts torch's OpenMP threads far more than uform's pool).\n")
 
     out("## Texts per second\n")
     out("| implementation | " + " | ".join(f"batch {b}" for b in batches) + " |")
@@ -345,6 +350,7 @@ def main() -> None:
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
 
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as directory:
         binary, message = build_gemm_bench(directory)
         peaks, gemm_output = None, ""
@@ -367,7 +373,7 @@ def main() -> None:
             gemm_output = gemm_table(binary, [c.uform_class for c in contenders if c.uform_class])
         results = measure(contenders, log)
     report = write_report(contenders, results, peaks, message, gemm_output, torch_peak,
-                          time.perf_counter() - started)
+                          time.perf_counter() - started, (load_before, os.getloadavg()[0]))
     if output == "-":
         sys.stdout.write(report)
     else:
