@@ -68,7 +68,7 @@ def main() -> None:
         print(f"  {scalar.name:>4}: {out.embeddings.nbytes // 100:5d} bytes per embedding")
     out = model.text_encode(corpus[:2], arena, outputs=uform.Outputs.EMBEDDINGS | uform.Outputs.TOKENS)
     print(f"token vectors: {out.tokens.shape[0]} rows of {out.tokens.shape[1]}, "
-          f"offsets {list(out.tokens.offsets)}")
+          f"offsets {out.tokens.offsets.tolist()}")
 
 
 if __name__ == "__main__":

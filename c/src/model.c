@@ -300,6 +300,8 @@ static void uform_packed_release(uform_packed_t *packed) { uform_packed_free(pac
 
 void uform_model_free(uform_model_t *model) {
     if (!model) return;
+    /* First the executor we own: freeing it waits for jobs still using the weights. */
+    if (model->owns_executor) uform_executor_free(model->executor);
     if (model->blocks) {
         for (size_t l = 0; l < model->depth; l++) {
             uform_block_t *block = &model->blocks[l];
@@ -326,7 +328,6 @@ void uform_model_free(uform_model_t *model) {
     uform_packed_release(&model->token_head);
     free(model->bytes_bias);
     free(model->choice_log_temperature);
-    if (model->owns_executor) uform_executor_free(model->executor);
     free(model);
 }
 
