@@ -8,6 +8,7 @@
  * a fixed operation order per output element (no reassociation, no FMA
  * contraction under -std=c11), so a row's result never depends on the batch
  * around it or on the thread count. */
+#include "fast_exp.h"
 #include "model.h"
 
 #include <math.h>
@@ -21,31 +22,6 @@
 #define UFORM_HEAD_WIDTH 64
 #define UFORM_PAIRS 32
 #define UFORM_LANES 16 /* partial sums per reduction: fills one AVX-512 register */
-
-/* ---- scalar helpers that vectorise --------------------------------------- */
-
-/* exp(x) for x <= 88.3 (callers pass x <= 0 or clamp): Cody-Waite reduction
- * and a degree-6 polynomial, about 2 ulp; branch-free so loops vectorise.
- * Results below 2^-126 flush to zero, far under any tolerance we state. */
-static inline float uform_exp(float x) {
-    if (x < -87.0f) x = -87.0f;
-    if (x > 88.0f) x = 88.0f;
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to integer */
-    float n = (x * 1.44269504088896341f + round_magic) - round_magic;
-    float r = x - n * 0.693359375f;          /* ln2 high part, exact product */
-    r = r - n * -2.12194440e-4f;             /* ln2 low part */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t exponent = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &exponent, sizeof(scale));
-    return p * scale;
-}
 
 /* ---- layer norm ----------------------------------------------------------- */
 
@@ -120,7 +96,7 @@ static void uform_gelu_rows(void *context, size_t begin, size_t end, size_t thre
     for (size_t i = 0; i < count; i++) {
         float v = x[i];
         float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-        x[i] = v / (1.0f + uform_exp(-2.0f * u));
+        x[i] = v / (1.0f + uform_fast_exp(-2.0f * u));
     }
 }
 

@@ -95,7 +95,7 @@ static uform_status_t json_grow(void **items, size_t *capacity, size_t item_size
 
 /* Length of the well-formed UTF-8 sequence (RFC 3629: no overlongs, no
  * surrogates, nothing above U+10FFFF) at s, or 0 when there is none. */
-static size_t json_utf8_length(const unsigned char *s, size_t available) {
+size_t uform_utf8_length(const unsigned char *s, size_t available) {
     unsigned char c = s[0];
     size_t length;
     unsigned char low = 0x80, high = 0xbf; /* range of the second byte */
@@ -182,7 +182,7 @@ static uform_status_t json_string(json_parser_t *parser, char **out, size_t *out
             return json_fail(i, "control character 0x%02x in a string must be escaped", c);
         }
         if (c >= 0x80) {
-            size_t length = json_utf8_length((const unsigned char *)text + i, end - i);
+            size_t length = uform_utf8_length((const unsigned char *)text + i, end - i);
             if (!length) {
                 free(buffer);
                 return json_fail(i, "invalid UTF-8 in a string");

@@ -553,28 +553,13 @@ static uform_status_t st_append_string(st_text_t *text, const char *s) {
 
 /* True when s is well-formed UTF-8 (RFC 3629), as JSON requires. */
 static bool st_utf8_valid(const char *s) {
+    size_t remaining = strlen(s);
     const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned char c = *p;
-        size_t length;
-        unsigned char low = 0x80, high = 0xbf;
-        if (c < 0x80) length = 1;
-        else if (c >= 0xc2 && c <= 0xdf) length = 2;
-        else if (c >= 0xe0 && c <= 0xef) {
-            length = 3;
-            if (c == 0xe0) low = 0xa0;
-            if (c == 0xed) high = 0x9f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            length = 4;
-            if (c == 0xf0) low = 0x90;
-            if (c == 0xf4) high = 0x8f;
-        } else {
-            return false;
-        }
-        if (length > 1 && (p[1] < low || p[1] > high)) return false; /* also stops at NUL */
-        for (size_t i = 2; i < length; i++)
-            if (p[i] < 0x80 || p[i] > 0xbf) return false;
+    while (remaining) {
+        size_t length = uform_utf8_length(p, remaining);
+        if (length == 0) return false;
         p += length;
+        remaining -= length;
     }
     return true;
 }

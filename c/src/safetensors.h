@@ -112,5 +112,8 @@ UFORM_INTERNAL void uform_json_free(uform_json_t *root);
 /* An unsigned integer value that fits in uint64 exactly (no sign, fraction or exponent). */
 UFORM_INTERNAL bool uform_json_u64(const uform_json_t *value, uint64_t *out);
 UFORM_INTERNAL const uform_json_t *uform_json_get(const uform_json_t *object, const char *key);
+/* Length of the well-formed UTF-8 sequence (RFC 3629) at s, within `available`
+ * bytes, or 0 when there is none. */
+UFORM_INTERNAL size_t uform_utf8_length(const unsigned char *s, size_t available);
 
 #endif /* UFORM_SAFETENSORS_H */

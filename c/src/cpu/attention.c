@@ -3,6 +3,7 @@
  * whose loops the compiler vectorises without reassociating anything, and
  * target_clones gives AVX2 machines wide vectors; every output is the same
  * chain of operations wherever it sits. */
+#include "../fast_exp.h"
 #include "kernels.h"
 
 #include <math.h>
@@ -15,27 +16,6 @@
 
 #define UFORM_HEAD_WIDTH 64
 #define UFORM_LANES 16
-
-/* exp(x) for the softmax (x <= 0): Cody-Waite reduction, degree-6 polynomial,
- * about 2 ulp, branch-free so it vectorises; below e^-87 it returns ~1e-38. */
-static inline float uform_softmax_exp(float x) {
-    if (x < -87.0f) x = -87.0f;
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to integer */
-    float n = (x * 1.44269504088896341f + round_magic) - round_magic;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t exponent = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &exponent, sizeof(scale));
-    return p * scale;
-}
 
 /* Scores of 4 queries against 16 keys: a tile the compiler keeps in vector
  * registers, each score one chain over d in order. */
@@ -78,7 +58,7 @@ void uform_attention_portable(const float *q, const float *k, const float *v, si
             float partial[UFORM_LANES] = {0};
             for (size_t j = 0; j < padded; j += UFORM_LANES)
                 for (size_t l = 0; l < UFORM_LANES; l++) {
-                    float e = j + l < n ? uform_softmax_exp(row[j + l] - top) : 0.0f;
+                    float e = j + l < n ? uform_fast_exp(row[j + l] - top) : 0.0f;
                     row[j + l] = e;
                     partial[l] += e;
                 }

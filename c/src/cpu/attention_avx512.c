@@ -8,6 +8,7 @@
  * the same chain of 64 FMAs in d order and every output the same chain over j
  * in order, whatever the query's slot in a tile: results never depend on the
  * batch around an item. */
+#include "../fast_exp.h"
 #include "kernels.h"
 
 #if defined(__x86_64__)
@@ -18,24 +19,6 @@
 #define UFORM_HEAD_WIDTH 64
 #define UFORM_QUERY_TILE 8  /* queries per score tile */
 #define UFORM_VALUE_TILE 4  /* queries per value tile */
-
-/* exp(x) for x <= 0 (softmax), the same polynomial as the portable class. */
-static inline UFORM_AVX512 __m512 uform_exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
-}
 
 /* scores[r][j] = (q_r . k_j) / 8 for 8 queries (zero rows past the item) and j
  * in [j0, j0 + 16 * vectors). */
@@ -69,7 +52,7 @@ static UFORM_AVX512 float uform_softmax_row(float *row, size_t n, size_t padded)
     __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top));
     __m512 total = _mm512_setzero_ps();
     for (size_t j = 0; j < padded; j += 16) {
-        __m512 e = uform_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
+        __m512 e = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
         if (j == full) e = _mm512_maskz_mov_ps(tail, e); /* tokens past the item weigh 0 */
         _mm512_store_ps(row + j, e);
         total = _mm512_add_ps(total, e);

@@ -9,6 +9,7 @@
  * dot-pair steps in d order, each output one chain over token pairs in order,
  * whatever the query's slot in a tile: results never depend on the batch
  * around an item. The softmax runs in FP32. */
+#include "../fast_exp.h"
 #include "bf16_avx512.h"
 #include "kernels.h"
 
@@ -21,24 +22,6 @@
 #define UFORM_PAIRS_PER_HEAD 32
 #define UFORM_QUERY_TILE 8
 #define UFORM_VALUE_TILE 4
-
-/* exp(x) for x <= 0: the polynomial of attention_avx512.c. */
-static inline UFORM_BF16_TARGET __m512 uform_exp512_bf16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
-}
 
 /* scores[r][j] = (q_r . k_j) / 8 for 8 queries (pairs in `queries`) and j in
  * [j0, j0 + 16 * vectors). */
@@ -76,7 +59,7 @@ static UFORM_BF16_TARGET float uform_bf16_softmax_row(const float *row, size_t n
     __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top));
     __m512 total = _mm512_setzero_ps();
     for (size_t j = 0; j < padded; j += 16) {
-        __m512 values = uform_exp512_bf16(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
+        __m512 values = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
         if (j == full) values = _mm512_maskz_mov_ps(tail, values); /* past the item: 0 */
         total = _mm512_add_ps(total, values);
         /* consecutive BF16 in memory are exactly the pairs along j */
