@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 THREADS = harness.thread_count()
 harness.configure_torch(THREADS)    # before any torch work: one inter-op thread, THREADS intra-op
 
-# (contender key, batch) -> (label, texts per second), filled by the benchmarks.
+# (contender key, workload key) -> (label, texts per second), filled by the benchmarks.
 RESULTS: dict = {}
 
 
@@ -32,11 +32,11 @@ def pytest_terminal_summary(terminalreporter):
     shape = harness.SHAPE
     terminalreporter.section(f"text_encode, texts per second (depth {shape['depth']}, hidden "
                              f"{shape['hidden']}, {THREADS} threads, best round)")
-    for batch in harness.BATCHES:
-        rows = {key: value for (key, b), value in RESULTS.items() if b == batch}
+    for workload in harness.WORKLOADS:
+        rows = {key: value for (key, w), value in RESULTS.items() if w == workload.key}
         if not rows:
             continue
-        write(f"batch {batch}:")
+        write(f"{workload.title}" + ("" if workload.goal else " (information, not a goal)") + ":")
         for key, (label, rate) in rows.items():
             ratios = []
             for other in ("torch-bf16", "torch-fp32"):

@@ -30,17 +30,36 @@ QUICK = os.environ.get("UFORM_BENCH_QUICK", "") not in ("", "0")
 SHAPE = (dict(depth=2, hidden=128, dimensions=128, context=512) if QUICK
          else dict(depth=12, hidden=512, dimensions=512, context=512))
 BIG_BATCH = 32 if QUICK else 256
-BATCHES = (1, BIG_BATCH)
 TEXT_BYTES = (64, 512)        # lengths uniform in [64, 512], printable ASCII
 SINGLE_TEXTS = 16             # batch 1: this many different texts, one call each, per round
+QUERY_BYTES = (8, 64)         # short queries: lengths uniform in [8, 64], printable ASCII
+QUERY_TEXTS = 64              # short queries: this many different texts, one call each, per round
 TORCH_MINI_BATCH = 32         # BatchedTorchModel's mini-batch (texts sorted by length)
 
 
-def rounds_for(batch: int) -> int:
-    """Timed rounds (after one warm-up): UFORM_BENCH_ROUNDS, else 3 at batch 1, 2 above."""
+class Workload(NamedTuple):
+    key: str                      # pytest id and results key: batch1, batch256, query
+    title: str                    # what the report's columns say
+    per_call: bool                # one call per text (latency), else one call with all texts
+    count: int                    # texts per round
+    text_bytes: tuple             # (low, high) of the uniform text lengths in bytes
+    seed: int                     # of make_texts
+    goal: bool                    # one of the issue's specified workloads (the goals are about these)
+
+
+# The issue's two workloads (batch 1 and batch BIG_BATCH of 64-512-byte texts; seeds as before),
+# then the latency case of a search backend embedding user queries: short texts, one call each.
+BATCH1 = Workload("batch1", "batch 1", True, SINGLE_TEXTS, TEXT_BYTES, 1, True)
+BIG = Workload(f"batch{BIG_BATCH}", f"batch {BIG_BATCH}", False, BIG_BATCH, TEXT_BYTES, BIG_BATCH, True)
+QUERY = Workload("query", "batch 1, short queries", True, QUERY_TEXTS, QUERY_BYTES, 8, False)
+WORKLOADS = (BATCH1, BIG, QUERY)
+
+
+def rounds_for(workload: Workload) -> int:
+    """Timed rounds (after one warm-up): UFORM_BENCH_ROUNDS, else 3 one call per text, 2 batched."""
     if os.environ.get("UFORM_BENCH_ROUNDS"):
         return max(1, int(os.environ["UFORM_BENCH_ROUNDS"]))
-    return 3 if batch == 1 else 2
+    return 3 if workload.per_call else 2
 
 
 def thread_count() -> int:
@@ -57,17 +76,17 @@ def configure_torch(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def make_texts(count: int, seed: int) -> list[bytes]:
-    """Deterministic random printable-ASCII texts, lengths uniform in TEXT_BYTES."""
+def make_texts(count: int, seed: int, text_bytes: tuple = TEXT_BYTES) -> list[bytes]:
+    """Deterministic random printable-ASCII texts, lengths uniform in text_bytes (inclusive)."""
     rng = np.random.default_rng(seed)
-    low, high = TEXT_BYTES
+    low, high = text_bytes
     lengths = rng.integers(low, high + 1, size=count)
     return [bytes(rng.integers(32, 127, size=int(n), dtype=np.uint8)) for n in lengths]
 
 
-def texts_for(batch: int) -> list[bytes]:
-    """The texts of one round: SINGLE_TEXTS at batch 1, `batch` otherwise."""
-    return make_texts(SINGLE_TEXTS if batch == 1 else batch, seed=batch)
+def texts_for(workload: Workload) -> list[bytes]:
+    """The texts of one round of `workload`."""
+    return make_texts(workload.count, seed=workload.seed, text_bytes=workload.text_bytes)
 
 
 def write_checkpoint(directory: str) -> str:
@@ -121,9 +140,9 @@ def contenders(path: str, threads: int) -> list[Contender]:
     return [c for c in found if c is not None]
 
 
-def round_function(contender: Contender, batch: int, texts: list) -> Callable[[], np.ndarray]:
-    """One timed round: one call with all texts, or (batch 1) one call per text."""
-    if batch == 1:
+def round_function(contender: Contender, workload: Workload, texts: list) -> Callable[[], np.ndarray]:
+    """One timed round: one call per text (per_call workloads), else one call with all texts."""
+    if workload.per_call:
         def run() -> np.ndarray:
             return np.concatenate([contender.encode([text]) for text in texts])
     else:
@@ -132,10 +151,10 @@ def round_function(contender: Contender, batch: int, texts: list) -> Callable[[]
     return run
 
 
-def warm_up(contender: Contender, batch: int, texts: list) -> None:
-    """Untimed: one round at batch 1, the first 32 texts otherwise (arena growth, JIT, caches)."""
-    if batch == 1:
-        round_function(contender, batch, texts)()
+def warm_up(contender: Contender, workload: Workload, texts: list) -> None:
+    """Untimed: one round of a per_call workload, the first 32 texts otherwise (arena growth, JIT, caches)."""
+    if workload.per_call:
+        round_function(contender, workload, texts)()
     else:
         contender.encode(texts[:32])
 

@@ -1,6 +1,7 @@
 """Runs the text_encode comparison with PyTorch and writes docs/benchmarks.md.
 
-    make all && python3 bench/report.py                       # full size, writes docs/benchmarks.md
+    make bench                                                # make all, then this: writes docs/benchmarks.md
+    make all && python3 bench/report.py                       # the same
     UFORM_BENCH_QUICK=1 python3 bench/report.py               # smoke run, prints to stdout
 
 The same contenders, texts and thread setup as bench/test_text_encode_bench.py (see
@@ -173,18 +174,19 @@ def text_flops(texts: list) -> dict:
 # ----------------------------------------------------------------------------- runs
 
 def measure(contenders: list, log) -> dict:
-    """{(key, batch): {seconds: [...], texts, embeddings}} for every contender and batch."""
+    """{(contender key, workload key): {seconds: [...], texts, embeddings}} for every contender
+    and workload."""
     results = {}
-    for batch in harness.BATCHES:
-        texts = harness.texts_for(batch)
-        rounds = harness.rounds_for(batch)
+    for workload in harness.WORKLOADS:
+        texts = harness.texts_for(workload)
+        rounds = harness.rounds_for(workload)
         for contender in contenders:
-            harness.warm_up(contender, batch, texts)
-            run = harness.round_function(contender, batch, texts)
+            harness.warm_up(contender, workload, texts)
+            run = harness.round_function(contender, workload, texts)
             seconds, embeddings = harness.time_rounds(run, rounds)
-            results[(contender.key, batch)] = {"seconds": seconds, "texts": texts,
-                                               "embeddings": embeddings}
-            log(f"batch {batch:4d}  {contender.label:<48} "
+            results[(contender.key, workload.key)] = {"seconds": seconds, "texts": texts,
+                                                      "embeddings": embeddings}
+            log(f"{workload.title:<22}  {contender.label:<48} "
                 f"best {min(seconds):8.3f} s  {len(texts) / min(seconds):9.2f} texts/s")
     return results
 
@@ -195,7 +197,8 @@ def fmt_rate(value: float) -> str:
 
 def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed,
                  loads) -> str:
-    batches = harness.BATCHES
+    workloads = harness.WORKLOADS
+    one_key, big_key, query_key = harness.BATCH1.key, harness.BIG.key, harness.QUERY.key
     big = harness.BIG_BATCH
     by_key = {c.key: c for c in contenders}
     rate = {k: len(r["texts"]) / min(r["seconds"]) for k, r in results.items()}
@@ -219,9 +222,13 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         f"hidden {SHAPE['hidden']} ({SHAPE['hidden'] // 64} heads of 64), MLP {4 * SHAPE['hidden']}, "
         f"embedding {SHAPE['dimensions']}, context {SHAPE['context']}; BF16 weights.")
     lo, hi = harness.TEXT_BYTES
+    q_lo, q_hi = harness.QUERY.text_bytes
     out(f"- Texts: random printable ASCII, lengths uniform in [{lo}, {hi}] bytes (a byte per token). "
-        f"Batch 1: {harness.SINGLE_TEXTS} different texts, one call each. Batch {big}: one call "
-        f"with {big} texts.")
+        f"Batch 1: {harness.BATCH1.count} different texts, one call each. Batch {big}: one call "
+        f"with {big} texts. These two are the workloads the goals are about.")
+    out(f"- Batch 1, short queries (the latency case of a search backend embedding user queries; "
+        f"information, not a goal): {harness.QUERY.count} different texts of random printable ASCII, "
+        f"lengths uniform in [{q_lo}, {q_hi}] bytes, one call each.")
     out(f"- uform: `Model.text_encode` (embeddings, FP32 outputs). The automatic CPU class and "
         f"SKYLAKE pinned (FP32 all through) on the same executor.")
     out(f"- PyTorch: `tests/reference/batched.py` `BatchedTorchModel`, an idiomatic batched "
@@ -232,37 +239,38 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         f"`torch.autocast(\"cpu\", dtype=torch.bfloat16)` with the linear weights cast to BF16 "
         f"once (autocast would recast them on every call).")
     out(f"- Timing: `time.perf_counter` around each round after an untimed warm-up; best of "
-        + ", ".join(f"{harness.rounds_for(b)} rounds at batch {b}" for b in batches)
+        + ", ".join(f"{harness.rounds_for(w)} rounds at {w.title}" for w in workloads)
         + f". Whole run: {elapsed / 60:.1f} min.")
     out(f"- 1-minute load average before the run {loads[0]:.2f}, after {loads[1]:.2f} (near 0 before, "
         f"near {THREADS} after on an idle machine; more means other work shared the cores, which "
         f"hurts torch's OpenMP threads far more than uform's pool).\n")
 
     out("## Texts per second\n")
-    out("| implementation | " + " | ".join(f"batch {b}" for b in batches) + " |")
-    out("|---|" + "---:|" * len(batches))
+    out("| implementation | " + " | ".join(w.title for w in workloads) + " |")
+    out("|---|" + "---:|" * len(workloads))
     for c in contenders:
-        out(f"| {c.label} | " + " | ".join(fmt_rate(rate[(c.key, b)]) for b in batches) + " |")
+        out(f"| {c.label} | " + " | ".join(fmt_rate(rate[(c.key, w.key)]) for w in workloads) + " |")
     out("")
     out("Ratios (uform texts/s divided by torch texts/s; above 1: uform is faster):\n")
-    out("| uform | against | " + " | ".join(f"batch {b}" for b in batches) + " |")
-    out("|---|---|" + "---:|" * len(batches))
+    out("| uform | against | " + " | ".join(w.title for w in workloads) + " |")
+    out("|---|---|" + "---:|" * len(workloads))
     torch_keys = [k for k in ("torch-bf16", "torch-fp32") if k in by_key]
     for c in contenders:
         if not c.key.startswith("uform"):
             continue
         for other in torch_keys:
             out(f"| {c.label} | {by_key[other].label} | "
-                + " | ".join(f"{rate[(c.key, b)] / rate[(other, b)]:.2f}x" for b in batches) + " |")
+                + " | ".join(f"{rate[(c.key, w.key)] / rate[(other, w.key)]:.2f}x" for w in workloads)
+                + " |")
     out("")
 
     auto = "uform-auto"
     if auto in by_key and "torch-bf16" in by_key:
         out("### Goals\n")
-        fastest_1 = max(torch_keys, key=lambda k: rate[(k, 1)])
-        r_big = rate[(auto, big)] / rate[("torch-bf16", big)]
-        r_one = rate[(auto, 1)] / rate[("torch-bf16", 1)]
-        r_one_fast = rate[(auto, 1)] / rate[(fastest_1, 1)]
+        fastest_1 = max(torch_keys, key=lambda k: rate[(k, one_key)])
+        r_big = rate[(auto, big_key)] / rate[("torch-bf16", big_key)]
+        r_one = rate[(auto, one_key)] / rate[("torch-bf16", one_key)]
+        r_one_fast = rate[(auto, one_key)] / rate[(fastest_1, one_key)]
         verdict = lambda ok: "**met**" if ok else "**missed**"  # noqa: E731
         out(f"- Batch {big}, at least as fast as torch BF16 autocast: {r_big:.2f}x, {verdict(r_big >= 1)}.")
         out(f"- Batch 1, at least 2x faster than torch BF16 autocast: {r_one:.2f}x, {verdict(r_one >= 2)}"
@@ -270,16 +278,24 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
                f" (the faster torch mode at batch 1 is {by_key[fastest_1].label}: {r_one_fast:.2f}x,"
                f" {verdict(r_one_fast >= 2)}).")
             + "\n")
+        fastest_q = max(torch_keys, key=lambda k: rate[(k, query_key)])
+        r_query = rate[(auto, query_key)] / rate[("torch-bf16", query_key)]
+        r_query_fast = rate[(auto, query_key)] / rate[(fastest_q, query_key)]
+        out(f"Not a goal, for information: batch 1 with short queries ({q_lo} to {q_hi} bytes, one call "
+            f"each), {by_key[auto].label} against torch BF16 autocast: {r_query:.2f}x"
+            + ("." if fastest_q == "torch-bf16" else
+               f" (against the faster torch mode there, {by_key[fastest_q].label}: {r_query_fast:.2f}x).")
+            + "\n")
 
     out("### Agreement\n")
     out(f"The embeddings of the timed batch-{big} round against torch FP32's (unit vectors):\n")
     out("| implementation | max abs difference | min cosine |")
     out("|---|---:|---:|")
-    baseline = results[("torch-fp32", big)]["embeddings"] if "torch-fp32" in by_key else None
+    baseline = results[("torch-fp32", big_key)]["embeddings"] if "torch-fp32" in by_key else None
     for c in contenders:
         if baseline is None or c.key == "torch-fp32":
             continue
-        e = results[(c.key, big)]["embeddings"]
+        e = results[(c.key, big_key)]["embeddings"]
         out(f"| {c.label} | {np.abs(e - baseline).max():.2e} | {(e * baseline).sum(axis=1).min():.6f} |")
     out("")
 
@@ -306,25 +322,25 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
     out("Useful GEMM FLOPs are counted without padding: per token per layer 2 x 12 x H^2 (qkv 3H^2, "
         "out H^2, MLP up 4H^2 and down 4H^2) plus the embedding head, 2 x D x H per text. torch "
         "computes more (padding to each mini-batch's longest text); only useful work is counted.\n")
-    out("| implementation | batch | GEMM GFLOP | GEMM GFLOP/s | share of BF16 peak | share of FP32 peak |")
-    out("|---|---:|---:|---:|---:|---:|")
-    for batch in batches:
+    out("| implementation | workload | GEMM GFLOP | GEMM GFLOP/s | share of BF16 peak | share of FP32 peak |")
+    out("|---|---|---:|---:|---:|---:|")
+    for workload in workloads:
         for c in contenders:
-            r = results[(c.key, batch)]
+            r = results[(c.key, workload.key)]
             flops = text_flops(r["texts"])
             achieved = flops["gemm"] / min(r["seconds"]) * 1e-9
             share_bf16 = f"{achieved / bf16_peak:.1%}" if bf16_peak else "n/a"
             share_fp32 = f"{achieved / fp32_peak:.1%}" if fp32_peak else "n/a"
-            out(f"| {c.label} | {batch} | {flops['gemm'] * 1e-9:.1f} | {achieved:.1f} | {share_bf16} | {share_fp32} |")
+            out(f"| {c.label} | {workload.title} | {flops['gemm'] * 1e-9:.1f} | {achieved:.1f} | {share_bf16} | {share_fp32} |")
     out("")
-    flops = text_flops(results[(contenders[0].key, big)]["texts"])
+    flops = text_flops(results[(contenders[0].key, big_key)]["texts"])
     out(f"Attention FLOPs: the texts attend only within themselves, QK^T and PV cost 4 x L^2 x H "
         f"per text per layer (softmax, norms, GELU and rotary not counted). At batch {big} that is "
         f"{flops['attention'] * 1e-9:.1f} GFLOP against {flops['gemm'] * 1e-9:.1f} GFLOP of GEMMs "
         f"(another {flops['attention'] / flops['gemm']:.1%} on top of the GEMMs; {flops['tokens']:.0f} tokens, mean "
         f"{flops['tokens'] / big:.0f} per text). The shares above leave it out; counting it, "
         f"{by_key[contenders[0].key].label} reaches "
-        f"{(flops['gemm'] + flops['attention']) / min(results[(contenders[0].key, big)]['seconds']) * 1e-9:.1f} "
+        f"{(flops['gemm'] + flops['attention']) / min(results[(contenders[0].key, big_key)]['seconds']) * 1e-9:.1f} "
         f"GFLOP/s at batch {big}.\n")
     if gemm_output:
         out("gemm_bench's own table for the CPU classes above (one GEMM kernel call alone, "
@@ -332,9 +348,11 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         out("```\n" + gemm_output.strip() + "\n```\n")
 
     out("## Reproduce\n")
-    out("```sh\nmake all\npython3 bench/report.py                 # this page (docs/benchmarks.md)\n"
-        "make bench                              # the same comparison under pytest-benchmark\n"
-        "UFORM_BENCH_QUICK=1 python3 bench/report.py   # smoke run: depth 2, hidden 128, batch 32\n```\n")
+    out("```sh\n"
+        "make bench          # make all, then python3 bench/report.py: this page (docs/benchmarks.md)\n"
+        "make bench-pytest   # make all, then the same comparison under pytest-benchmark\n"
+        "UFORM_BENCH_QUICK=1 python3 bench/report.py   # smoke run: depth 2, hidden 128, batch 32; "
+        "prints the page, writes nothing\n```\n")
     out("Run it on an otherwise idle machine: both contenders use every core this process may use.")
     return "\n".join(lines) + "\n"
 

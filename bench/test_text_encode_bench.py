@@ -1,12 +1,14 @@
-"""text_encode against PyTorch on the same weights: pytest-benchmark, one group per batch.
+"""text_encode against PyTorch on the same weights: pytest-benchmark, one group per workload.
 
     python3 -m pytest -q bench --benchmark-only --benchmark-columns=min,mean,rounds
     UFORM_BENCH_QUICK=1 python3 -m pytest -q bench ...     (depth 2, hidden 128, batch 32)
 
-Both sides run on the same number of threads (the cores this process may use). Batch 1
-encodes SINGLE_TEXTS different texts one call at a time; texts per second (best round)
-go to extra_info["texts_per_second"] and the summary at the end. bench/report.py runs
-the same comparison without pytest and writes docs/benchmarks.md.
+Both sides run on the same number of threads (the cores this process may use). The
+workloads are harness.WORKLOADS: batch1 encodes SINGLE_TEXTS different 64-512-byte texts
+one call at a time, batch256 (batch32 quick) one call with that many, and query
+QUERY_TEXTS different 8-64-byte texts one call at a time (short search queries). Texts
+per second (best round) go to extra_info["texts_per_second"] and the summary at the end.
+bench/report.py runs the same comparison without pytest and writes docs/benchmarks.md.
 """
 import numpy as np
 import pytest
@@ -46,23 +48,25 @@ def test_contenders_agree(bench_contenders):
         assert np.all(cosine > 0.99), (contender.label, cosine)
 
 
-@pytest.mark.parametrize("batch", harness.BATCHES, ids=lambda b: f"batch{b}")
+@pytest.mark.parametrize("workload", harness.WORKLOADS, ids=lambda w: w.key)
 @pytest.mark.parametrize("key", KEYS)
-def test_text_encode(benchmark, bench_contenders, key, batch):
+def test_text_encode(benchmark, bench_contenders, key, workload):
     if key not in bench_contenders:
         pytest.skip(f"{key}: not available on this machine")
     contender = bench_contenders[key]
-    texts = harness.texts_for(batch)
-    run = harness.round_function(contender, batch, texts)
-    harness.warm_up(contender, batch, texts)
-    benchmark.group = f"text_encode batch {batch} (d{harness.SHAPE['depth']} h{harness.SHAPE['hidden']})"
-    benchmark.extra_info.update(label=contender.label, batch=batch, texts=len(texts), threads=THREADS,
+    texts = harness.texts_for(workload)
+    run = harness.round_function(contender, workload, texts)
+    harness.warm_up(contender, workload, texts)
+    benchmark.group = f"text_encode {workload.title} (d{harness.SHAPE['depth']} h{harness.SHAPE['hidden']})"
+    benchmark.extra_info.update(label=contender.label, workload=workload.key,
+                                batch=1 if workload.per_call else len(texts), texts=len(texts),
+                                text_bytes=list(workload.text_bytes), threads=THREADS,
                                 depth=harness.SHAPE["depth"], hidden=harness.SHAPE["hidden"])
-    result = benchmark.pedantic(run, rounds=harness.rounds_for(batch), iterations=1, warmup_rounds=0)
+    result = benchmark.pedantic(run, rounds=harness.rounds_for(workload), iterations=1, warmup_rounds=0)
     assert np.asarray(result).shape == (len(texts), harness.SHAPE["dimensions"])
     if benchmark.stats is not None:    # None under --benchmark-disable
         best = benchmark.stats.stats.min
         rate = len(texts) / best
         benchmark.extra_info["texts_per_second"] = rate
         benchmark.extra_info["texts_per_second_mean"] = len(texts) / benchmark.stats.stats.mean
-        RESULTS[(key, batch)] = (contender.label, rate)
+        RESULTS[(key, workload.key)] = (contender.label, rate)

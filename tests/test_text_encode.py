@@ -306,3 +306,26 @@ def test_concurrent_callers_share_one_model(checkpoint_factory):
     with ThreadPoolExecutor(4) as pool:
         for result in pool.map(run, range(8)):
             assert np.array_equal(result, expected)
+
+
+def test_an_arena_serves_one_call_at_a_time(checkpoint_factory):
+    import threading
+
+    model = uform.Model.load_ram(checkpoint_factory(**SHAPES[0]))
+    arena = uform.Arena()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(done, total):   # runs on the submission thread while the job owns the arena
+        holding.set()
+        release.wait(30)
+
+    pending = model.deferred(uform.Executor.for_ram(1)).text_encode(
+        ["busy"] * 10, arena, progress=hold, progress_steps=1)
+    assert holding.wait(30)
+    with pytest.raises(uform.InvalidArgumentError, match="in use"):
+        model.text_encode(["second"], arena)
+    with pytest.raises(uform.InvalidArgumentError, match="in use"):
+        arena.reset()
+    release.set()
+    assert pending.result().embeddings.shape == (10, 32)
+    assert model.text_encode(["free again"], arena).embeddings.shape == (1, 32)

@@ -6,6 +6,7 @@
  * largest batch. */
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 typedef struct uform_arena_block {
@@ -22,6 +23,7 @@ struct uform_arena {
     uform_arena_block_t *first;
     uform_arena_block_t *current;
     size_t capacity;        /* bytes held from the system */
+    atomic_flag busy;       /* set while a call writes outputs into the arena */
 };
 
 _Static_assert(sizeof(uform_arena_block_t) <= UFORM_ARENA_HEADER, "block header too big");
@@ -43,7 +45,9 @@ static uform_arena_block_t *uform_arena_block_new(size_t capacity, const char *w
 uform_status_t uform_arena_init_ram(uform_arena_t **result) {
     if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: the out-pointer is NULL");
     *result = uform_alloc_zeroed(1, sizeof(uform_arena_t), "arena");
-    return *result ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    if (!*result) return UFORM_OUT_OF_MEMORY;
+    atomic_flag_clear(&(*result)->busy);
+    return UFORM_OK;
 }
 
 static void uform_arena_free_blocks(uform_arena_block_t *block) {
@@ -54,12 +58,27 @@ static void uform_arena_free_blocks(uform_arena_block_t *block) {
     }
 }
 
-uform_status_t uform_arena_reset(uform_arena_t *arena) {
-    if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL");
+uform_status_t uform_arena_acquire(uform_arena_t *arena) {
+    if (atomic_flag_test_and_set(&arena->busy))
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "arena: already in use by another call; give each concurrent call its own arena");
+    return UFORM_OK;
+}
+
+void uform_arena_release(uform_arena_t *arena) { atomic_flag_clear(&arena->busy); }
+
+void uform_arena_rewind(uform_arena_t *arena) {
     /* Rewind only: blocks are freed with the arena alone, so a stale view of
      * an earlier output reads old values, never freed memory. */
     for (uform_arena_block_t *block = arena->first; block; block = block->next) block->used = 0;
     arena->current = arena->first;
+}
+
+uform_status_t uform_arena_reset(uform_arena_t *arena) {
+    if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL");
+    UFORM_TRY(uform_arena_acquire(arena));
+    uform_arena_rewind(arena);
+    uform_arena_release(arena);
     return UFORM_OK;
 }
 

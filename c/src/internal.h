@@ -97,6 +97,12 @@ UFORM_INTERNAL uform_status_t uform_executor_submit(uform_executor_t *executor, 
 /* Makes room for `bytes` in one 64-byte aligned block list and returns it;
  * blocks are reused after uform_arena_reset. */
 UFORM_INTERNAL void *uform_arena_take(uform_arena_t *arena, size_t bytes, const char *what);
+/* Marks the arena as written by the calling verb; INVALID_ARGUMENT when another
+ * call holds it (two calls writing one arena would corrupt each other). */
+UFORM_INTERNAL uform_status_t uform_arena_acquire(uform_arena_t *arena);
+UFORM_INTERNAL void uform_arena_release(uform_arena_t *arena);
+/* Starts the arena over (the verb holding it calls this, not uform_arena_reset). */
+UFORM_INTERNAL void uform_arena_rewind(uform_arena_t *arena);
 
 /* ---- progress -------------------------------------------------------------- */
 

@@ -151,10 +151,11 @@ static void uform_text_batch(const uform_model_t *model, uform_executor_t *execu
     }
 }
 
-uform_status_t uform_text_encode(uform_model_t *model, uform_executor_t *executor,
-                                 const uform_tape_t *texts, uform_arena_t *arena,
-                                 const uform_encode_options_t *options, uform_encoded_t *encoded,
-                                 uform_text_encode_stats_t *stats) {
+static uform_status_t uform_text_encode_into(uform_model_t *model, uform_executor_t *executor,
+                                             const uform_tape_t *texts, uform_arena_t *arena,
+                                             const uform_encode_options_t *options,
+                                             uform_encoded_t *encoded,
+                                             uform_text_encode_stats_t *stats) {
     if (!model) return uform_fail(UFORM_INVALID_ARGUMENT, "model: NULL");
     if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL");
     if (!encoded) return uform_fail(UFORM_INVALID_ARGUMENT, "encoded: NULL");
@@ -173,7 +174,7 @@ uform_status_t uform_text_encode(uform_model_t *model, uform_executor_t *executo
     }
 
     /* Outputs live in the arena: the previous call's outputs end here. */
-    UFORM_TRY(uform_arena_reset(arena));
+    uform_arena_rewind(arena);
     memset(encoded, 0, sizeof(*encoded));
     encoded->count = count;
     encoded->scalar = scalar;
@@ -224,6 +225,17 @@ uform_status_t uform_text_encode(uform_model_t *model, uform_executor_t *executo
         stats->empty = empty;
     }
     return UFORM_OK;
+}
+
+uform_status_t uform_text_encode(uform_model_t *model, uform_executor_t *executor,
+                                 const uform_tape_t *texts, uform_arena_t *arena,
+                                 const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                 uform_text_encode_stats_t *stats) {
+    if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL");
+    UFORM_TRY(uform_arena_acquire(arena));
+    uform_status_t status = uform_text_encode_into(model, executor, texts, arena, options, encoded, stats);
+    uform_arena_release(arena);
+    return status;
 }
 
 /* ---- submission ------------------------------------------------------------ */
