@@ -44,22 +44,24 @@ class Workload(NamedTuple):
     count: int                    # texts per round
     text_bytes: tuple             # (low, high) of the uniform text lengths in bytes
     seed: int                     # of make_texts
+    rounds: int                   # timed rounds (after one warm-up) unless UFORM_BENCH_ROUNDS
     goal: bool                    # one of the issue's specified workloads (the goals are about these)
 
 
 # The issue's two workloads (batch 1 and batch BIG_BATCH of 64-512-byte texts; seeds as before),
-# then the latency case of a search backend embedding user queries: short texts, one call each.
-BATCH1 = Workload("batch1", "batch 1", True, SINGLE_TEXTS, TEXT_BYTES, 1, True)
-BIG = Workload(f"batch{BIG_BATCH}", f"batch {BIG_BATCH}", False, BIG_BATCH, TEXT_BYTES, BIG_BATCH, True)
-QUERY = Workload("query", "batch 1, short queries", True, QUERY_TEXTS, QUERY_BYTES, 8, False)
+# then the latency case of a search backend embedding user queries: short texts, one call each
+# (2 rounds of 64 calls: at full size its warm-up and rounds take about half a minute in all).
+BATCH1 = Workload("batch1", "batch 1", True, SINGLE_TEXTS, TEXT_BYTES, 1, 3, True)
+BIG = Workload(f"batch{BIG_BATCH}", f"batch {BIG_BATCH}", False, BIG_BATCH, TEXT_BYTES, BIG_BATCH, 2, True)
+QUERY = Workload("query", "batch 1, short queries", True, QUERY_TEXTS, QUERY_BYTES, 8, 2, False)
 WORKLOADS = (BATCH1, BIG, QUERY)
 
 
 def rounds_for(workload: Workload) -> int:
-    """Timed rounds (after one warm-up): UFORM_BENCH_ROUNDS, else 3 one call per text, 2 batched."""
+    """Timed rounds (after one warm-up): UFORM_BENCH_ROUNDS, else the workload's own."""
     if os.environ.get("UFORM_BENCH_ROUNDS"):
         return max(1, int(os.environ["UFORM_BENCH_ROUNDS"]))
-    return 3 if workload.per_call else 2
+    return workload.rounds
 
 
 def thread_count() -> int:
