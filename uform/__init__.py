@@ -14,14 +14,18 @@ from ._errors import (CancelledError, DeviceError, Error, FileError, FormatError
 from ._executor import Executor
 from ._model import Deferred, DeferredOn, Encoded, Model, ModelDescription, On, TextEncodeStats
 from ._native import lib as _lib
-from ._training import Mesh, Trainer
+from ._training import (AudioShape, BatchShape, Choices, Contrastive, Edges, ImageShape,
+                        LateInteraction, Masking, Mesh, MeshOptions, Relations, Schedule, Trainer,
+                        TrainerStepStats, VideoShape)
 
 __version__ = "4.0.0"
 #: The version of the loaded libuform, as major * 10000 + minor * 100 + patch.
 library_version: int = int(_lib.uform_version())
 
 __all__ = [
-    "Arena", "ArenaBuffer", "CPUClass", "CancelledError", "Deferred", "DeferredOn", "DeviceError",
+    "Arena", "ArenaBuffer", "AudioShape", "BatchShape", "Choices", "Contrastive", "Edges",
+    "ImageShape", "LateInteraction", "Masking", "MeshOptions", "Relations", "Schedule",
+    "TrainerStepStats", "VideoShape", "CPUClass", "CancelledError", "Deferred", "DeferredOn", "DeviceError",
     "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "InvalidArgumentError",
     "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",

@@ -1,24 +1,521 @@
-"""Training verbs: not built in this version; they raise UnsupportedError."""
+"""Training: the keyword structures of the seed's "Python · Training" page and the Trainer.
+
+Each structure is immutable and keyword-only, with the page's field order; a field left out
+is zero, which the C library derives (docs/training.md). Nested shapes also accept a tuple
+of their fields in order.
+"""
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from array import array
+from typing import Any, Optional, Sequence, Tuple, Union
 
-from ._errors import UnsupportedError
+import numpy as np
+
+from ._buffers import Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape
+from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
+from ._errors import InvalidArgumentError, UnsupportedError
+from ._executor import Executor
+from ._native import Progress, ProgressBridge, as_count, check, ffi, lib
+
+_Words = Union[Buffer, Sequence[int]]
+
+
+def _frozen(cls: type) -> type:
+    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+
+def _check_counts(self: Any, *names: str) -> None:
+    for name in names:
+        as_count(getattr(self, name), f"{type(self).__name__}.{name}")
+
+
+def _check_floats(self: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidArgumentError(f"{type(self).__name__}.{name}: expected a float, got {type(value).__name__}")
+
+
+@_frozen
+class ImageShape:
+    """The image slice of a BatchShape; a zero patch_side leaves images out of the run."""
+
+    patch_side: int = 0
+    channels: int = 0
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "patch_side", "channels")
+
+
+@_frozen
+class VideoShape:
+    """The video slice of a BatchShape; a zero patch_side leaves video out of the run."""
+
+    patch_side: int = 0
+    tube_frames: int = 0
+    frame_stride: int = 0
+    channels: int = 0
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "patch_side", "tube_frames", "frame_stride", "channels")
+
+
+@_frozen
+class AudioShape:
+    """The audio slice of a BatchShape; a zero chunk_samples leaves audio out of the run."""
+
+    chunk_samples: int = 0
+    sample_rate: int = 0
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "chunk_samples", "sample_rate")
+
+
+def _shape(value: Any, cls: type, name: str) -> Any:
+    if value is None or isinstance(value, cls):
+        return value
+    if isinstance(value, tuple):
+        fields = [f.name for f in dataclasses.fields(cls)]
+        if len(value) > len(fields):
+            raise InvalidArgumentError(f"BatchShape.{name}: at most {len(fields)} fields, got {len(value)}")
+        return cls(**dict(zip(fields, value)))
+    raise InvalidArgumentError(f"BatchShape.{name}: expected {cls.__name__} or a tuple, got {type(value).__name__}")
+
+
+@_frozen
+class BatchShape:
+    """What one device's step carries at most, whatever the modality mix, fixed at creation."""
+
+    max_rows_per_device: int = 0
+    max_segments_per_device: int = 0
+    max_columns_per_row: int = 0
+    max_bags_per_device: int = 0
+    max_choices_per_item: int = 0
+    image: Optional[ImageShape] = None
+    video: Optional[VideoShape] = None
+    audio: Optional[AudioShape] = None
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "max_rows_per_device", "max_segments_per_device", "max_columns_per_row",
+                      "max_bags_per_device", "max_choices_per_item")
+        object.__setattr__(self, "image", _shape(self.image, ImageShape, "image"))
+        object.__setattr__(self, "video", _shape(self.video, VideoShape, "video"))
+        object.__setattr__(self, "audio", _shape(self.audio, AudioShape, "audio"))
+
+
+@_frozen
+class Masking:
+    """How the masked objective corrupts a batch and weighs its heads; every zero derives."""
+
+    token_mask_probability: float = 0.0
+    token_mean_span: float = 0.0
+    replace_fraction: float = 0.0
+    random_fraction: float = 0.0
+    image_mask_ratio: float = 0.0
+    video_mask_ratio: float = 0.0
+    audio_mask_ratio: float = 0.0
+    text_weight: float = 0.0
+    image_weight: float = 0.0
+    video_weight: float = 0.0
+    audio_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_floats(self, *[f.name for f in dataclasses.fields(self)])
+
+
+@_frozen
+class Contrastive:
+    """How the contrastive loss scores the pooled embeddings; every zero derives."""
+
+    matryoshka_dimensions: Optional[Sequence[int]] = None
+    temperature_groups: int = 0
+    inverse_temperature: float = 0.0
+    bias: float = 0.0
+    negatives: Negatives = Negatives.AMBIENT
+    ambient_repulsion_weight: float = 0.0
+    max_edges_per_device: int = 0
+    pair_loss: PairLossForm = PairLossForm.DERIVED
+
+    def __post_init__(self) -> None:
+        _check_counts(self, "temperature_groups", "max_edges_per_device")
+        _check_floats(self, "inverse_temperature", "bias", "ambient_repulsion_weight")
+        if self.matryoshka_dimensions is not None:
+            widths = tuple(self.matryoshka_dimensions)
+            for width in widths:
+                as_count(width, "Contrastive.matryoshka_dimensions")
+            object.__setattr__(self, "matryoshka_dimensions", widths)
+        object.__setattr__(self, "negatives", _enum(Negatives, self.negatives, "Contrastive.negatives"))
+        object.__setattr__(self, "pair_loss", _enum(PairLossForm, self.pair_loss, "Contrastive.pair_loss"))
+
+
+@_frozen
+class LateInteraction:
+    """How the late-interaction loss scores token vectors; every zero derives (not built yet)."""
+
+    weight: float = 0.0
+    width: int = 0
+    inverse_temperature: float = 0.0
+    bias: float = 0.0
+    max_query_span: int = 0
+    max_query_tokens_per_device: int = 0
+    max_documents_per_device: int = 0
+    max_document_tokens_per_device: int = 0
+    pair_loss: PairLossForm = PairLossForm.DERIVED
+
+
+@_frozen
+class Choices:
+    """The calibrated-choices term; a weight of zero derives 1 (not built yet)."""
+
+    weight: float = 0.0
+    temperature_groups: int = 0
+
+
+@_frozen
+class Schedule:
+    """Linear warmup to the peak, then cosine decay to the floor; every zero derives."""
+
+    learning_rate: float = 0.0
+    min_learning_rate: float = 0.0
+    warmup_steps: int = 0
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        _check_floats(self, "learning_rate", "min_learning_rate")
+        _check_counts(self, "warmup_steps", "steps")
+
+
+@_frozen
+class Edges:
+    """One edge set over a step's items as compressed sparse rows: size_t offsets (count + 1),
+    uint32 ids and optional float32 weights, borrowed until the step is final."""
+
+    offsets: Optional[Buffer] = None
+    ids: Optional[Buffer] = None
+    weights: Optional[Buffer] = None
+
+
+_EdgesLike = Union[Edges, Tuple[Buffer, Buffer], Tuple[Buffer, Buffer, Buffer], None]
+
+
+def _edges(value: Any, name: str) -> Optional[Edges]:
+    if value is None or isinstance(value, Edges):
+        return value
+    if isinstance(value, tuple) and len(value) in (2, 3):
+        return Edges(offsets=value[0], ids=value[1], weights=value[2] if len(value) == 3 else None)
+    raise InvalidArgumentError(f"Relations.{name}: expected Edges or (offsets, ids[, weights]), got {type(value).__name__}")
+
+
+@_frozen
+class Relations:
+    """The contrastive targets of one step: ignored, attracted, repelled, then the run's negatives."""
+
+    attract: _EdgesLike = None
+    repel: _EdgesLike = None
+    ignore: _EdgesLike = None
+
+    def __post_init__(self) -> None:
+        for name in ("attract", "repel", "ignore"):
+            object.__setattr__(self, name, _edges(getattr(self, name), name))
+
+
+class TrainerStepStats:
+    """What step reports, overwritten by every call it is passed to, every loss its world mean."""
+
+    __slots__ = ("step", "learning_rate", "loss", "contrastive_loss", "masked_text_loss",
+                 "masked_image_loss", "masked_video_loss", "masked_audio_loss",
+                 "late_interaction_loss", "choices_loss", "truncated", "dropped")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0 if name in ("step", "truncated", "dropped") else 0.0)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"TrainerStepStats({fields})"
+
+
+def _enum(cls: Any, value: Any, name: str) -> Any:
+    try:
+        return cls(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}: {value!r} is not a uform.{cls.__name__}") from None
+
+
+def _floats(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(f"{name}: expected a float, got {type(value).__name__}")
+    return float(value)
+
+
+def _uint32_buffer(values: Any, count: int, name: str) -> tuple:
+    """(cdata uint32_t *, keepalive) for _Words of exactly `count` values."""
+    if isinstance(values, (str, bytes)):
+        raise InvalidArgumentError(f"{name}: expected uint32 values, got {type(values).__name__}")
+    try:
+        view = memoryview(values)
+    except TypeError:
+        view = None
+    if view is not None:
+        if view.itemsize != 4 or view.format.lstrip("@=<") not in ("I", "L" if view.itemsize == 4 else "I"):
+            raise InvalidArgumentError(f"{name}: a buffer must hold uint32 values, got format {view.format!r}")
+        if not view.c_contiguous:
+            raise InvalidArgumentError(f"{name}: the buffer must be contiguous")
+        buffer: Any = values
+        length = view.nbytes // 4
+    else:
+        try:
+            buffer = array("I", [int(v) for v in values])
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidArgumentError(f"{name}: expected a uint32 buffer or a sequence of ints in [0, 2**32)") from None
+        length = len(buffer)
+    if length != count:
+        raise InvalidArgumentError(f"{name}: {length} values for {count} items")
+    return ffi.cast("const uint32_t *", ffi.from_buffer(buffer)), buffer
+
+
+def _typed_buffer(values: Any, name: str, formats: tuple, itemsize: int, ctype: str) -> tuple:
+    if isinstance(values, np.ndarray):
+        values = np.ascontiguousarray(values)
+    try:
+        view = memoryview(values)
+    except TypeError:
+        raise InvalidArgumentError(f"{name}: expected a buffer, got {type(values).__name__}") from None
+    if view.itemsize != itemsize or view.format.lstrip("@=<") not in formats:
+        raise InvalidArgumentError(f"{name}: expected {ctype} values, got format {view.format!r}")
+    return ffi.cast(f"const {ctype} *", ffi.from_buffer(values)), values, view.nbytes // itemsize
 
 
 class Trainer:
-    """A training run (not built yet: see the README's status table)."""
+    """A training run on the cores (init_ram) or GPUs (init_vram) of an executor."""
 
     def __init__(self) -> None:
         raise TypeError("use Trainer.init_ram(...) or Trainer.init_vram(...)")
 
     @classmethod
-    def init_vram(cls, executor: Any, /, **keywords: Any) -> "Trainer":
-        raise UnsupportedError("Trainer.init_vram: training on GPUs is not built in this version of uform")
+    def _options(cls, mesh: Any, resume: Optional[_PathLike], depth: int, hidden: int,
+                 batch: Optional[BatchShape], objective: Objective, masking: Optional[Masking],
+                 contrastive: Optional[Contrastive], late_interaction: Optional[LateInteraction],
+                 choices: Optional[Choices], schedule: Optional[Schedule], seed: int,
+                 bridge: ProgressBridge) -> tuple:
+        if mesh is not None:
+            raise UnsupportedError("mesh: multi-host training is not built in this version of uform")
+        options = ffi.new("uform_trainer_options_t *")
+        keep: list = [options]
+        if resume is not None:
+            path = path_bytes(resume, "resume")
+            keep.append(path)
+            options.resume = path
+        options.depth = as_count(depth, "depth")
+        options.hidden = as_count(hidden, "hidden")
+        if batch is not None:
+            if not isinstance(batch, BatchShape):
+                raise InvalidArgumentError(f"batch: expected uform.BatchShape, got {type(batch).__name__}")
+            for field in ("max_rows_per_device", "max_segments_per_device", "max_columns_per_row",
+                          "max_bags_per_device", "max_choices_per_item"):
+                setattr(options.batch, field, getattr(batch, field))
+            if batch.image:
+                options.batch.image.patch_side, options.batch.image.channels = batch.image.patch_side, batch.image.channels
+            if batch.video:
+                v = batch.video
+                options.batch.video.patch_side, options.batch.video.tube_frames = v.patch_side, v.tube_frames
+                options.batch.video.frame_stride, options.batch.video.channels = v.frame_stride, v.channels
+            if batch.audio:
+                options.batch.audio.chunk_samples, options.batch.audio.sample_rate = batch.audio.chunk_samples, batch.audio.sample_rate
+        options.objective = _enum(Objective, objective, "objective")
+        if masking is not None:
+            if not isinstance(masking, Masking):
+                raise InvalidArgumentError(f"masking: expected uform.Masking, got {type(masking).__name__}")
+            c_masking = ffi.new("uform_masking_t *")
+            for f in dataclasses.fields(Masking):
+                setattr(c_masking, f.name, getattr(masking, f.name))
+            options.masking = c_masking
+            keep.append(c_masking)
+        if contrastive is not None:
+            if not isinstance(contrastive, Contrastive):
+                raise InvalidArgumentError(f"contrastive: expected uform.Contrastive, got {type(contrastive).__name__}")
+            c_contrastive = ffi.new("uform_contrastive_t *")
+            if contrastive.matryoshka_dimensions:
+                widths = ffi.new("size_t[]", list(contrastive.matryoshka_dimensions))
+                keep.append(widths)
+                c_contrastive.matryoshka_dimensions = widths
+                c_contrastive.matryoshka_dimensions_count = len(contrastive.matryoshka_dimensions)
+            for name in ("temperature_groups", "inverse_temperature", "bias", "negatives",
+                         "ambient_repulsion_weight", "max_edges_per_device", "pair_loss"):
+                setattr(c_contrastive, name, getattr(contrastive, name))
+            options.contrastive = c_contrastive
+            keep.append(c_contrastive)
+        if late_interaction is not None:
+            raise UnsupportedError("late_interaction: not built in this version of uform")
+        if choices is not None:
+            raise UnsupportedError("choices: not built in this version of uform")
+        if schedule is not None:
+            if not isinstance(schedule, Schedule):
+                raise InvalidArgumentError(f"schedule: expected uform.Schedule, got {type(schedule).__name__}")
+            options.schedule.learning_rate = schedule.learning_rate
+            options.schedule.min_learning_rate = schedule.min_learning_rate
+            options.schedule.warmup_steps = schedule.warmup_steps
+            options.schedule.steps = schedule.steps
+        options.seed = as_count(seed, "seed")
+        bridge.fill(options.progress)
+        return options, keep
 
     @classmethod
-    def init_ram(cls, executor: Any, /, **keywords: Any) -> "Trainer":
-        raise UnsupportedError("Trainer.init_ram: training on CPUs is not built in this version of uform")
+    def init_ram(cls, executor: Executor, /, *, mesh: Any = None, resume: Optional[_PathLike] = None,
+                 depth: int = 0, hidden: int = 0, batch: Optional[BatchShape] = None,
+                 objective: Objective = Objective.MASKED, masking: Optional[Masking] = None,
+                 contrastive: Optional[Contrastive] = None,
+                 late_interaction: Optional[LateInteraction] = None, choices: Optional[Choices] = None,
+                 schedule: Optional[Schedule] = None, seed: int = 0, progress: Optional[Progress] = None,
+                 progress_steps: int = 0) -> "Trainer":
+        """Starts a run on the CPU cores of a RAM executor, with the math of init_vram in FP32."""
+        if not isinstance(executor, Executor):
+            raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+        bridge = ProgressBridge(progress, progress_steps)
+        options, keep = cls._options(mesh, resume, depth, hidden, batch, objective, masking, contrastive,
+                                     late_interaction, choices, schedule, seed, bridge)
+        pointer = ffi.new("uform_trainer_t **")
+        check(lib.uform_trainer_init_ram(executor._executor, options, pointer), bridge)
+        self = cls.__new__(cls)
+        self._trainer = ffi.gc(pointer[0], lib.uform_trainer_free)
+        self._executor = executor
+        return self
+
+    @classmethod
+    def init_vram(cls, executor: Executor, /, **keywords: Any) -> "Trainer":
+        """Builds one replica per GPU: not built yet, raises UnsupportedError."""
+        raise UnsupportedError("Trainer.init_vram: training on GPUs is not built in this version of uform")
+
+    def on(self, executor: Executor, /) -> "Trainer":
+        """A receiver whose verbs block on executor: the trainer's own executor only."""
+        if executor is not self._executor:
+            raise UnsupportedError("Trainer.on: a trainer runs on the executor it was created on")
+        return self
+
+    def deferred(self, executor: Executor, /) -> Any:
+        raise UnsupportedError("Trainer.deferred: deferred training steps are not built in this version")
+
+    def step(self, modalities: Sequence[Modality], contents: _Texts, /, *, bags: Optional[_Words] = None,
+             temperature_groups: Optional[_Words] = None,
+             sides: Optional[Sequence[LateInteractionSide]] = None, choices: Optional[_Texts] = None,
+             choice_targets: Any = None, relations: Optional[Relations] = None,
+             arena: Optional[Arena] = None, outputs_scalar: Scalar = Scalar.F32,
+             stats: Optional[TrainerStepStats] = None) -> Optional[ArenaBuffer]:
+        """Applies one optimizer step over the items; answers their pooled embeddings when given an arena."""
+        if choices is not None or choice_targets is not None:
+            raise UnsupportedError("choices: calibrated choices are not built in this version of uform")
+        tape = texts_tape(contents, "contents")
+        count = tape.struct.count
+        keep: list = [tape]
+        batch = ffi.new("uform_trainer_batch_t *")
+        if isinstance(modalities, (str, bytes)) or not hasattr(modalities, "__len__"):
+            raise InvalidArgumentError(f"modalities: expected a sequence of uform.Modality, got {type(modalities).__name__}")
+        if len(modalities) != count:
+            raise InvalidArgumentError(f"modalities: {len(modalities)} values for {count} items")
+        codes = []
+        for index, modality in enumerate(modalities):
+            if isinstance(modality, bool) or not isinstance(modality, int):
+                raise InvalidArgumentError(f"modalities[{index}]: expected uform.Modality, got {type(modality).__name__}")
+            if not 0 <= modality < 1 << 32:
+                raise InvalidArgumentError(f"modalities[{index}]: {modality} is not a modality")
+            codes.append(int(modality))
+        c_modalities = ffi.new("uint32_t[]", codes)
+        keep.append(c_modalities)
+        batch.modalities = c_modalities
+        batch.contents = tape.struct[0]
+        if bags is not None:
+            batch.bags, buffer = _uint32_buffer(bags, count, "bags")
+            keep.append(buffer)
+        if temperature_groups is not None:
+            batch.temperature_groups, buffer = _uint32_buffer(temperature_groups, count, "temperature_groups")
+            keep.append(buffer)
+        if sides is not None:
+            side_codes = [int(_enum(LateInteractionSide, s, f"sides[{i}]")) for i, s in enumerate(sides)]
+            if len(side_codes) != count:
+                raise InvalidArgumentError(f"sides: {len(side_codes)} values for {count} items")
+            c_sides = ffi.new("uint32_t[]", side_codes)
+            keep.append(c_sides)
+            batch.sides = c_sides
+        if relations is not None:
+            if not isinstance(relations, Relations):
+                raise InvalidArgumentError(f"relations: expected uform.Relations, got {type(relations).__name__}")
+            c_relations = ffi.new("uform_relations_t *")
+            keep.append(c_relations)
+            for name in ("attract", "repel", "ignore"):
+                edges = getattr(relations, name)
+                if edges is None or edges.offsets is None:
+                    continue
+                target = getattr(c_relations, name)
+                offsets, buffer, n_offsets = _typed_buffer(edges.offsets, f"relations.{name}.offsets",
+                                                           ("Q", "L", "N"), 8, "size_t")
+                keep.append(buffer)
+                if n_offsets != count + 1:
+                    raise InvalidArgumentError(f"relations.{name}.offsets: {n_offsets} values, expected {count + 1}")
+                if edges.ids is None:
+                    raise InvalidArgumentError(f"relations.{name}.ids: missing")
+                ids, buffer, n_ids = _typed_buffer(edges.ids, f"relations.{name}.ids", ("I",), 4, "uint32_t")
+                keep.append(buffer)
+                edge_count = int(np.frombuffer(ffi.buffer(offsets, 8 * n_offsets), dtype=np.uint64)[-1])
+                if n_ids < edge_count:
+                    raise InvalidArgumentError(f"relations.{name}.ids: {n_ids} ids for {edge_count} edges")
+                target.offsets, target.ids = offsets, ids
+                if edges.weights is not None:
+                    weights, buffer, n_weights = _typed_buffer(edges.weights, f"relations.{name}.weights",
+                                                               ("f",), 4, "float")
+                    keep.append(buffer)
+                    if n_weights < edge_count:
+                        raise InvalidArgumentError(f"relations.{name}.weights: {n_weights} weights for {edge_count} edges")
+                    target.weights = weights
+            batch.relations = c_relations
+        if arena is not None and not isinstance(arena, Arena):
+            raise InvalidArgumentError(f"arena: expected uform.Arena, got {type(arena).__name__}")
+        if stats is not None and not isinstance(stats, TrainerStepStats):
+            raise InvalidArgumentError(f"stats: expected uform.TrainerStepStats, got {type(stats).__name__}")
+        scalar = _enum(Scalar, outputs_scalar, "outputs_scalar")
+        encoded = ffi.new("uform_encoded_t *") if arena is not None else ffi.NULL
+        c_stats = ffi.new("uform_trainer_step_stats_t *")
+        check(lib.uform_trainer_step(self._trainer, batch, arena._arena if arena is not None else ffi.NULL,
+                                     scalar, encoded, c_stats))
+        if stats is not None:
+            for name in TrainerStepStats.__slots__:
+                setattr(stats, name, getattr(c_stats, name))
+        if arena is None:
+            return None
+        return arena_rows(encoded.embeddings, encoded.count, encoded.embedding_row_bytes,
+                          encoded.dimensions, Scalar(encoded.scalar), arena)
+
+    def save(self, path: _PathLike, /, *, progress: Optional[Progress] = None, progress_steps: int = 0) -> None:
+        """Writes the weights (BF16), the step and the train.* state, atomically."""
+        encoded = path_bytes(path)
+        bridge = ProgressBridge(progress, progress_steps)
+        check(lib.uform_trainer_save(self._trainer, encoded, bridge.new()), bridge)
+
+    def tensor(self, name: str, which: str = "weights") -> np.ndarray:
+        """A copy of one named tensor of the run as float32: "weights" (the FP32 masters),
+        "gradients" (of the last step), "first_moment" or "second_moment"."""
+        kinds = {"weights": 0, "gradients": 1, "first_moment": 2, "second_moment": 3}
+        if which not in kinds:
+            raise InvalidArgumentError(f"which: expected one of {sorted(kinds)}, got {which!r}")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"name: expected str, got {type(name).__name__}")
+        encoded = name.encode()
+        size = ffi.new("size_t *")
+        check(lib.uform_trainer_tensor(self._trainer, encoded, kinds[which], ffi.NULL, size))
+        values = np.empty(size[0], dtype=np.float32)
+        check(lib.uform_trainer_tensor(self._trainer, encoded, kinds[which],
+                                       ffi.cast("float *", ffi.from_buffer(values)), size))
+        return values
+
+
+@_frozen
+class MeshOptions:
+    """Where the hosts of a multi-host run meet (not built yet)."""
+
+    host_domain_index: int = 0
+    host_domain_count: int = 0
+    directory: Optional[_PathLike] = None
+    job: str = ""
 
 
 class Mesh:

@@ -282,6 +282,132 @@ UFORM_API uform_status_t uform_text_encode(uform_model_t *model, uform_executor_
                                            uform_text_encode_stats_t *stats);
 
 /* ------------------------------------------------------------------------ */
+/* Training (docs/training.md). Every zero field derives.                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct { size_t patch_side, channels; } uform_image_shape_t;
+typedef struct { size_t patch_side, tube_frames, frame_stride, channels; } uform_video_shape_t;
+typedef struct { size_t chunk_samples, sample_rate; } uform_audio_shape_t;
+
+typedef struct {
+    size_t max_rows_per_device;
+    size_t max_segments_per_device;
+    size_t max_columns_per_row;
+    size_t max_bags_per_device;
+    size_t max_choices_per_item;
+    uform_image_shape_t image;       /* patch_side 0: no images in the run */
+    uform_video_shape_t video;       /* patch_side 0: no video */
+    uform_audio_shape_t audio;       /* chunk_samples 0: no audio */
+} uform_batch_shape_t;
+
+typedef struct {
+    float token_mask_probability, token_mean_span, replace_fraction, random_fraction;
+    float image_mask_ratio, video_mask_ratio, audio_mask_ratio;
+    float text_weight, image_weight, video_weight, audio_weight;
+} uform_masking_t;
+
+typedef struct {
+    const size_t *matryoshka_dimensions;  /* NULL: the full width only */
+    size_t matryoshka_dimensions_count;
+    size_t temperature_groups;
+    float inverse_temperature;
+    float bias;
+    uform_negatives_t negatives;
+    float ambient_repulsion_weight;
+    size_t max_edges_per_device;
+    uform_pair_loss_form_t pair_loss;
+} uform_contrastive_t;
+
+typedef struct {
+    float weight;
+    size_t width;
+    float inverse_temperature, bias;
+    size_t max_query_span, max_query_tokens_per_device, max_documents_per_device,
+        max_document_tokens_per_device;
+    uform_pair_loss_form_t pair_loss;
+} uform_late_interaction_t;
+
+typedef struct {
+    float weight;
+    size_t temperature_groups;
+} uform_choices_t;
+
+typedef struct {
+    float learning_rate, min_learning_rate;
+    size_t warmup_steps, steps;
+} uform_schedule_t;
+
+typedef struct {
+    const char *resume;                          /* NULL: start fresh */
+    size_t depth, hidden;
+    uform_batch_shape_t batch;
+    uform_objective_t objective;
+    const uform_masking_t *masking;              /* NULL: all derived */
+    const uform_contrastive_t *contrastive;      /* NULL: all derived */
+    const uform_late_interaction_t *late_interaction; /* NULL: not configured */
+    const uform_choices_t *choices;              /* NULL: not configured */
+    uform_schedule_t schedule;
+    uint64_t seed;
+    uform_progress_t progress;
+} uform_trainer_options_t;
+
+/* One edge set as compressed sparse rows over a step's items: anchor i's
+ * candidates are ids[offsets[i] .. offsets[i+1]), with optional weights. */
+typedef struct {
+    const size_t *offsets;    /* count + 1 values, or NULL: no edges */
+    const uint32_t *ids;
+    const float *weights;     /* NULL: every weight 1 */
+} uform_edges_t;
+
+typedef struct {
+    uform_edges_t attract, repel, ignore;
+} uform_relations_t;
+
+typedef struct {
+    const uint32_t *modalities;      /* uform_modality_t per item */
+    uform_tape_t contents;           /* text bytes, or encoded media files */
+    const uint32_t *bags;            /* NULL: no bag positives */
+    const uint32_t *temperature_groups; /* NULL: group 0 */
+    const uint32_t *sides;           /* uform_late_interaction_side_t per item, or NULL */
+    const uform_relations_t *relations; /* NULL: none */
+} uform_trainer_batch_t;
+
+typedef struct {
+    uint64_t step;
+    float learning_rate;
+    float loss, contrastive_loss, masked_text_loss, masked_image_loss, masked_video_loss,
+        masked_audio_loss, late_interaction_loss, choices_loss;
+    size_t truncated, dropped;
+} uform_trainer_step_stats_t;
+
+typedef struct uform_trainer uform_trainer_t;
+
+/* Trains on the CPU cores of a RAM executor (borrowed; must outlive the trainer). */
+UFORM_API uform_status_t uform_trainer_init_ram(uform_executor_t *executor,
+                                                const uform_trainer_options_t *options,
+                                                uform_trainer_t **trainer);
+/* Trains on GPUs: not built yet (UFORM_UNSUPPORTED). */
+UFORM_API uform_status_t uform_trainer_init_vram(uform_executor_t *executor,
+                                                 const uform_trainer_options_t *options,
+                                                 uform_trainer_t **trainer);
+/* One optimizer step over the batch. embeddings, when not NULL, receives the
+ * pooled embeddings the loss scored: count rows in `outputs_scalar`, in the arena. */
+UFORM_API uform_status_t uform_trainer_step(uform_trainer_t *trainer,
+                                            const uform_trainer_batch_t *batch,
+                                            uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                            uform_encoded_t *embeddings,
+                                            uform_trainer_step_stats_t *stats);
+/* Writes the model (BF16) and the train.* state atomically. */
+UFORM_API uform_status_t uform_trainer_save(uform_trainer_t *trainer, const char *path,
+                                            const uform_progress_t *progress);
+/* Copies one named tensor of the run (a checkpoint name) as FP32: which = 0
+ * the master weights, 1 the last step's gradients, 2 and 3 the AdamW moments.
+ * values NULL: only sets *count to the tensor's size; else *count must be it. */
+UFORM_API uform_status_t uform_trainer_tensor(const uform_trainer_t *trainer, const char *name,
+                                              uint32_t which, float *values, size_t *count);
+UFORM_API void uform_trainer_free(uform_trainer_t *trainer);
+
+/* ------------------------------------------------------------------------ */
 /* Submission: the same verbs, answered later                                */
 /* ------------------------------------------------------------------------ */
 

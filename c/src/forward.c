@@ -141,6 +141,12 @@ static void uform_rope_table_segments(void *context, size_t begin, size_t end, s
     }
 }
 
+void uform_rope_tables(uform_executor_t *executor, const uform_batch_t *batch, float *cosines,
+                       float *sines) {
+    uform_rope_table_task_t table = {batch, cosines, sines};
+    uform_parallel_for(executor, batch->segments_count, 1, uform_rope_table_segments, &table);
+}
+
 typedef struct {
     float *qkv;
     size_t hidden, heads;
@@ -242,8 +248,7 @@ void uform_forward(const uform_model_t *model, uform_executor_t *executor,
         first_task[s + 1] = first_task[s] + blocks * model->heads;
     }
 
-    uform_rope_table_task_t table = {batch, cosines, sines};
-    uform_parallel_for(executor, segments, 1, uform_rope_table_segments, &table);
+    uform_rope_tables(executor, batch, cosines, sines);
 
     for (size_t l = 0; l < model->depth; l++) {
         const uform_block_t *block = &model->blocks[l];

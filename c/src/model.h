@@ -67,6 +67,10 @@ UFORM_INTERNAL size_t uform_forward_scratch_floats(const uform_model_t *model, s
 UFORM_INTERNAL void uform_forward(const uform_model_t *model, uform_executor_t *executor,
                                   const uform_batch_t *batch, float *x, float *scratch);
 
+/* cosines and sines [rows][32] of every row's rotary angles (docs/architecture.md). */
+UFORM_INTERNAL void uform_rope_tables(uform_executor_t *executor, const uform_batch_t *batch,
+                                      float *cosines, float *sines);
+
 /* y = W x for rows of x, then each output row L2-normalised (x / max(|x|, 1e-12)). */
 UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_executor_t *executor,
                                             const uform_packed_t *head, const float *x, size_t rows,

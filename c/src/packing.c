@@ -1,0 +1,33 @@
+/* packing.c: first-fit packing. Rows only bound what a step carries on the
+ * CPU (the forward runs over one flat matrix of every kept token); the GPU
+ * backend lays rows out as they are placed here. */
+#include "packing.h"
+
+void uform_pack_items(const size_t *lengths, size_t count, const uform_packing_limits_t *limits,
+                      size_t *kept, size_t *row, size_t *truncated, size_t *dropped,
+                      size_t *row_used) {
+    size_t rows_open = 0, segments = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t length = lengths[i] < limits->columns ? lengths[i] : limits->columns;
+        kept[i] = SIZE_MAX;
+        row[i] = SIZE_MAX;
+        if (segments == limits->segments) {
+            (*dropped)++;
+            continue;
+        }
+        size_t r = 0;
+        while (r < rows_open && limits->columns - row_used[r] < length) r++;
+        if (r == rows_open) {
+            if (rows_open == limits->rows) {
+                (*dropped)++;
+                continue;
+            }
+            row_used[rows_open++] = 0;
+        }
+        row_used[r] += length;
+        kept[i] = length;
+        row[i] = r;
+        segments++;
+        if (lengths[i] > limits->columns) (*truncated)++;
+    }
+}

@@ -1,0 +1,889 @@
+/* trainer.c: the CPU trainer (docs/training.md): FP32 master weights in one
+ * flat buffer (gradients and AdamW moments in three more of the same layout),
+ * an explicit forward that keeps what backward needs, the backward written
+ * out layer by layer, the objectives, and AdamW.
+ *
+ * Scope of this version: text items; the MASKED, CONTRASTIVE and JOINT
+ * objectives; one replica (every item of the step is processed together,
+ * which is what data parallelism over replicas computes too). Late
+ * interaction, choices, other modalities, resume and GPUs answer
+ * UFORM_UNSUPPORTED. */
+#include "backward.h"
+#include "cpu/sgemm.h"
+#include "model.h"
+#include "objectives.h"
+#include "optimizer.h"
+#include "packing.h"
+#include "safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define UFORM_HEAD_WIDTH 64
+#define UFORM_PAIRS 32
+#define UFORM_BYTES 256
+
+/* ---- parameters ---------------------------------------------------------- */
+
+typedef struct {
+    char name[64];
+    size_t offset, rows, cols;  /* cols 0: a vector of `rows` */
+    bool decay;                 /* AdamW weight decay (matrices but the byte table) */
+    bool f32;                   /* saved as F32 (else BF16) */
+} uform_slot_t;
+
+typedef struct {
+    size_t norm1_weight, norm1_bias, qkv_weight, qkv_bias, out_weight, out_bias;
+    size_t norm2_weight, norm2_bias, up_weight, up_bias, down_weight, down_bias;
+} uform_block_slots_t;
+
+struct uform_trainer {
+    uform_executor_t *executor;
+    size_t depth, hidden, heads, dimensions, context;
+    uform_objective_t objective;
+    bool masks_text, contrasts;
+    uform_masking_t masking;
+    uform_contrastive_config_t contrastive;
+    size_t widths[64];
+    uform_schedule_t schedule;
+    uform_packing_limits_t limits;
+    uint64_t seed, step;
+    size_t truncated, dropped;         /* since the last stats read */
+
+    uform_slot_t *slots;
+    size_t slots_count, count;         /* tensors; floats in each flat buffer */
+    float *parameters, *gradients, *first_moment, *second_moment;
+    uint8_t *decay;
+    uform_block_slots_t *blocks;
+    size_t bytes_table, modality, norm_weight, norm_bias, embedding_head, bytes_bias;
+    size_t log_inverse_temperature, contrastive_bias;
+};
+
+static size_t uform_add_slot(uform_trainer_t *t, const char *name, size_t rows, size_t cols,
+                             bool decay, bool f32) {
+    uform_slot_t *slot = &t->slots[t->slots_count++];
+    snprintf(slot->name, sizeof(slot->name), "%s", name);
+    slot->offset = t->count;
+    slot->rows = rows;
+    slot->cols = cols;
+    slot->decay = decay;
+    slot->f32 = f32;
+    t->count += rows * (cols ? cols : 1);
+    return slot->offset;
+}
+
+/* The tensors of the run, in checkpoint order; returns how many. */
+static size_t uform_layout(uform_trainer_t *t) {
+    size_t h = t->hidden;
+    char name[64];
+    t->slots_count = t->count = 0;
+    t->bytes_table = uform_add_slot(t, "text.bytes", UFORM_BYTES + 1, h, false, false);
+    t->modality = uform_add_slot(t, "text.modality", h, 0, false, false);
+    for (size_t l = 0; l < t->depth; l++) {
+        uform_block_slots_t *b = &t->blocks[l];
+#define UFORM_SLOT(field, suffix, rows, cols, decay)                                            \
+    (snprintf(name, sizeof(name), "blocks.%zu.%s", l, suffix),                                  \
+     b->field = uform_add_slot(t, name, rows, cols, decay, false))
+        UFORM_SLOT(norm1_weight, "attention.norm.weight", h, 0, false);
+        UFORM_SLOT(norm1_bias, "attention.norm.bias", h, 0, false);
+        UFORM_SLOT(qkv_weight, "attention.qkv.weight", 3 * h, h, true);
+        UFORM_SLOT(qkv_bias, "attention.qkv.bias", 3 * h, 0, false);
+        UFORM_SLOT(out_weight, "attention.out.weight", h, h, true);
+        UFORM_SLOT(out_bias, "attention.out.bias", h, 0, false);
+        UFORM_SLOT(norm2_weight, "mlp.norm.weight", h, 0, false);
+        UFORM_SLOT(norm2_bias, "mlp.norm.bias", h, 0, false);
+        UFORM_SLOT(up_weight, "mlp.up.weight", 4 * h, h, true);
+        UFORM_SLOT(up_bias, "mlp.up.bias", 4 * h, 0, false);
+        UFORM_SLOT(down_weight, "mlp.down.weight", h, 4 * h, true);
+        UFORM_SLOT(down_bias, "mlp.down.bias", h, 0, false);
+#undef UFORM_SLOT
+    }
+    t->norm_weight = uform_add_slot(t, "norm.weight", h, 0, false, false);
+    t->norm_bias = uform_add_slot(t, "norm.bias", h, 0, false, false);
+    t->embedding_head = uform_add_slot(t, "heads.embedding.weight", t->dimensions, h, true, false);
+    if (t->masks_text) t->bytes_bias = uform_add_slot(t, "heads.bytes.bias", UFORM_BYTES, 0, false, false);
+    if (t->contrasts) {
+        t->log_inverse_temperature = uform_add_slot(t, "contrastive.log_inverse_temperature",
+                                                    t->contrastive.groups, 0, false, true);
+        t->contrastive_bias = uform_add_slot(t, "contrastive.bias", t->contrastive.groups, 0, false, true);
+    }
+    return t->slots_count;
+}
+
+/* Normal samples from the counter-based generator (Box-Muller), stream 7000+. */
+static float uform_normal(uint64_t seed, uint64_t index) {
+    double u1 = uform_random_uniform(seed, 0, index, 0, 7001);
+    double u2 = uform_random_uniform(seed, 0, index, 0, 7002);
+    if (u1 < 0x1p-30) u1 = 0x1p-30;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+/* Initial weights: matrices and the byte table N(0, 0.02), output projections
+ * of blocks scaled by 1/sqrt(2 depth) (GPT-2), norms 1, biases 0. */
+static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, float initial_bias) {
+    float *p = t->parameters;
+    memset(p, 0, t->count * sizeof(float));
+    for (size_t s = 0; s < t->slots_count; s++) {
+        const uform_slot_t *slot = &t->slots[s];
+        size_t n = slot->rows * (slot->cols ? slot->cols : 1);
+        const char *name = slot->name;
+        size_t length = strlen(name);
+        bool norm_weight = length > 12 && strcmp(name + length - 12, ".norm.weight") == 0;
+        if (norm_weight || strcmp(name, "norm.weight") == 0) {
+            for (size_t i = 0; i < n; i++) p[slot->offset + i] = 1.0f;
+        } else if (slot->cols || strcmp(name, "text.modality") == 0) {
+            float scale = 0.02f;
+            if (strstr(name, "out.weight") || strstr(name, "down.weight"))
+                scale /= sqrtf(2.0f * (float)t->depth);
+            for (size_t i = 0; i < n; i++)
+                p[slot->offset + i] = scale * uform_normal(t->seed, slot->offset + i);
+        }
+    }
+    if (t->contrasts)
+        for (size_t g = 0; g < t->contrastive.groups; g++) {
+            p[t->log_inverse_temperature + g] = initial_log_temperature;
+            p[t->contrastive_bias + g] = initial_bias;
+        }
+    for (size_t s = 0; s < t->slots_count; s++)
+        memset(t->decay + t->slots[s].offset, t->slots[s].decay ? 1 : 0,
+               t->slots[s].rows * (t->slots[s].cols ? t->slots[s].cols : 1));
+}
+
+void uform_trainer_free(uform_trainer_t *t) {
+    if (!t) return;
+    uform_free_aligned(t->parameters);
+    uform_free_aligned(t->gradients);
+    uform_free_aligned(t->first_moment);
+    uform_free_aligned(t->second_moment);
+    free(t->decay);
+    free(t->slots);
+    free(t->blocks);
+    free(t);
+}
+
+static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_trainer_options_t *o,
+                                              float *initial_log_temperature, float *initial_bias) {
+    if (o->resume)
+        return uform_fail(UFORM_UNSUPPORTED, "resume: resuming a run is not built in this version");
+    if (o->late_interaction)
+        return uform_fail(UFORM_UNSUPPORTED, "late_interaction: not built in this version");
+    if (o->choices) return uform_fail(UFORM_UNSUPPORTED, "choices: not built in this version");
+    if (o->batch.image.patch_side || o->batch.video.patch_side || o->batch.audio.chunk_samples)
+        return uform_fail(UFORM_UNSUPPORTED,
+                          "batch: image, video and audio training are not built in this version");
+    if ((unsigned)o->objective > UFORM_OBJECTIVE_JOINT)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "objective: %d is not an objective", (int)o->objective);
+    t->depth = o->depth ? o->depth : 4;
+    t->hidden = o->hidden ? o->hidden : 256;
+    if (t->depth > 1024)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "depth: %zu is more than 1024", t->depth);
+    if (t->hidden % 64 || t->hidden > 65536)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "hidden: %zu is not a multiple of 64 up to 65536",
+                          t->hidden);
+    t->heads = t->hidden / UFORM_HEAD_WIDTH;
+    t->objective = o->objective;
+    t->masks_text = o->objective != UFORM_OBJECTIVE_CONTRASTIVE;
+    t->contrasts = o->objective != UFORM_OBJECTIVE_MASKED;
+
+    t->limits.columns = o->batch.max_columns_per_row ? o->batch.max_columns_per_row : 512;
+    t->limits.rows = o->batch.max_rows_per_device ? o->batch.max_rows_per_device : 64;
+    t->limits.segments = o->batch.max_segments_per_device ? o->batch.max_segments_per_device
+                                                          : 4 * t->limits.rows;
+    if (t->limits.columns > (1u << 24))
+        return uform_fail(UFORM_INVALID_ARGUMENT, "batch.max_columns_per_row: %zu is too large",
+                          t->limits.columns);
+    if (t->limits.rows > (1u << 20) || t->limits.segments > (1u << 24))
+        return uform_fail(UFORM_INVALID_ARGUMENT, "batch: rows or segments too large");
+    t->context = t->limits.columns;
+
+    /* dimensions: the largest Matryoshka width, else H */
+    t->dimensions = t->hidden;
+    if (o->contrastive && o->contrastive->matryoshka_dimensions_count) {
+        if (!o->contrastive->matryoshka_dimensions)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive.matryoshka_dimensions: NULL with a count");
+        size_t largest = 0;
+        for (size_t i = 0; i < o->contrastive->matryoshka_dimensions_count; i++)
+            if (o->contrastive->matryoshka_dimensions[i] > largest)
+                largest = o->contrastive->matryoshka_dimensions[i];
+        if (largest == 0 || largest > (1u << 20))
+            return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive.matryoshka_dimensions: widths must be in [1, 2^20]");
+        t->dimensions = largest;
+    }
+    uform_masking_resolve(o->masking, &t->masking);
+    UFORM_TRY(uform_masking_check(&t->masking));
+    UFORM_TRY(uform_contrastive_resolve(o->contrastive, t->dimensions, &t->contrastive, t->widths,
+                                        initial_log_temperature, initial_bias));
+    t->schedule = o->schedule;
+    uform_schedule_resolve(&t->schedule);
+    UFORM_TRY(uform_schedule_check(&t->schedule));
+    t->seed = o->seed;
+    return UFORM_OK;
+}
+
+uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_trainer_options_t *options,
+                                      uform_trainer_t **result) {
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: the out-pointer is NULL");
+    *result = NULL;
+    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
+    if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
+    uform_trainer_t *t = uform_alloc_zeroed(1, sizeof(*t), "trainer");
+    if (!t) return UFORM_OUT_OF_MEMORY;
+    t->executor = executor;
+    float initial_log_temperature = 0, initial_bias = 0;
+    uform_status_t status = uform_trainer_configure(t, options, &initial_log_temperature, &initial_bias);
+    if (status == UFORM_OK) {
+        t->blocks = uform_alloc_zeroed(t->depth, sizeof(uform_block_slots_t), "trainer blocks");
+        t->slots = uform_alloc_zeroed(12 * t->depth + 16, sizeof(uform_slot_t), "trainer tensors");
+        status = t->blocks && t->slots ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    }
+    if (status == UFORM_OK) {
+        uform_layout(t);
+        t->parameters = uform_alloc_aligned(t->count, sizeof(float), "parameters");
+        t->gradients = uform_alloc_aligned(t->count, sizeof(float), "gradients");
+        t->first_moment = uform_alloc_aligned(t->count, sizeof(float), "first moments");
+        t->second_moment = uform_alloc_aligned(t->count, sizeof(float), "second moments");
+        t->decay = uform_alloc(t->count, 1, "decay flags");
+        status = t->parameters && t->gradients && t->first_moment && t->second_moment && t->decay
+                     ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    }
+    if (status != UFORM_OK) {
+        uform_trainer_free(t);
+        return status;
+    }
+    uform_initialise(t, initial_log_temperature, initial_bias);
+    memset(t->gradients, 0, t->count * sizeof(float));
+    memset(t->first_moment, 0, t->count * sizeof(float));
+    memset(t->second_moment, 0, t->count * sizeof(float));
+    *result = t;
+    return UFORM_OK;
+}
+
+uform_status_t uform_trainer_init_vram(uform_executor_t *executor, const uform_trainer_options_t *options,
+                                       uform_trainer_t **result) {
+    (void)executor, (void)options;
+    if (result) *result = NULL;
+    return uform_fail(UFORM_UNSUPPORTED, "Trainer.init_vram: this build of libuform has no GPU backend yet");
+}
+
+/* ---- step workspace --------------------------------------------------------- */
+
+/* What one layer's forward keeps for its backward. */
+typedef struct {
+    float *input, *normed1, *mean1, *rstd1, *qkv, *attended, *logsumexp;
+    float *middle, *normed2, *mean2, *rstd2, *up, *activated;
+} uform_layer_saved_t;
+
+typedef struct {
+    size_t rows, items, selected;
+    uint32_t *ids;            /* [rows] token ids after corruption */
+    uint32_t *targets;        /* [selected] original bytes */
+    size_t *selected_rows;    /* [selected] */
+    uform_span_t *spans;      /* [items] */
+    uform_segment_t *segments;
+    uint32_t *positions;      /* [rows][3] */
+    float *cosines, *sines;   /* [rows][32] */
+    uform_layer_saved_t *layers;
+    float *output, *final_mean, *final_rstd, *states; /* x after the blocks, final norm */
+    float *pooled, *projected, *norms, *embeddings;   /* [items, H], [items, D] x3 */
+    float *logits, *losses;   /* [selected, 256], [selected] */
+    /* backward */
+    float *d_states, *d_x, *d_middle, *d_normed, *d_wide, *d_wide2, *d_attended, *d_qkv;
+    float *d_pooled, *d_projected, *d_embeddings, *d_logits, *scale;
+    void *block;              /* everything above lives in this one allocation */
+} uform_workspace_t;
+
+static uform_status_t uform_workspace_init(uform_workspace_t *w, const uform_trainer_t *t,
+                                           size_t rows, size_t items, size_t selected) {
+    size_t h = t->hidden, d = t->dimensions, heads = t->heads, depth = t->depth;
+    size_t per_layer = 2 * rows * h + 4 * rows + 3 * rows * h + rows * h + rows * heads +
+                       2 * rows * h + 2 * rows * 4 * h;
+    size_t floats = depth * per_layer + 3 * rows * h + 2 * rows + 2 * rows * UFORM_PAIRS +
+                    items * h + 3 * items * d + selected * (UFORM_BYTES + 2) +
+                    /* backward */ 4 * rows * h + 2 * rows * 4 * h + rows * h + rows * 3 * h +
+                    items * h + 2 * items * d + selected * UFORM_BYTES + 64 * 64;
+    size_t words = rows + selected + 3 * rows;  /* ids, targets, positions */
+    size_t bytes = floats * sizeof(float) + words * sizeof(uint32_t) + selected * sizeof(size_t) +
+                   items * (sizeof(uform_span_t) + sizeof(uform_segment_t)) +
+                   depth * sizeof(uform_layer_saved_t) + 64 * 16;
+    memset(w, 0, sizeof(*w));
+    w->block = uform_alloc_zeroed(1, bytes, "training activations");
+    if (!w->block) return UFORM_OUT_OF_MEMORY;
+    uint8_t *cursor = w->block;
+#define UFORM_TAKE(pointer, count)                                                             \
+    do {                                                                                       \
+        cursor = (uint8_t *)(((uintptr_t)cursor + 63) & ~(uintptr_t)63);                       \
+        (pointer) = (void *)cursor;                                                            \
+        cursor += (count) * sizeof(*(pointer));                                                \
+    } while (0)
+    UFORM_TAKE(w->layers, depth);
+    for (size_t l = 0; l < depth; l++) {
+        uform_layer_saved_t *s = &w->layers[l];
+        UFORM_TAKE(s->input, rows * h);
+        UFORM_TAKE(s->normed1, rows * h);
+        UFORM_TAKE(s->mean1, rows);
+        UFORM_TAKE(s->rstd1, rows);
+        UFORM_TAKE(s->qkv, rows * 3 * h);
+        UFORM_TAKE(s->attended, rows * h);
+        UFORM_TAKE(s->logsumexp, rows * heads);
+        UFORM_TAKE(s->middle, rows * h);
+        UFORM_TAKE(s->normed2, rows * h);
+        UFORM_TAKE(s->mean2, rows);
+        UFORM_TAKE(s->rstd2, rows);
+        UFORM_TAKE(s->up, rows * 4 * h);
+        UFORM_TAKE(s->activated, rows * 4 * h);
+    }
+    UFORM_TAKE(w->ids, rows);
+    UFORM_TAKE(w->targets, selected);
+    UFORM_TAKE(w->selected_rows, selected);
+    UFORM_TAKE(w->spans, items);
+    UFORM_TAKE(w->segments, items);
+    UFORM_TAKE(w->positions, 3 * rows);
+    UFORM_TAKE(w->cosines, rows * UFORM_PAIRS);
+    UFORM_TAKE(w->sines, rows * UFORM_PAIRS);
+    UFORM_TAKE(w->output, rows * h);
+    UFORM_TAKE(w->final_mean, rows);
+    UFORM_TAKE(w->final_rstd, rows);
+    UFORM_TAKE(w->states, rows * h);
+    UFORM_TAKE(w->pooled, items * h);
+    UFORM_TAKE(w->projected, items * d);
+    UFORM_TAKE(w->norms, items);
+    UFORM_TAKE(w->embeddings, items * d);
+    UFORM_TAKE(w->logits, selected * UFORM_BYTES);
+    UFORM_TAKE(w->losses, selected);
+    UFORM_TAKE(w->d_states, rows * h);
+    UFORM_TAKE(w->d_x, rows * h);
+    UFORM_TAKE(w->d_middle, rows * h);
+    UFORM_TAKE(w->d_normed, rows * h);
+    UFORM_TAKE(w->d_wide, rows * 4 * h);
+    UFORM_TAKE(w->d_wide2, rows * 4 * h);
+    UFORM_TAKE(w->d_attended, rows * h);
+    UFORM_TAKE(w->d_qkv, rows * 3 * h);
+    UFORM_TAKE(w->d_pooled, items * h);
+    UFORM_TAKE(w->d_projected, items * d);
+    UFORM_TAKE(w->d_embeddings, items * d);
+    UFORM_TAKE(w->d_logits, selected * UFORM_BYTES);
+    UFORM_TAKE(w->scale, selected);
+#undef UFORM_TAKE
+    w->rows = rows;
+    w->items = items;
+    w->selected = selected;
+    return UFORM_OK;
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static uform_matrix_t uform_rows_of(const float *data, size_t stride) {
+    return (uform_matrix_t){data, stride, false};
+}
+static uform_matrix_t uform_transposed(const float *data, size_t stride) {
+    return (uform_matrix_t){data, stride, true};
+}
+
+typedef struct {
+    const float *dy;
+    size_t rows, cols;
+    float *sums;
+} uform_column_task_t;
+
+/* sums[c] += sum over rows of dy[r][c], rows in order: one owner per column. */
+static void uform_column_sums_range(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_column_task_t *task = context;
+    for (size_t r = 0; r < task->rows; r++) {
+        const float *row = task->dy + r * task->cols;
+        for (size_t c = begin; c < end; c++) task->sums[c] += row[c];
+    }
+}
+
+static void uform_column_sums(uform_executor_t *executor, const float *dy, size_t rows, size_t cols,
+                              float *sums) {
+    uform_column_task_t task = {dy, rows, cols, sums};
+    uform_parallel_for(executor, cols, 64, uform_column_sums_range, &task);
+}
+
+/* y = x W^T + b over `rows` (W [n, k] at parameters + weight). */
+static void uform_linear(uform_trainer_t *t, const float *x, size_t rows, size_t k, size_t n,
+                         size_t weight, size_t bias, bool accumulate, float *y) {
+    uform_sgemm(t->executor, rows, n, k, uform_rows_of(x, k),
+                uform_transposed(t->parameters + weight, k), t->parameters + bias, accumulate, y, n);
+}
+
+/* dW += dy^T x, db += column sums of dy, dx (+)= dy W. */
+static void uform_linear_backward(uform_trainer_t *t, const float *x, const float *dy, size_t rows,
+                                  size_t k, size_t n, size_t weight, size_t bias, float *dx,
+                                  bool accumulate_dx) {
+    uform_sgemm(t->executor, n, k, rows, uform_transposed(dy, n), uform_rows_of(x, k), NULL, true,
+                t->gradients + weight, k);
+    uform_column_sums(t->executor, dy, rows, n, t->gradients + bias);
+    uform_sgemm(t->executor, rows, k, n, uform_rows_of(dy, n),
+                uform_rows_of(t->parameters + weight, k), NULL, accumulate_dx, dx, k);
+}
+
+/* ---- the step ------------------------------------------------------------------- */
+
+static uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trainer_batch_t *b) {
+    if (!b) return uform_fail(UFORM_INVALID_ARGUMENT, "batch: NULL");
+    const uform_tape_t *tape = &b->contents;
+    size_t count = tape->count;
+    if (count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: the batch is empty");
+    if (!tape->offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: offsets are NULL");
+    if (!b->modalities) return uform_fail(UFORM_INVALID_ARGUMENT, "modalities: NULL");
+    for (size_t i = 0; i < count; i++) {
+        if (tape->offsets[i + 1] < tape->offsets[i])
+            return uform_fail(UFORM_INVALID_ARGUMENT, "contents: offsets decrease at item %zu", i);
+        if (b->modalities[i] > UFORM_MODALITY_AUDIO)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "modalities[%zu]: %u is not a modality", i,
+                              b->modalities[i]);
+        if (b->modalities[i] != UFORM_MODALITY_TEXT)
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "modalities[%zu]: the run has no shape for this modality (image, video "
+                              "and audio training are not built in this version)", i);
+        if (b->temperature_groups && b->temperature_groups[i] >= t->contrastive.groups)
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "temperature_groups[%zu]: %u is not below the %zu groups", i,
+                              b->temperature_groups[i], t->contrastive.groups);
+        if (b->sides && b->sides[i] != UFORM_SIDE_NONE)
+            return uform_fail(UFORM_UNSUPPORTED, "sides: late interaction is not built in this version");
+    }
+    if (tape->size && !tape->data) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: data is NULL");
+    if (tape->offsets[count] > tape->size)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "contents: the last offset is past the data");
+    const uform_edges_t *sets[3] = {NULL, NULL, NULL};
+    const char *names[3] = {"relations.attract", "relations.repel", "relations.ignore"};
+    if (b->relations) {
+        sets[0] = &b->relations->attract;
+        sets[1] = &b->relations->repel;
+        sets[2] = &b->relations->ignore;
+    }
+    for (size_t s = 0; s < 3; s++) {
+        const uform_edges_t *e = sets[s];
+        if (!e || !e->offsets) continue;
+        if (e->offsets[0] != 0)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "%s: offsets must start at 0", names[s]);
+        for (size_t i = 0; i < count; i++)
+            if (e->offsets[i + 1] < e->offsets[i])
+                return uform_fail(UFORM_INVALID_ARGUMENT, "%s: offsets decrease at item %zu", names[s], i);
+        size_t edges = e->offsets[count];
+        if (edges && !e->ids) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: ids are NULL", names[s]);
+        for (size_t j = 0; j < edges; j++) {
+            if (e->ids[j] >= count)
+                return uform_fail(UFORM_INVALID_ARGUMENT, "%s: edge %zu names item %u of %zu",
+                                  names[s], j, e->ids[j], count);
+            if (e->weights && (!isfinite(e->weights[j]) || e->weights[j] < 0))
+                return uform_fail(UFORM_INVALID_ARGUMENT, "%s: weight %zu is not finite and >= 0",
+                                  names[s], j);
+        }
+    }
+    return UFORM_OK;
+}
+
+/* Relations over the kept items: edges touching a dropped item go. */
+typedef struct {
+    size_t *offsets;
+    uint32_t *ids;
+    float *weights;
+} uform_edges_storage_t;
+
+static uform_status_t uform_remap_edges(const uform_edges_t *given, size_t count, const size_t *index,
+                                        size_t kept_count, uform_edges_storage_t *storage,
+                                        uform_edges_t *out) {
+    memset(out, 0, sizeof(*out));
+    if (!given || !given->offsets) return UFORM_OK;
+    size_t edges = given->offsets[count];
+    storage->offsets = uform_alloc(kept_count + 1, sizeof(size_t), "edges");
+    storage->ids = uform_alloc(edges ? edges : 1, sizeof(uint32_t), "edges");
+    storage->weights = uform_alloc(edges ? edges : 1, sizeof(float), "edges");
+    if (!storage->offsets || !storage->ids || !storage->weights) return UFORM_OUT_OF_MEMORY;
+    size_t written = 0, anchor = 0;
+    storage->offsets[0] = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (index[i] == SIZE_MAX) continue;
+        for (size_t e = given->offsets[i]; e < given->offsets[i + 1]; e++) {
+            size_t j = index[given->ids[e]];
+            if (j == SIZE_MAX) continue;
+            storage->ids[written] = (uint32_t)j;
+            storage->weights[written] = given->weights ? given->weights[e] : 1.0f;
+            written++;
+        }
+        storage->offsets[++anchor] = written;
+    }
+    *out = (uform_edges_t){storage->offsets, storage->ids, storage->weights};
+    return UFORM_OK;
+}
+
+static void uform_forward_train(uform_trainer_t *t, uform_workspace_t *w, const uform_batch_t *batch) {
+    size_t rows = w->rows, h = t->hidden;
+    uform_executor_t *ex = t->executor;
+    float *p = t->parameters;
+    uform_embedding_forward(p + t->bytes_table, p + t->modality, w->ids, rows, h, w->layers[0].input);
+    uform_rope_tables(ex, batch, w->cosines, w->sines);
+    for (size_t l = 0; l < t->depth; l++) {
+        const uform_block_slots_t *b = &t->blocks[l];
+        uform_layer_saved_t *s = &w->layers[l];
+        uform_layer_norm_forward(ex, s->input, rows, h, p + b->norm1_weight, p + b->norm1_bias,
+                                 s->normed1, s->mean1, s->rstd1);
+        uform_linear(t, s->normed1, rows, h, 3 * h, b->qkv_weight, b->qkv_bias, false, s->qkv);
+        uform_rope_forward(ex, s->qkv, rows, h, w->cosines, w->sines);
+        uform_attention_forward(ex, s->qkv, h, w->spans, w->items, s->attended, s->logsumexp);
+        memcpy(s->middle, s->input, rows * h * sizeof(float));
+        uform_linear(t, s->attended, rows, h, h, b->out_weight, b->out_bias, true, s->middle);
+        uform_layer_norm_forward(ex, s->middle, rows, h, p + b->norm2_weight, p + b->norm2_bias,
+                                 s->normed2, s->mean2, s->rstd2);
+        uform_linear(t, s->normed2, rows, h, 4 * h, b->up_weight, b->up_bias, false, s->up);
+        uform_gelu_forward(ex, s->up, rows * 4 * h, s->activated);
+        float *next = l + 1 < t->depth ? w->layers[l + 1].input : w->output;
+        memcpy(next, s->middle, rows * h * sizeof(float));
+        uform_linear(t, s->activated, rows, 4 * h, h, b->down_weight, b->down_bias, true, next);
+    }
+    uform_layer_norm_forward(ex, w->output, rows, h, p + t->norm_weight, p + t->norm_bias,
+                             w->states, w->final_mean, w->final_rstd);
+}
+
+static void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w) {
+    size_t rows = w->rows, h = t->hidden;
+    uform_executor_t *ex = t->executor;
+    float *p = t->parameters, *g = t->gradients;
+    /* d_states holds dLoss/dh; into the final norm */
+    memset(w->d_x, 0, rows * h * sizeof(float));
+    uform_layer_norm_backward(ex, w->d_states, w->output, p + t->norm_weight, w->final_mean,
+                              w->final_rstd, rows, h, w->d_x, g + t->norm_weight, g + t->norm_bias);
+    for (size_t l = t->depth; l-- > 0;) {
+        const uform_block_slots_t *b = &t->blocks[l];
+        uform_layer_saved_t *s = &w->layers[l];
+        /* x_next = middle + down(gelu(up(norm2(middle)))) */
+        memset(w->d_wide, 0, rows * 4 * h * sizeof(float));
+        uform_linear_backward(t, s->activated, w->d_x, rows, 4 * h, h, b->down_weight, b->down_bias,
+                              w->d_wide, false);
+        memset(w->d_wide2, 0, rows * 4 * h * sizeof(float));
+        uform_gelu_backward(ex, s->up, w->d_wide, rows * 4 * h, w->d_wide2);
+        uform_linear_backward(t, s->normed2, w->d_wide2, rows, h, 4 * h, b->up_weight, b->up_bias,
+                              w->d_normed, false);
+        memcpy(w->d_middle, w->d_x, rows * h * sizeof(float));
+        uform_layer_norm_backward(ex, w->d_normed, s->middle, p + b->norm2_weight, s->mean2, s->rstd2,
+                                  rows, h, w->d_middle, g + b->norm2_weight, g + b->norm2_bias);
+        /* middle = input + out(attention(rope(qkv(norm1(input))))) */
+        uform_linear_backward(t, s->attended, w->d_middle, rows, h, h, b->out_weight, b->out_bias,
+                              w->d_attended, false);
+        memset(w->d_qkv, 0, rows * 3 * h * sizeof(float));
+        uform_attention_backward(ex, s->qkv, s->attended, w->d_attended, s->logsumexp, h, w->spans,
+                                 w->items, w->d_qkv);
+        uform_rope_backward(ex, w->d_qkv, rows, h, w->cosines, w->sines);
+        uform_linear_backward(t, s->normed1, w->d_qkv, rows, h, 3 * h, b->qkv_weight, b->qkv_bias,
+                              w->d_normed, false);
+        memcpy(w->d_x, w->d_middle, rows * h * sizeof(float));
+        uform_layer_norm_backward(ex, w->d_normed, s->input, p + b->norm1_weight, s->mean1, s->rstd1,
+                                  rows, h, w->d_x, g + b->norm1_weight, g + b->norm1_bias);
+    }
+    uform_embedding_backward(ex, w->d_x, w->ids, rows, h, g + t->bytes_table, g + t->modality);
+}
+
+/* The masked text loss and its gradient into d_states (scaled by weight). */
+static float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
+                               size_t world_selected) {
+    size_t h = t->hidden, n = w->selected;
+    if (n == 0) return 0.0f;
+    float *p = t->parameters, *g = t->gradients;
+    float *gathered = w->d_normed; /* reuse: [selected, H] <= [rows, H] */
+    for (size_t i = 0; i < n; i++)
+        memcpy(gathered + i * h, w->states + w->selected_rows[i] * h, h * sizeof(float));
+    uform_sgemm(t->executor, n, UFORM_BYTES, h, uform_rows_of(gathered, h),
+                uform_transposed(p + t->bytes_table, h), p + t->bytes_bias, false, w->logits, UFORM_BYTES);
+    uform_cross_entropy_forward(w->logits, n, UFORM_BYTES, w->targets, w->losses);
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += w->losses[i];
+    float scale = weight / (float)world_selected;
+    for (size_t i = 0; i < n; i++) w->scale[i] = scale;
+    memset(w->d_logits, 0, n * UFORM_BYTES * sizeof(float));
+    uform_cross_entropy_backward(w->logits, n, UFORM_BYTES, w->targets, w->scale, w->d_logits);
+    /* logits = gathered . bytes[0:256]^T + bias */
+    uform_sgemm(t->executor, UFORM_BYTES, h, n, uform_transposed(w->d_logits, UFORM_BYTES),
+                uform_rows_of(gathered, h), NULL, true, g + t->bytes_table, h);
+    uform_column_sums(t->executor, w->d_logits, n, UFORM_BYTES, g + t->bytes_bias);
+    float *d_gathered = w->d_attended; /* reuse */
+    uform_sgemm(t->executor, n, h, UFORM_BYTES, uform_rows_of(w->d_logits, UFORM_BYTES),
+                uform_rows_of(p + t->bytes_table, h), NULL, false, d_gathered, h);
+    for (size_t i = 0; i < n; i++) {
+        float *dh = w->d_states + w->selected_rows[i] * h;
+        for (size_t c = 0; c < h; c++) dh[c] += d_gathered[i * h + c];
+    }
+    return (float)(total / (double)world_selected);
+}
+
+/* Pooled, projected, normalised embeddings of the kept items (w->embeddings). */
+static void uform_embed(uform_trainer_t *t, uform_workspace_t *w) {
+    size_t h = t->hidden, d = t->dimensions;
+    uform_mean_pool_forward(w->states, h, w->spans, w->items, w->pooled);
+    uform_sgemm(t->executor, w->items, d, h, uform_rows_of(w->pooled, h),
+                uform_transposed(t->parameters + t->embedding_head, h), NULL, false, w->projected, d);
+    uform_normalize_forward(w->projected, w->items, d, w->embeddings, w->norms);
+}
+
+static void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w) {
+    size_t h = t->hidden, d = t->dimensions;
+    memset(w->d_projected, 0, w->items * d * sizeof(float));
+    uform_normalize_backward(w->d_embeddings, w->embeddings, w->norms, w->items, d, w->d_projected);
+    uform_sgemm(t->executor, d, h, w->items, uform_transposed(w->d_projected, d),
+                uform_rows_of(w->pooled, h), NULL, true, t->gradients + t->embedding_head, h);
+    uform_sgemm(t->executor, w->items, h, d, uform_rows_of(w->d_projected, d),
+                uform_rows_of(t->parameters + t->embedding_head, h), NULL, false, w->d_pooled, h);
+    uform_mean_pool_backward(w->d_pooled, h, w->spans, w->items, w->d_states);
+}
+
+uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                  uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                  uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
+    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
+    UFORM_TRY(uform_check_step_batch(t, batch));
+    if (embeddings_out && !arena)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    if (embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not F32, BF16, F16, I8 or B1",
+                          (int)outputs_scalar);
+    size_t count = batch->contents.count;
+    const uint8_t *data = batch->contents.data;
+    const size_t *offsets = batch->contents.offsets;
+
+    /* Packing: which items this step carries, and how much of each. */
+    size_t *lengths = uform_alloc(4 * count + t->limits.rows + 1, sizeof(size_t), "packing");
+    if (!lengths) return UFORM_OUT_OF_MEMORY;
+    size_t *kept = lengths + count, *row = kept + count, *index = row + count;
+    size_t *row_used = index + count;
+    for (size_t i = 0; i < count; i++) lengths[i] = offsets[i + 1] - offsets[i];
+    size_t truncated = 0, dropped = 0;
+    uform_pack_items(lengths, count, &t->limits, kept, row, &truncated, &dropped, row_used);
+    size_t items = 0, rows = 0, selected = 0;
+    for (size_t i = 0; i < count; i++) {
+        index[i] = kept[i] == SIZE_MAX ? SIZE_MAX : items++;
+        if (kept[i] != SIZE_MAX) rows += kept[i];
+    }
+    uint64_t step = t->step + 1;
+    /* Corruption first, to size the workspace by the selected positions. */
+    uint32_t *ids = uform_alloc(rows ? rows : 1, sizeof(uint32_t), "token ids");
+    uint8_t *chosen = uform_alloc(rows ? rows : 1, 1, "selected positions");
+    if (!ids || !chosen) {
+        free(lengths), free(ids), free(chosen);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0, r = 0; i < count; i++) {
+        if (kept[i] == SIZE_MAX) continue;
+        const uint8_t *bytes = data + offsets[i];
+        if (t->masks_text) {
+            selected += uform_mask_text(&t->masking, t->seed, step, i, bytes, kept[i], ids + r, chosen + r);
+        } else {
+            for (size_t k = 0; k < kept[i]; k++) ids[r + k] = bytes[k], chosen[r + k] = 0;
+        }
+        r += kept[i];
+    }
+
+    uform_workspace_t w;
+    uform_status_t status = uform_workspace_init(&w, t, rows ? rows : 1, items ? items : 1, selected);
+    uform_edges_storage_t storage[3];
+    memset(storage, 0, sizeof(storage));
+    uform_relations_t relations;
+    memset(&relations, 0, sizeof(relations));
+    if (status == UFORM_OK && batch->relations) {
+        status = uform_remap_edges(&batch->relations->attract, count, index, items, &storage[0], &relations.attract);
+        if (status == UFORM_OK)
+            status = uform_remap_edges(&batch->relations->repel, count, index, items, &storage[1], &relations.repel);
+        if (status == UFORM_OK)
+            status = uform_remap_edges(&batch->relations->ignore, count, index, items, &storage[2], &relations.ignore);
+    }
+    uint32_t *bags = NULL, *groups = NULL;
+    if (status == UFORM_OK && (batch->bags || batch->temperature_groups)) {
+        bags = uform_alloc(2 * (items ? items : 1), sizeof(uint32_t), "bags");
+        if (!bags) status = UFORM_OUT_OF_MEMORY;
+        else groups = bags + (items ? items : 1);
+    }
+    if (status != UFORM_OK) goto done;
+
+    for (size_t i = 0; i < count; i++) {
+        if (index[i] == SIZE_MAX) continue;
+        if (batch->bags) bags[index[i]] = batch->bags[i];
+        groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
+    }
+    memcpy(w.ids, ids, rows * sizeof(uint32_t));
+    for (size_t i = 0, r = 0, s = 0; i < count; i++) {
+        if (kept[i] == SIZE_MAX) continue;
+        size_t item = index[i];
+        w.spans[item] = (uform_span_t){r, kept[i]};
+        w.segments[item] = (uform_segment_t){r, kept[i], 1};
+        for (size_t k = 0; k < kept[i]; k++) {
+            w.positions[3 * (r + k)] = (uint32_t)k;
+            w.positions[3 * (r + k) + 1] = w.positions[3 * (r + k) + 2] = 0;
+            if (chosen[r + k]) {
+                w.selected_rows[s] = r + k;
+                w.targets[s] = data[offsets[i] + k];
+                s++;
+            }
+        }
+        r += kept[i];
+    }
+    w.rows = rows;
+    w.items = items;
+
+    memset(t->gradients, 0, t->count * sizeof(float));
+    memset(w.d_states, 0, (rows ? rows : 1) * t->hidden * sizeof(float));
+    float masked_loss = 0, contrastive_loss = 0;
+    if (rows) {
+        uform_batch_t forward_batch = {rows, items, w.segments, w.positions};
+        uform_forward_train(t, &w, &forward_batch);
+    }
+    if (t->masks_text && selected)
+        masked_loss = uform_masked_text(t, &w, t->masking.text_weight, selected);
+    if (items) uform_embed(t, &w);
+    if (t->contrasts && items) {
+        uform_contrastive_batch_t cb = {items, t->dimensions, w.embeddings, batch->bags ? bags : NULL,
+                                        groups, batch->relations ? &relations : NULL};
+        memset(w.d_embeddings, 0, items * t->dimensions * sizeof(float));
+        status = uform_contrastive(t->executor, &t->contrastive, &cb,
+                                   t->parameters + t->log_inverse_temperature,
+                                   t->parameters + t->contrastive_bias, &contrastive_loss,
+                                   w.d_embeddings, t->gradients + t->log_inverse_temperature,
+                                   t->gradients + t->contrastive_bias);
+        if (status != UFORM_OK) goto done;
+        uform_embed_backward(t, &w);
+    }
+    if (rows) uform_backward_train(t, &w);
+
+    /* The update: AdamW at this step's rate on the clipped gradients (the
+     * gradient buffer keeps them unclipped, for inspection). */
+    double norm;
+    float factor = uform_clip_factor(t->gradients, t->count, UFORM_CLIP_NORM, &norm);
+    float rate = (float)uform_schedule_rate(&t->schedule, step);
+    uform_adamw(t->executor, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
+                t->decay, t->count, step, rate);
+    t->step = step;
+    t->truncated += truncated;
+    t->dropped += dropped;
+
+    if (embeddings_out) {
+        status = uform_arena_acquire(arena);
+        if (status == UFORM_OK) {
+            uform_arena_rewind(arena);
+            memset(embeddings_out, 0, sizeof(*embeddings_out));
+            embeddings_out->count = count;
+            embeddings_out->scalar = outputs_scalar;
+            embeddings_out->dimensions = t->dimensions;
+            embeddings_out->embedding_row_bytes = uform_output_row_bytes(outputs_scalar, t->dimensions);
+            uint8_t *out = uform_arena_take(arena, count * embeddings_out->embedding_row_bytes, "embeddings");
+            if (!out) status = UFORM_OUT_OF_MEMORY;
+            else {
+                memset(out, 0, count * embeddings_out->embedding_row_bytes);
+                for (size_t i = 0; i < count; i++)
+                    if (index[i] != SIZE_MAX)
+                        uform_convert_rows(w.embeddings + index[i] * t->dimensions, 1, t->dimensions,
+                                           outputs_scalar, out + i * embeddings_out->embedding_row_bytes,
+                                           embeddings_out->embedding_row_bytes);
+                embeddings_out->embeddings = out;
+            }
+            uform_arena_release(arena);
+        }
+    }
+    if (stats) {
+        memset(stats, 0, sizeof(*stats));
+        stats->step = step;
+        stats->learning_rate = rate;
+        stats->masked_text_loss = masked_loss;
+        stats->contrastive_loss = contrastive_loss;
+        stats->loss = t->masking.text_weight * masked_loss + contrastive_loss;
+        stats->truncated = t->truncated;
+        stats->dropped = t->dropped;
+        t->truncated = t->dropped = 0;
+    }
+
+done:
+    for (size_t s = 0; s < 3; s++) free(storage[s].offsets), free(storage[s].ids), free(storage[s].weights);
+    free(bags);
+    free(w.block);
+    free(lengths);
+    free(ids);
+    free(chosen);
+    return status;
+}
+
+/* ---- inspection and saving ---------------------------------------------------------- */
+
+static const uform_slot_t *uform_find_slot(const uform_trainer_t *t, const char *name) {
+    for (size_t s = 0; s < t->slots_count; s++)
+        if (strcmp(t->slots[s].name, name) == 0) return &t->slots[s];
+    return NULL;
+}
+
+uform_status_t uform_trainer_tensor(const uform_trainer_t *t, const char *name, uint32_t which,
+                                    float *values, size_t *count) {
+    if (!t || !name || !count) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer_tensor: NULL argument");
+    const uform_slot_t *slot = uform_find_slot(t, name);
+    if (!slot) return uform_fail(UFORM_INVALID_ARGUMENT, "name: the run has no tensor \"%s\"", name);
+    if (which > 3) return uform_fail(UFORM_INVALID_ARGUMENT, "which: %u is not 0..3", which);
+    size_t n = slot->rows * (slot->cols ? slot->cols : 1);
+    if (!values) {
+        *count = n;
+        return UFORM_OK;
+    }
+    if (*count != n)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "count: \"%s\" holds %zu values, not %zu", name, n, *count);
+    const float *buffers[4] = {t->parameters, t->gradients, t->first_moment, t->second_moment};
+    memcpy(values, buffers[which] + slot->offset, n * sizeof(float));
+    return UFORM_OK;
+}
+
+uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uform_progress_t *progress) {
+    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
+    if (!path) return uform_fail(UFORM_INVALID_ARGUMENT, "path: NULL");
+    size_t views_count = 4 * t->slots_count;
+    uform_tensor_view_t *views = uform_alloc_zeroed(views_count, sizeof(*views), "save");
+    uint16_t *bf16 = uform_alloc(t->count, sizeof(uint16_t), "save");
+    char (*names)[96] = uform_alloc(3 * t->slots_count, sizeof(*names), "save");
+    if (!views || !bf16 || !names) {
+        free(views), free(bf16), free(names);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < t->count; i++) bf16[i] = uform_f32_to_bf16(t->parameters[i]);
+    size_t v = 0;
+    for (size_t s = 0; s < t->slots_count; s++) {
+        const uform_slot_t *slot = &t->slots[s];
+        uform_tensor_view_t *view = &views[v++];
+        view->name = slot->name;
+        view->rank = slot->cols ? 2 : 1;
+        view->shape[0] = slot->rows;
+        view->shape[1] = slot->cols;
+        view->dtype = slot->f32 ? UFORM_DTYPE_F32 : UFORM_DTYPE_BF16;
+        view->data = slot->f32 ? (const void *)(t->parameters + slot->offset)
+                               : (const void *)(bf16 + slot->offset);
+    }
+    /* train.*: FP32 masters and moments, so a resume continues exactly */
+    const float *state[3] = {t->parameters, t->first_moment, t->second_moment};
+    const char *kinds[3] = {"master", "first_moment", "second_moment"};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t s = 0; s < t->slots_count; s++) {
+            const uform_slot_t *slot = &t->slots[s];
+            char *name = names[k * t->slots_count + s];
+            snprintf(name, 96, "train.%s.%s", kinds[k], slot->name);
+            uform_tensor_view_t *view = &views[v++];
+            view->name = name;
+            view->rank = slot->cols ? 2 : 1;
+            view->shape[0] = slot->rows;
+            view->shape[1] = slot->cols;
+            view->dtype = UFORM_DTYPE_F32;
+            view->data = state[k] + slot->offset;
+        }
+    char geometry[512], training[512];
+    snprintf(geometry, sizeof(geometry),
+             "{\"version\": 4, \"depth\": %zu, \"hidden\": %zu, \"dimensions\": %zu, \"context\": %zu, "
+             "\"token_width\": 0, \"choice_temperature_groups\": %d, \"step\": %llu}",
+             t->depth, t->hidden, t->dimensions, t->context, t->masks_text ? 1 : 0,
+             (unsigned long long)t->step);
+    snprintf(training, sizeof(training),
+             "{\"seed\": %llu, \"step\": %llu, \"objective\": %d, \"steps\": %zu, \"warmup_steps\": %zu, "
+             "\"learning_rate\": %.9g, \"min_learning_rate\": %.9g}",
+             (unsigned long long)t->seed, (unsigned long long)t->step, (int)t->objective,
+             t->schedule.steps, t->schedule.warmup_steps, (double)t->schedule.learning_rate,
+             (double)t->schedule.min_learning_rate);
+    uform_metadata_entry_t metadata[2] = {{(char *)"uform", geometry}, {(char *)"uform.train", training}};
+    uform_status_t status = uform_safetensors_write(path, views, v, metadata, 2, progress);
+    free(views);
+    free(bf16);
+    free(names);
+    return status;
+}
