@@ -304,7 +304,7 @@ class Trainer:
         options = ffi.new("uform_trainer_options_t *")
         keep: list = [options]
         if resume is not None:
-            path = path_bytes(resume, "resume")
+            path = ffi.new("char[]", path_bytes(resume, "resume"))
             keep.append(path)
             options.resume = path
         options.depth = as_count(depth, "depth")

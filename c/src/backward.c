@@ -394,12 +394,15 @@ static void uform_attention_forward_block(const uform_attention_task_t *task,
                     scores[r][c] = e;
                     partial[r][c] += e;
                 }
-            for (size_t c = 0; c < keys; c++) {
-                const float *value = v + (j0 + c) * stride;
-                for (size_t r = 0; r < rows; r++) {
+            for (size_t r = 0; r < rows; r++) {
+                float sum[UFORM_HEAD_WIDTH];
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) sum[d] = accumulated[r][d];
+                for (size_t c = 0; c < keys; c++) {
+                    const float *value = v + (j0 + c) * stride;
                     float p = scores[r][c];
-                    for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) accumulated[r][d] += p * value[d];
+                    for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) sum[d] += p * value[d];
                 }
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) accumulated[r][d] = sum[d];
             }
         }
         for (size_t r = 0; r < rows; r++) {
@@ -476,12 +479,15 @@ static void uform_attention_dq_block(const uform_attention_task_t *task,
             uform_tile_dots(queries, tiles, kt, scores);
             uform_tile_dots(douts, tiles, vt, dp);
             uform_attention_probabilities(scores, dp, lse, delta, rows, tiles, keys);
-            for (size_t c = 0; c < keys; c++) {
-                const float *key = k + (j0 + c) * stride;
-                for (size_t r = 0; r < rows; r++) {
+            for (size_t r = 0; r < rows; r++) {
+                float sum[UFORM_HEAD_WIDTH];
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) sum[d] = accumulated[r][d];
+                for (size_t c = 0; c < keys; c++) {
+                    const float *key = k + (j0 + c) * stride;
                     float ds = dp[r][c];
-                    for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) accumulated[r][d] += ds * key[d];
+                    for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) sum[d] += ds * key[d];
                 }
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) accumulated[r][d] = sum[d];
             }
         }
         for (size_t r = 0; r < rows; r++) {
@@ -527,14 +533,24 @@ static void uform_attention_dkv_block(const uform_attention_task_t *task,
             uform_tile_dots(queries, UFORM_QT, kt, scores);
             uform_tile_dots(douts, UFORM_QT, vt, dp);
             uform_attention_probabilities(scores, dp, lse, delta, rows, UFORM_QT, keys);
-            for (size_t r = 0; r < rows; r++)
-                for (size_t c = 0; c < keys; c++) {
+            for (size_t c = 0; c < keys; c++) {
+                float dv_row[UFORM_HEAD_WIDTH], dk_row[UFORM_HEAD_WIDTH];
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) {
+                    dv_row[d] = dv_sum[c][d];
+                    dk_row[d] = dk_sum[c][d];
+                }
+                for (size_t r = 0; r < rows; r++) {
                     float p = scores[r][c], ds = dp[r][c];
                     for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) {
-                        dv_sum[c][d] += p * douts[r][d];
-                        dk_sum[c][d] += ds * queries[r][d];
+                        dv_row[d] += p * douts[r][d];
+                        dk_row[d] += ds * queries[r][d];
                     }
                 }
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) {
+                    dv_sum[c][d] = dv_row[d];
+                    dk_sum[c][d] = dk_row[d];
+                }
+            }
         }
         for (size_t c = 0; c < keys; c++) {
             float *key = dk + (j0 + c) * stride, *value = dv + (j0 + c) * stride;

@@ -6,8 +6,7 @@
  * Scope of this version: text items; the MASKED, CONTRASTIVE and JOINT
  * objectives; one replica (every item of the step is processed together,
  * which is what data parallelism over replicas computes too). Late
- * interaction, choices, other modalities, resume and GPUs answer
- * UFORM_UNSUPPORTED. */
+ * interaction, choices, other modalities and GPUs answer UFORM_UNSUPPORTED. */
 #include "backward.h"
 #include "cpu/sgemm.h"
 #include "model.h"
@@ -164,8 +163,6 @@ void uform_trainer_free(uform_trainer_t *t) {
 
 static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_trainer_options_t *o,
                                               float *initial_log_temperature, float *initial_bias) {
-    if (o->resume)
-        return uform_fail(UFORM_UNSUPPORTED, "resume: resuming a run is not built in this version");
     if (o->late_interaction)
         return uform_fail(UFORM_UNSUPPORTED, "late_interaction: not built in this version");
     if (o->choices) return uform_fail(UFORM_UNSUPPORTED, "choices: not built in this version");
@@ -221,6 +218,79 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     return UFORM_OK;
 }
 
+/* Reads one F32 tensor of the train.* state into the flat buffer at slot. */
+static uform_status_t uform_resume_tensor(const uform_safetensors_t *file, const char *kind,
+                                          const uform_slot_t *slot, float *buffer) {
+    char name[96];
+    snprintf(name, sizeof(name), "train.%s.%s", kind, slot->name);
+    const uform_tensor_t *tensor = uform_safetensors_find(file, name);
+    size_t rank = slot->cols ? 2 : 1;
+    if (!tensor)
+        return uform_fail(UFORM_FORMAT, "resume: tensor \"%s\" is missing (a checkpoint saved by a trainer of this configuration?)", name);
+    if (tensor->dtype != UFORM_DTYPE_F32 || tensor->rank != rank || tensor->shape[0] != slot->rows ||
+        (rank == 2 && tensor->shape[1] != slot->cols))
+        return uform_fail(UFORM_FORMAT, "resume: tensor \"%s\" is not F32 of this run's shape", name);
+    memcpy(buffer + slot->offset, tensor->data, tensor->bytes);
+    return UFORM_OK;
+}
+
+static uform_status_t uform_resume_geometry(const uform_safetensors_t *file, const char *key,
+                                            const char *field, uint64_t *value) {
+    const char *text = uform_safetensors_metadata(file, key);
+    if (!text) return uform_fail(UFORM_FORMAT, "resume: __metadata__ has no \"%s\"", key);
+    uform_json_t root;
+    UFORM_TRY(uform_json_parse(text, strlen(text), 8, &root));
+    const uform_json_t *entry = uform_json_get(&root, field);
+    bool ok = entry && uform_json_u64(entry, value);
+    uform_json_free(&root);
+    if (!ok) return uform_fail(UFORM_FORMAT, "resume: \"%s\".\"%s\" is missing or not an integer", key, field);
+    return UFORM_OK;
+}
+
+/* Fills depth and hidden from the checkpoint when the options leave them 0. */
+static uform_status_t uform_resume_peek(const char *path, uform_trainer_options_t *o) {
+    uform_safetensors_t file;
+    memset(&file, 0, sizeof(file));
+    UFORM_TRY(uform_safetensors_open(path, &file));
+    uint64_t depth = 0, hidden = 0;
+    uform_status_t status = uform_resume_geometry(&file, "uform", "depth", &depth);
+    if (status == UFORM_OK) status = uform_resume_geometry(&file, "uform", "hidden", &hidden);
+    uform_safetensors_close(&file);
+    if (status != UFORM_OK) return status;
+    if (o->depth && o->depth != depth)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "depth: %zu, but the checkpoint has %llu", o->depth,
+                          (unsigned long long)depth);
+    if (o->hidden && o->hidden != hidden)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "hidden: %zu, but the checkpoint has %llu", o->hidden,
+                          (unsigned long long)hidden);
+    o->depth = depth;
+    o->hidden = hidden;
+    return UFORM_OK;
+}
+
+/* Loads masters, moments, step and seed saved by uform_trainer_save. */
+static uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given_seed) {
+    uform_safetensors_t file;
+    memset(&file, 0, sizeof(file));
+    UFORM_TRY(uform_safetensors_open(path, &file));
+    uint64_t step = 0, seed = 0;
+    uform_status_t status = uform_resume_geometry(&file, "uform.train", "step", &step);
+    if (status == UFORM_OK) status = uform_resume_geometry(&file, "uform.train", "seed", &seed);
+    if (status == UFORM_OK && given_seed && given_seed != seed)
+        status = uform_fail(UFORM_INVALID_ARGUMENT, "seed: %llu, but the run was seeded %llu",
+                            (unsigned long long)given_seed, (unsigned long long)seed);
+    for (size_t s = 0; s < t->slots_count && status == UFORM_OK; s++) {
+        status = uform_resume_tensor(&file, "master", &t->slots[s], t->parameters);
+        if (status == UFORM_OK) status = uform_resume_tensor(&file, "first_moment", &t->slots[s], t->first_moment);
+        if (status == UFORM_OK) status = uform_resume_tensor(&file, "second_moment", &t->slots[s], t->second_moment);
+    }
+    uform_safetensors_close(&file);
+    if (status != UFORM_OK) return status;
+    t->step = step;
+    t->seed = seed;
+    return UFORM_OK;
+}
+
 uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_trainer_options_t *options,
                                       uform_trainer_t **result) {
     if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: the out-pointer is NULL");
@@ -231,7 +301,10 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     if (!t) return UFORM_OUT_OF_MEMORY;
     t->executor = executor;
     float initial_log_temperature = 0, initial_bias = 0;
-    uform_status_t status = uform_trainer_configure(t, options, &initial_log_temperature, &initial_bias);
+    uform_trainer_options_t resolved = *options;
+    uform_status_t status = options->resume ? uform_resume_peek(options->resume, &resolved) : UFORM_OK;
+    if (status == UFORM_OK)
+        status = uform_trainer_configure(t, &resolved, &initial_log_temperature, &initial_bias);
     if (status == UFORM_OK) {
         t->blocks = uform_alloc_zeroed(t->depth, sizeof(uform_block_slots_t), "trainer blocks");
         t->slots = uform_alloc_zeroed(12 * t->depth + 16, sizeof(uform_slot_t), "trainer tensors");
@@ -255,6 +328,13 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     memset(t->gradients, 0, t->count * sizeof(float));
     memset(t->first_moment, 0, t->count * sizeof(float));
     memset(t->second_moment, 0, t->count * sizeof(float));
+    if (options->resume) {
+        status = uform_resume(t, options->resume, options->seed);
+        if (status != UFORM_OK) {
+            uform_trainer_free(t);
+            return status;
+        }
+    }
     *result = t;
     return UFORM_OK;
 }

@@ -258,8 +258,10 @@ static void test_empty(void) {
  * a partial panel, m in a partial row group. Also checks the reference on
  * these bigger shapes, and that AVX2 and AVX-512 (both FMA chains) agree. */
 static void test_determinism(uform_executor_t *executors[3]) {
-    static const size_t shapes[][3] = {{37, 100, 300}, {30, 600, 40}};
-    for (size_t shape = 0; shape < 2; shape++) {
+    /* 37 rows: partial row groups; 600 columns: more than one B block; 130
+     * rows: more than one packed A block per task. */
+    static const size_t shapes[][3] = {{37, 100, 300}, {30, 600, 40}, {130, 40, 300}};
+    for (size_t shape = 0; shape < sizeof(shapes) / sizeof(shapes[0]); shape++) {
         size_t m = shapes[shape][0], n = shapes[shape][1], k = shapes[shape][2];
         for (unsigned flags = 0; flags < 8; flags++) {
             bool a_t = flags & 1, b_t = flags & 2, accumulate_bias = flags & 4;

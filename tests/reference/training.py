@@ -45,7 +45,7 @@ def _mix(x: int) -> int:
     x &= MASK64
     x ^= x >> 30
     x = (x * 0xBF58476D1CE4E5B9) & MASK64
-    x ^= x >> 26
+    x ^= x >> 27
     x = (x * 0x94D049BB133111EB) & MASK64
     x ^= x >> 31
     return x
@@ -276,7 +276,7 @@ def relations(n: int, *, bags=None, attract: Optional[Edges] = None,
                 positives[j] = attract_rows[i][j]
             elif bags is not None and bags[i] is not None and bags[i] == bags[j]:
                 positives[j] = 1.0
-            elif j in repel_rows[i]:
+            elif j in repel_rows[i] and j not in attract_rows[j]:
                 negative[j] = repel_rows[i][j]
             elif negatives == "AMBIENT":
                 negative[j] = ambient
