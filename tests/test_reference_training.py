@@ -129,7 +129,7 @@ def walk_mask(original, seed, step, item, p=0.15, m=3.0, r=0.8, q=0.1):
     selected = np.zeros(n, dtype=bool)
     covered_until = 0
     for t in range(n):
-        if t < covered_until or not starts[t] < p32 / m32:
+        if t < covered_until or not starts[t] < p32 / (m32 * (1.0 - p32) + p32):
             continue
         ks = np.arange(1, n - t)                       # tests while t + k < n
         stop = continuation[t, ks] < 1.0 / m32
@@ -204,10 +204,10 @@ def test_mask_statistics() -> None:
         random_count += sum(v not in (MASK, ord("a")) for v in ids)
         runs += sum(1 for t in range(n) if selected[t] and (t == 0 or not selected[t - 1]))
     total = n * items
-    # Renewal argument: an unselected position starts a span with probability p/m and a
-    # span covers m positions on average, so the covered fraction is p / (1 + p - p/m)
-    # (0.1364 for the defaults: a little below p).
-    coverage = p / (1.0 + p - p / m)
+    # Renewal argument: an unselected position starts a span with probability
+    # s = p / (m (1 - p) + p) and a span covers m positions on average, so the covered
+    # fraction is s m / (1 - s + s m) = p.
+    coverage = p
     assert abs(selected_count / total - coverage) < 0.05 * coverage
     assert abs(mask_count / selected_count - r) < 0.015
     assert abs(random_count / selected_count - q * 255 / 256) < 0.01
@@ -241,7 +241,7 @@ def test_mask_is_deterministic_and_keyed() -> None:
 def test_mask_thresholds_use_float32_fields() -> None:
     start, stop, replace, random = mask_thresholds(0.15, 3.0, 0.8, 0.1)
     p32, r32, q32 = (float(np.float32(v)) for v in (0.15, 0.8, 0.1))
-    assert start == p32 / 3.0 and start != 0.15 / 3.0
+    assert start == p32 / (3.0 * (1.0 - p32) + p32) and start != 0.15 / (3.0 * 0.85 + 0.15)
     assert stop == 1.0 / 3.0
     assert replace == r32 and random == r32 + q32
     with pytest.raises(ValueError):

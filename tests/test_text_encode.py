@@ -329,3 +329,24 @@ def test_an_arena_serves_one_call_at_a_time(checkpoint_factory):
     release.set()
     assert pending.result().embeddings.shape == (10, 32)
     assert model.text_encode(["free again"], arena).embeddings.shape == (1, 32)
+
+
+def test_views_keep_a_temporary_arena_alive(checkpoint_factory):
+    """numpy collapses view chains to the memory's provider: the arena must be held
+    there, or np.asarray of an output of a temporary arena reads freed memory."""
+    import gc
+
+    model = uform.Model.load_ram(checkpoint_factory(**SHAPES[1]))
+    texts = sample_texts(128)
+    expected = np.array(model.text_encode(texts, uform.Arena(),
+                                          outputs=uform.Outputs.EMBEDDINGS | uform.Outputs.TOKENS).embeddings)
+    encoded = model.text_encode(texts, uform.Arena(), outputs=uform.Outputs.EMBEDDINGS | uform.Outputs.TOKENS)
+    plain = np.asarray(encoded.embeddings)[1:]        # a plain view of a view
+    offsets = encoded.tokens.offsets
+    tokens = np.asarray(encoded.tokens)
+    del encoded
+    gc.collect()
+    for _ in range(20):                               # reuse freed memory if it was freed
+        model.text_encode(texts * 4, uform.Arena())
+    assert np.array_equal(plain, expected[1:])
+    assert offsets[-1] == tokens.shape[0] and np.isfinite(tokens).all()

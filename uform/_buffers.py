@@ -64,7 +64,6 @@ class ArenaBuffer(np.ndarray):
 
     def __array_finalize__(self, obj: Any) -> None:
         self.scalar = getattr(obj, "scalar", Scalar.F32)
-        self._owner = getattr(obj, "_owner", None)
 
     def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
         # Arithmetic on a view produces ordinary arrays, not arena views.
@@ -89,19 +88,34 @@ class RowsTape(ArenaBuffer):
         return super().__len__()
 
 
+class _ArenaMemory:
+    """The bottom of every arena view's base chain: numpy collapses chains of plain
+    ndarrays down to the object that provided the memory, so that object, not a
+    subclass instance above it, must hold the arena alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, pointer: Any, shape: tuple, dtype: np.dtype, owner: Any) -> None:
+        address = int(ffi.cast("uintptr_t", pointer))
+        self.__array_interface__ = {"data": (address, False), "shape": shape,
+                                    "typestr": dtype.str, "version": 3}
+        self.owner = owner
+
+
+def _memory(pointer: Any, shape: tuple, dtype: np.dtype, owner: Any) -> np.ndarray:
+    """An ndarray over arena memory that keeps `owner` alive however it is viewed."""
+    if 0 in shape:
+        return np.empty(shape, dtype=dtype)
+    return np.asarray(_ArenaMemory(pointer, shape, dtype, owner))
+
+
 def _view(pointer: Any, rows: int, row_bytes: int, width: int, scalar: Scalar, owner: Any,
           cls: type) -> Any:
-    """An ndarray over `rows` rows at `pointer`, alive as long as `owner`."""
+    """An ndarray subclass over `rows` rows at `pointer`, alive as long as its views."""
     dtype = _DTYPES[scalar]
     columns = row_bytes // dtype.itemsize
-    if rows == 0 or row_bytes == 0:
-        flat = np.empty((0,), dtype=dtype)
-    else:
-        flat = np.frombuffer(ffi.buffer(pointer, rows * row_bytes), dtype=dtype)
-    view: Any = flat.reshape(rows, columns).view(cls)
+    view: Any = _memory(pointer, (rows, columns), dtype, owner).view(cls)
     view.scalar = scalar
-    view._owner = owner
-    view.flags.writeable = True
     return view
 
 
@@ -112,8 +126,7 @@ def arena_rows(pointer: Any, rows: int, row_bytes: int, width: int, scalar: Scal
 
 def arena_rows_tape(pointer: Any, offsets: Any, count: int, row_bytes: int, width: int,
                     scalar: Scalar, owner: Any) -> RowsTape:
-    boundaries = np.frombuffer(ffi.buffer(offsets, (count + 1) * ffi.sizeof("size_t")),
-                               dtype=np.uintp)
+    boundaries = _memory(offsets, (count + 1,), np.dtype(np.uintp), owner)
     tape = _view(pointer, int(boundaries[-1]), row_bytes, width, scalar, owner, RowsTape)
     tape.offsets = boundaries
     return tape

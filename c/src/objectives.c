@@ -80,7 +80,10 @@ uform_status_t uform_masking_check(const uform_masking_t *resolved) {
                           (double)m->token_mean_span);
     UFORM_TRY(uform_check_fraction(m->replace_fraction, "replace_fraction"));
     UFORM_TRY(uform_check_fraction(m->random_fraction, "random_fraction"));
-    if ((double)m->replace_fraction + (double)m->random_fraction > 1.0)
+    /* Summed in FP32, the fields' own precision: 0.8f + 0.2f is 1 there but
+     * 1.000000015 in float64 (harmless: the float64 threshold r + q only has
+     * to exceed every uniform below 1). */
+    if (m->replace_fraction + m->random_fraction > 1.0f)
         return uform_fail(UFORM_INVALID_ARGUMENT,
                           "masking.replace_fraction + masking.random_fraction must be at most 1, "
                           "got %g + %g",
@@ -98,8 +101,12 @@ uform_status_t uform_masking_check(const uform_masking_t *resolved) {
 size_t uform_mask_text(const uform_masking_t *resolved, uint64_t seed, uint64_t step,
                        uint64_t item, const uint8_t *bytes, size_t n, uint32_t *ids,
                        uint8_t *selected) {
-    const double start = (double)resolved->token_mask_probability / (double)resolved->token_mean_span;
-    const double stop = 1.0 / (double)resolved->token_mean_span;
+    const double span = (double)resolved->token_mean_span;
+    /* Start a span where an unselected position draws below p / (m (1 - p) + p):
+     * with spans of mean m the selected share is then p (a renewal argument). */
+    const double probability = (double)resolved->token_mask_probability;
+    const double start = probability / (span * (1.0 - probability) + probability);
+    const double stop = 1.0 / span;
     const double replace = (double)resolved->replace_fraction;
     const double replace_or_random = replace + (double)resolved->random_fraction;
     size_t count = 0;
@@ -168,7 +175,8 @@ uform_status_t uform_contrastive_resolve(const uform_contrastive_t *given, size_
             size_t w = value.matryoshka_dimensions[k];
             if (w < 1 || w > dimensions)
                 return uform_fail(UFORM_INVALID_ARGUMENT,
-                                  "contrastive.matryoshka_dimensions[%zu] = %zu is outside [1, %zu]",
+                                  "contrastive.matryoshka_dimensions[%zu] = %zu is outside "
+                                  "[1, %zu]",
                                   k, w, dimensions);
             for (size_t l = 0; l < k; l++)
                 if (widths[l] == w)
@@ -234,19 +242,23 @@ uform_status_t uform_contrastive_resolve(const uform_contrastive_t *given, size_
 
 /* ==== 3. Contrastive: validation =========================================== */
 
-static uform_status_t uform_check_edges(const uform_edges_t *edges, size_t count,
+/* seen: n zeroed bytes, left zeroed. */
+static uform_status_t uform_check_edges(const uform_edges_t *edges, size_t count, uint8_t *seen,
                                         const char *name) {
     if (!edges->offsets) return UFORM_OK;
     const size_t *offsets = edges->offsets;
+    if (offsets[0] != 0)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "relations.%s: offsets[0] = %zu, not 0", name,
+                          offsets[0]);
     for (size_t i = 0; i < count; i++)
         if (offsets[i + 1] < offsets[i])
             return uform_fail(UFORM_INVALID_ARGUMENT,
                               "relations.%s: offsets[%zu] = %zu is less than offsets[%zu] = %zu",
                               name, i + 1, offsets[i + 1], i, offsets[i]);
-    if (offsets[count] > offsets[0] && !edges->ids)
+    if (offsets[count] > 0 && !edges->ids)
         return uform_fail(UFORM_INVALID_ARGUMENT, "relations.%s: %zu edges but ids is NULL",
-                          name, offsets[count] - offsets[0]);
-    for (size_t e = offsets[0]; e < offsets[count]; e++) {
+                          name, offsets[count]);
+    for (size_t e = 0; e < offsets[count]; e++) {
         if (edges->ids[e] >= count)
             return uform_fail(UFORM_INVALID_ARGUMENT,
                               "relations.%s: ids[%zu] = %u is not below the %zu items", name, e,
@@ -260,7 +272,24 @@ static uform_status_t uform_check_edges(const uform_edges_t *edges, size_t count
                                   name, e, (double)w);
         }
     }
-    return UFORM_OK;
+    /* One edge per (anchor, candidate) and kind; self edges are dropped, not counted. */
+    uform_status_t status = UFORM_OK;
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        size_t e = offsets[i];
+        for (; e < offsets[i + 1]; e++) {
+            uint32_t j = edges->ids[e];
+            if (j == i) continue;
+            if (seen[j]) {
+                status = uform_fail(UFORM_INVALID_ARGUMENT,
+                                    "relations.%s: edge %zu -> %u given twice (ids[%zu])", name, i,
+                                    (unsigned)j, e);
+                break;
+            }
+            seen[j] = 1;
+        }
+        for (size_t f = offsets[i]; f < e; f++) seen[edges->ids[f]] = 0;
+    }
+    return status;
 }
 
 static uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
@@ -313,12 +342,13 @@ static uform_status_t uform_contrastive_check(const uform_contrastive_config_t *
         if (!bias) return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive: SIGMOID needs a bias");
         for (size_t g = 0; g < config->groups; g++)
             if (!isfinite(bias[g]))
-                return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive: bias[%zu] = %g is not finite",
-                                  g, (double)bias[g]);
+                return uform_fail(UFORM_INVALID_ARGUMENT,
+                                  "contrastive: bias[%zu] = %g is not finite", g, (double)bias[g]);
     }
     if (n == 0) return UFORM_OK;
 
-    if (!batch->embeddings) return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive: embeddings is NULL");
+    if (!batch->embeddings)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive: embeddings is NULL");
     for (size_t e = 0; e < elements; e++)
         if (!isfinite(batch->embeddings[e]))
             return uform_fail(UFORM_INVALID_ARGUMENT,
@@ -332,9 +362,14 @@ static uform_status_t uform_contrastive_check(const uform_contrastive_config_t *
                                   "groups",
                                   i, (unsigned)batch->groups[i], config->groups);
     if (batch->relations) {
-        UFORM_TRY(uform_check_edges(&batch->relations->attract, n, "attract"));
-        UFORM_TRY(uform_check_edges(&batch->relations->repel, n, "repel"));
-        UFORM_TRY(uform_check_edges(&batch->relations->ignore, n, "ignore"));
+        uint8_t *seen = uform_alloc_zeroed(n, 1, "contrastive edge check");
+        if (!seen) return UFORM_OUT_OF_MEMORY;
+        const uform_relations_t *r = batch->relations;
+        uform_status_t status = uform_check_edges(&r->attract, n, seen, "attract");
+        if (status == UFORM_OK) status = uform_check_edges(&r->repel, n, seen, "repel");
+        if (status == UFORM_OK) status = uform_check_edges(&r->ignore, n, seen, "ignore");
+        free(seen);
+        return status;
     }
     return UFORM_OK;
 }
@@ -432,14 +467,16 @@ static void uform_contrastive_classify(const uform_contrastive_job_t *job, size_
     if (attract && attract->offsets)
         for (size_t e = attract->offsets[i]; e < attract->offsets[i + 1]; e++) {
             uint32_t j = attract->ids[e];
+            if (j == i) continue;
             double w = attract->weights ? (double)attract->weights[e] : 1.0;
-            scratch->attract[j] = (scratch->attract[j] < 0 ? 0.0 : scratch->attract[j]) + w;
+            scratch->attract[j] = w;
         }
     if (repel && repel->offsets)
         for (size_t e = repel->offsets[i]; e < repel->offsets[i + 1]; e++) {
             uint32_t j = repel->ids[e];
+            if (j == i) continue;
             double w = repel->weights ? (double)repel->weights[e] : 1.0;
-            scratch->repel[j] = (scratch->repel[j] < 0 ? 0.0 : scratch->repel[j]) + w;
+            scratch->repel[j] = w;
         }
     if (ignore && ignore->offsets)
         for (size_t e = ignore->offsets[i]; e < ignore->offsets[i + 1]; e++)
@@ -452,14 +489,19 @@ static void uform_contrastive_classify(const uform_contrastive_job_t *job, size_
         uint8_t kind = UFORM_PAIR_NONE;
         double weight = 0;
         if (j == i || scratch->ignore[j]) {
+            /* not scored */
         } else if (scratch->attract[j] >= 0) {
-            kind = UFORM_PAIR_POSITIVE, weight = scratch->attract[j];
+            kind = UFORM_PAIR_POSITIVE;
+            weight = scratch->attract[j];
         } else if (bags && bags[j] == bags[i]) {
-            kind = UFORM_PAIR_POSITIVE, weight = 1.0;
+            kind = UFORM_PAIR_POSITIVE;
+            weight = 1.0;
         } else if (scratch->repel[j] >= 0) {
-            kind = UFORM_PAIR_NEGATIVE, weight = scratch->repel[j];
+            kind = UFORM_PAIR_NEGATIVE;
+            weight = scratch->repel[j];
         } else if (ambient) {
-            kind = UFORM_PAIR_NEGATIVE, weight = ambient_weight;
+            kind = UFORM_PAIR_NEGATIVE;
+            weight = ambient_weight;
         }
         scratch->kind[j] = kind;
         scratch->weight[j] = weight;

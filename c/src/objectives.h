@@ -47,8 +47,9 @@ UFORM_INTERNAL void uform_masking_resolve(const uform_masking_t *given, uform_ma
 /* UFORM_INVALID_ARGUMENT naming the field when a resolved field is out of its
  * domain: NaN or negative anywhere; token_mask_probability, replace_fraction,
  * random_fraction and the three mask ratios above 1; replace_fraction +
- * random_fraction above 1 (summed in float64); token_mean_span below 1 or
- * infinite; a weight infinite. */
+ * random_fraction above 1, summed in FP32 (so 0.8 + 0.2 passes, although
+ * 0.8f + 0.2f exceeds 1 in float64); token_mean_span below 1 or infinite; a
+ * weight infinite. */
 UFORM_INTERNAL uform_status_t uform_masking_check(const uform_masking_t *resolved);
 
 /* The corruption of one item of n bytes (docs/training.md section 2), for a
@@ -119,11 +120,12 @@ UFORM_INTERNAL uform_status_t uform_contrastive_resolve(const uform_contrastive_
  * Relations of anchor i to candidate j != i, by precedence: ignore edge >
  * attract edge (positive, its weight) > same bag (positive, 1) > repel edge
  * (negative, its weight) > AMBIENT (negative, ambient_repulsion_weight) /
- * NAMED (not scored). Self edges (i -> i) are ignored; repeated edges of one
- * kind between the same pair add their weights. An edge set with NULL offsets
- * is empty; otherwise offsets holds N + 1 non-decreasing values, anchor i's
- * edges are ids[offsets[i] .. offsets[i+1]) (and weights likewise, NULL: all
- * 1), every id < N, every weight finite and >= 0.
+ * NAMED (not scored). Self edges (i -> i) are dropped. An edge set with NULL
+ * offsets is empty; otherwise offsets holds N + 1 non-decreasing values from
+ * 0 (offsets[N] is the number of edges), anchor i's edges are
+ * ids[offsets[i] .. offsets[i+1]) (and weights likewise, NULL: all 1), every
+ * id < N, every weight finite and >= 0, and no candidate appears twice in one
+ * anchor's row of one edge set (as tests/reference/training.py rejects it).
  *
  * BALANCED and RANKED score an anchor when its positives' weights sum to more
  * than 0 (zero-weight positives still enter the BALANCED denominator, as the

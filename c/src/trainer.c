@@ -780,7 +780,7 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     for (size_t i = 0; i < count; i++) {
         if (index[i] == SIZE_MAX) continue;
         if (batch->bags) bags[index[i]] = batch->bags[i];
-        groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
+        if (groups) groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
     }
     memcpy(w.ids, ids, rows * sizeof(uint32_t));
     for (size_t i = 0, r = 0, s = 0; i < count; i++) {

@@ -3,11 +3,13 @@
  *
  * Build (from the repository root), or `make c/build/tests/test_backward`:
  *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/error.c c/src/executor.c c/src/backward.c tests/c/test_backward.c \
- *       -lm -pthread -o /tmp/test_backward && /tmp/test_backward
+ *       c/src/error.c c/src/executor.c c/src/backward.c c/src/cpu/attention.c \
+ *       tests/c/test_backward.c -lm -pthread -o /tmp/test_backward && /tmp/test_backward
  *
  * For each operation:
- * - the FP32 forward against a float64 reference (straight loops, libm exp/tanh);
+ * - the FP32 forward against a float64 reference (straight loops, libm exp/tanh),
+ *   and the attention forward against the inference kernel of the portable
+ *   classes (cpu/attention.c), bit for bit;
  * - the float64 finite-difference check of its backward: for a fixed random g,
  *   L = sum(y * g) is evaluated by the float64 reference, the derivative
  *   dL/dx_i by central differences with step h = 1e-6 (relative to the input's
@@ -37,6 +39,7 @@
  *   the magnitudes involved, for the same reason.
  */
 #include "backward.h"
+#include "cpu/kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -571,6 +574,22 @@ static void test_attention(size_t hidden, float scale, const uform_span_t *segme
     size_t longest = 0;
     for (size_t s = 0; s < count; s++)
         if (segments[s].length > longest) longest = segments[s].length;
+
+    /* the inference path's portable kernel computes the same chains */
+    size_t scratch_bytes = uform_attention_scratch_floats(longest) * sizeof(float);
+    float *scratch = aligned_alloc(64, scratch_bytes), *inference = xmalloc(rows * hidden, 4);
+    for (size_t s = 0; s < count; s++)
+        for (size_t h = 0; h < heads && segments[s].length; h++) {
+            const float *q = qkv + segments[s].begin * stride + h * 64;
+            uform_attention_portable(q, q + hidden, q + 2 * hidden, stride, segments[s].length, 0,
+                                     segments[s].length,
+                                     inference + segments[s].begin * hidden + h * 64, hidden,
+                                     scratch);
+        }
+    CHECK(same_bits(out[0], inference, rows * hidden),
+          "%s: forward differs from the inference kernel", what);
+    free(scratch);
+    free(inference);
     double *ref_out = xmalloc(longest * 64, sizeof(double));
     double *ref_lse = xmalloc(longest, sizeof(double));
     /* Forward: each output is a convex combination of v (|v| <= scale); its

@@ -79,7 +79,8 @@ def mask_thresholds(token_mask_probability: float = 0.15, token_mean_span: float
                     replace_fraction: float = 0.8, random_fraction: float = 0.1
                     ) -> tuple[float, float, float, float]:
     """(start, stop, mask, random) float64 thresholds from float32-rounded config values:
-    start = p / m, stop = 1 / m, mask = r, random = r + q.
+    start = p / (m (1 - p) + p) (so spans of mean m select p of the bytes), stop = 1 / m,
+    mask = r, random = r + q.
 
     Resolved: the values are the *derived* ones (a zero field is not re-derived here); a
     `token_mean_span` below 1 is rejected rather than clamped ("at least 1").
@@ -92,7 +93,7 @@ def mask_thresholds(token_mask_probability: float = 0.15, token_mean_span: float
                         ("random_fraction", q)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} {value} must lie in [0, 1]")
-    return p / m, 1.0 / m, r, r + q
+    return p / (m * (1.0 - p) + p), 1.0 / m, r, r + q
 
 
 def mask_text(bytes_: Union[bytes, Sequence[int]], *, seed: int, step: int, item: int,
@@ -276,7 +277,7 @@ def relations(n: int, *, bags=None, attract: Optional[Edges] = None,
                 positives[j] = attract_rows[i][j]
             elif bags is not None and bags[i] is not None and bags[i] == bags[j]:
                 positives[j] = 1.0
-            elif j in repel_rows[i] and j not in attract_rows[j]:
+            elif j in repel_rows[i]:
                 negative[j] = repel_rows[i][j]
             elif negatives == "AMBIENT":
                 negative[j] = ambient

@@ -6,8 +6,11 @@
  * depends on the split. Inside a task, for each chunk of `nb` columns and
  * each block of kc steps of k: op(b)[kc, nb] is packed into panels of nr
  * columns (k contiguous inside a panel, the last panel padded with zero
- * columns), then each group of mr rows of op(a)[., kc] is packed and swept
- * across the panels, so the A panel stays in L1 and the B block in L2. The
+ * columns); then, a block of up to 8 groups of mr rows at a time, op(a) is
+ * packed group by group (p-major inside a group) and each group is swept
+ * across the panels: the group's panel stays in L1, the A and B blocks in
+ * L2. A row group of fewer than mr rows has its own kernel (no padding rows);
+ * a partial last column panel is computed full width in a scratch tile. The
  * partial sums go through c between k blocks (FP32 stores and loads: exact).
  *
  * Blocks come from one workspace allocated per call (a slice per pool
@@ -21,7 +24,8 @@
 #include <stdlib.h>
 
 /* k per block and columns per packed B block with the workspace: a B block
- * of 256 x 512 floats (512 KiB) sits in L2; the A panel (<= 14 KiB) in L1. */
+ * of 256 x 512 floats (512 KiB) sits in L2; one row group's A panel
+ * (<= 14 KiB) in L1. */
 #define UFORM_SGEMM_KC 256
 #define UFORM_SGEMM_NC 512
 /* kernel row groups per packed A block: 8 x 14 rows x 256 x 4 bytes = 112 KiB,
@@ -34,9 +38,11 @@
 static size_t uform_sgemm_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t uform_sgemm_round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
 
-/* ---- portable microkernels: 4 x 16, multiply then add ------------------------
- * Built for the baseline target under -std=c11, where GCC and Clang do not
- * contract a * b + c into an FMA: every step is one multiply and one add. */
+/* ---- portable microkernels: 6 x 8, multiply then add -------------------------
+ * Built for the baseline target. The product and the sum are separate
+ * statements, so no compiler contracts them into an FMA (GCC under -std=c11
+ * does not contract at all; Clang's default contracts only within one
+ * expression): every step is one multiply and one add in every element. */
 
 #define UFORM_SGEMM_PORTABLE_MR 6
 #define UFORM_SGEMM_PORTABLE_NR 8
@@ -128,14 +134,16 @@ uform_sgemm_path_t uform_sgemm_best_path(void) {
 }
 
 static const uform_sgemm_kernels_t *uform_sgemm_kernels_for(uform_sgemm_path_t path) {
+    /* AUTO uses the cached choice: cpuid traps to the hypervisor in a VM */
     if (path == UFORM_SGEMM_AUTO) path = uform_sgemm_best_path();
+    else if (!uform_sgemm_path_supported(path)) path = UFORM_SGEMM_PORTABLE;
+    switch (path) {
 #if defined(__x86_64__)
-    if (path == UFORM_SGEMM_AVX512 && uform_sgemm_path_supported(path))
-        return &uform_sgemm_kernels_avx512;
-    if (path == UFORM_SGEMM_AVX2 && uform_sgemm_path_supported(path))
-        return &uform_sgemm_kernels_avx2;
+    case UFORM_SGEMM_AVX512: return &uform_sgemm_kernels_avx512;
+    case UFORM_SGEMM_AVX2: return &uform_sgemm_kernels_avx2;
 #endif
-    return &uform_sgemm_kernels_portable;
+    default: return &uform_sgemm_kernels_portable;
+    }
 }
 
 /* ---- packing ---------------------------------------------------------------- */
@@ -214,7 +222,7 @@ typedef struct {
     size_t mc, nc;          /* rows and columns per task (multiples of mr and nr) */
     size_t mb;              /* rows per packed A block with the workspace (multiple of mr) */
     size_t n_blocks;        /* tasks across n */
-    float *workspace;       /* per thread: a panel, then a B block; NULL: stack blocks */
+    float *workspace;       /* per thread: an A block, then a B block; NULL: stack blocks */
     size_t workspace_floats;
     size_t kc;              /* k per block with the workspace */
 } uform_sgemm_job_t;
@@ -317,8 +325,8 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
      * side (rows or columns) until there are 4 tasks per thread, keeping at
      * least 8 kernel rows and 4 panels per task (the packed panels' reuse),
      * then below that only while some thread would have no task. */
-    size_t want = threads > 1 ? 4 * threads : 1;
-    size_t mc_min = 8 * mr, nc_min = 4 * nr;
+    size_t want = threads > 1 ? 2 * threads : 1;
+    size_t mc_min = 16 * mr, nc_min = 8 * nr;
     job.mc = uform_sgemm_round_up(m, mr);
     job.nc = uform_sgemm_min(uform_sgemm_round_up(n, nr), UFORM_SGEMM_NC);
     for (;;) {
@@ -334,7 +342,7 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
     job.n_blocks = (n + job.nc - 1) / job.nc;
     size_t tasks = (m + job.mc - 1) / job.mc * job.n_blocks;
 
-    /* The workspace: per thread an A panel and a B block, 64-byte aligned.
+    /* The workspace: per thread an A block and a B block, 64-byte aligned.
      * aligned_alloc rather than uform_alloc_aligned: a failure here is not an
      * error to report (the stack blocks take over), so it must not replace
      * the thread's last error message. */

@@ -22,7 +22,8 @@
 typedef struct {
     const float *data;
     size_t stride;      /* floats between consecutive rows of the stored matrix */
-    bool transposed;    /* false: element (i, p) at data[i * stride + p]; true: at data[p * stride + i] */
+    bool transposed;    /* false: element (i, p) at data[i * stride + p];
+                           true: at data[p * stride + i] */
 } uform_matrix_t;
 
 /* c[m, n] = (accumulate ? c : 0) + op(a)[m, k] . op(b)[k, n] (+ bias[n] when not NULL),

@@ -101,8 +101,8 @@ static UFORM_SGEMM_AVX512 void uform_sgemm_avx512_pack_rows(const float *src, si
                 r[i + 3] = _mm512_castpd_ps(
                     _mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
             }
-            /* r[4g + j] now holds, in each 128-bit lane l, element j of rows
-             * 4g..4g+3 at columns 4l + j; gather the lanes. */
+            /* Lane l (128 bits) of r[4g + j] now holds column 4l + j of rows
+             * 4g..4g+3; two lane shuffles put column c's four lanes in r[c]. */
 #pragma GCC unroll 4
             for (size_t j = 0; j < 4; j++) {
                 t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
@@ -116,7 +116,8 @@ static UFORM_SGEMM_AVX512 void uform_sgemm_avx512_pack_rows(const float *src, si
                 r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
             }
 #pragma GCC unroll 16
-            for (size_t p = 0; p < 16; p++) _mm512_mask_storeu_ps(dst + (p0 + p) * 14, 0x3fff, r[p]);
+            for (size_t p = 0; p < 16; p++)
+                _mm512_mask_storeu_ps(dst + (p0 + p) * 14, 0x3fff, r[p]);
         }
     for (size_t i = 0; i < rows; i++)
         for (size_t p = p0; p < kb; p++) dst[p * rows + i] = src[i * stride + p];

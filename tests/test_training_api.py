@@ -1,0 +1,162 @@
+"""The CPU trainer's surface: keyword structures, steps, saving, resuming, bad input."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import uform
+
+TEXT = uform.Modality.TEXT
+
+
+def small_trainer(resume=None, objective=uform.Objective.JOINT, seed=1, **keywords):
+    return uform.Trainer.init_ram(
+        uform.Executor.for_ram(2), resume=resume, depth=2, hidden=64, objective=objective,
+        batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=64),
+        schedule=uform.Schedule(learning_rate=3e-3, steps=100, warmup_steps=5), seed=seed, **keywords)
+
+
+def batches(count, items=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return [[bytes(rng.integers(97, 123, size=int(rng.integers(8, 40)), dtype=np.uint8))
+             for _ in range(items)] for _ in range(count)]
+
+
+def test_structures_are_immutable_keyword_only_and_ordered():
+    shape = uform.BatchShape(max_rows_per_device=4, image=(16, 3), audio=uform.AudioShape(chunk_samples=400))
+    assert shape.image == uform.ImageShape(patch_side=16, channels=3)
+    assert [f.name for f in dataclasses.fields(uform.BatchShape)] == [
+        "max_rows_per_device", "max_segments_per_device", "max_columns_per_row",
+        "max_bags_per_device", "max_choices_per_item", "image", "video", "audio"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        shape.max_rows_per_device = 5
+    with pytest.raises(TypeError):
+        uform.Masking(0.1)  # keyword-only
+    assert [f.name for f in dataclasses.fields(uform.Contrastive)] == [
+        "matryoshka_dimensions", "temperature_groups", "inverse_temperature", "bias", "negatives",
+        "ambient_repulsion_weight", "max_edges_per_device", "pair_loss"]
+    with pytest.raises(uform.InvalidArgumentError, match="max_rows_per_device"):
+        uform.BatchShape(max_rows_per_device=-1)
+    with pytest.raises(uform.InvalidArgumentError, match="pair_loss"):
+        uform.Contrastive(pair_loss=9)
+    relations = uform.Relations(attract=(np.zeros(3, np.uint64), np.zeros(0, np.uint32)))
+    assert isinstance(relations.attract, uform.Edges)
+
+
+def test_loss_falls_and_stats_report():
+    trainer = small_trainer()
+    stats = uform.TrainerStepStats()
+    losses = []
+    for batch in batches(25):
+        trainer.step([TEXT] * 8, batch, bags=[0, 0, 1, 1, 2, 2, 3, 3], stats=stats)
+        losses.append(stats.loss)
+    assert stats.step == 25
+    assert stats.loss == pytest.approx(stats.masked_text_loss + stats.contrastive_loss, rel=1e-5)
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    data = batches(6)
+    first = small_trainer()
+    for batch in data[:3]:
+        first.step([TEXT] * 8, batch, bags=[0, 0, 1, 1, 2, 2, 3, 3])
+    path = tmp_path / "middle.safetensors"
+    first.save(path)
+    resumed = small_trainer(resume=path)
+    stats = uform.TrainerStepStats()
+    for batch in data[3:]:
+        first.step([TEXT] * 8, batch, bags=[0, 0, 1, 1, 2, 2, 3, 3], stats=stats)
+        expected = stats.loss
+        resumed.step([TEXT] * 8, batch, bags=[0, 0, 1, 1, 2, 2, 3, 3], stats=stats)
+        assert stats.loss == expected
+    for name in ("text.bytes", "blocks.1.mlp.up.weight", "heads.embedding.weight",
+                 "contrastive.log_inverse_temperature"):
+        for which in ("weights", "first_moment", "second_moment"):
+            assert np.array_equal(first.tensor(name, which), resumed.tensor(name, which)), (name, which)
+
+
+def test_saved_model_encodes_like_the_trainer(tmp_path):
+    """The step answers the embeddings it scored with the weights it started from: save,
+    then step, and Model.load_ram of the save must give the same embeddings (BF16 weights
+    against FP32 masters: agreement to ~1e-2, DESIGN's BF16 tolerance)."""
+    trainer = small_trainer(objective=uform.Objective.CONTRASTIVE)
+    data = batches(4)
+    for batch in data[:3]:
+        trainer.step([TEXT] * 8, batch, bags=[0, 0, 1, 1, 2, 2, 3, 3])
+    path = tmp_path / "model.safetensors"
+    trainer.save(path)
+    scored = np.array(trainer.step([TEXT] * 8, data[3], bags=[0, 0, 1, 1, 2, 2, 3, 3], arena=uform.Arena()))
+    model = uform.Model.load_ram(path, cpu_class=uform.CPUClass.SERIAL)
+    encoded = np.asarray(model.text_encode(data[3], uform.Arena()).embeddings)
+    assert scored.shape == encoded.shape == (8, 64)
+    np.testing.assert_allclose(encoded, scored, atol=3e-2)
+    assert (encoded * scored).sum(axis=1).min() > 0.999
+
+
+def test_packing_truncates_and_drops():
+    trainer = uform.Trainer.init_ram(uform.Executor.for_ram(1), depth=1, hidden=64,
+                                     objective=uform.Objective.CONTRASTIVE,
+                                     batch=uform.BatchShape(max_rows_per_device=2, max_columns_per_row=16,
+                                                            max_segments_per_device=3))
+    stats = uform.TrainerStepStats()
+    texts = [b"x" * 40, b"y" * 10, b"z" * 10, b"w" * 5, b"v" * 5]
+    arena = uform.Arena()
+    embeddings = np.asarray(trainer.step([TEXT] * 5, texts, bags=[0, 0, 1, 1, 2], arena=arena, stats=stats))
+    # x cut to 16 fills row 0; y opens row 1 (10); z has no room (dropped); w fits row 1 (15);
+    # v would be the 4th segment of 3 (dropped).
+    assert stats.truncated == 1 and stats.dropped == 2
+    assert np.all(embeddings[2] == 0) and np.all(embeddings[4] == 0)
+    assert np.all(np.abs(np.linalg.norm(embeddings[[0, 1, 3]], axis=1) - 1) < 1e-5)
+    trainer.step([TEXT] * 2, [b"a", b"b"], stats=stats)
+    assert stats.truncated == 0 and stats.dropped == 0  # counts since the last read
+
+
+def test_bad_step_input_leaves_the_trainer_usable():
+    trainer = small_trainer()
+    good = batches(1)[0]
+    offsets = np.array([0] + [1] * 8, dtype=np.uint64)
+    cases = [
+        (dict(modalities=[TEXT] * 7), "modalities"),
+        (dict(modalities=[9] * 8), "modality"),
+        (dict(modalities=[uform.Modality.IMAGE] * 8), "no shape"),
+        (dict(bags=[0] * 7), "bags"),
+        (dict(bags=[-1] * 8), "bags"),
+        (dict(temperature_groups=[5] * 8), "temperature_groups"),
+        (dict(relations=uform.Relations(attract=(offsets, np.array([9], np.uint32)))), "names item"),
+        (dict(relations=uform.Relations(attract=(offsets, np.array([1], np.uint32),
+                                                 np.array([np.nan], np.float32)))), "weight"),
+        (dict(relations=uform.Relations(repel=(offsets[:5], np.array([1], np.uint32)))), "offsets"),
+        (dict(outputs_scalar=42, arena=uform.Arena()), "outputs_scalar"),
+    ]
+    for keywords, pattern in cases:
+        modalities = keywords.pop("modalities", [TEXT] * 8)
+        with pytest.raises(uform.InvalidArgumentError, match=pattern):
+            trainer.step(modalities, good, **keywords)
+    with pytest.raises(uform.InvalidArgumentError, match="empty"):
+        trainer.step([], [])
+    with pytest.raises(uform.UnsupportedError):
+        trainer.step([TEXT] * 8, good, choices=["ab"] * 8)
+    stats = uform.TrainerStepStats()
+    trainer.step([TEXT] * 8, good, stats=stats)
+    assert stats.step == 1, "no failed call applied a step"
+
+
+def test_bad_configuration():
+    executor = uform.Executor.for_ram(1)
+    with pytest.raises(uform.InvalidArgumentError, match="hidden"):
+        uform.Trainer.init_ram(executor, hidden=100)
+    with pytest.raises(uform.InvalidArgumentError, match="min_learning_rate"):
+        uform.Trainer.init_ram(executor, schedule=uform.Schedule(learning_rate=1e-3, min_learning_rate=1e-2))
+    with pytest.raises(uform.InvalidArgumentError, match="replace_fraction|random_fraction"):
+        uform.Trainer.init_ram(executor, masking=uform.Masking(replace_fraction=0.9, random_fraction=0.5))
+    with pytest.raises(uform.InvalidArgumentError, match="matryoshka"):
+        uform.Trainer.init_ram(executor, objective=uform.Objective.CONTRASTIVE,
+                               contrastive=uform.Contrastive(matryoshka_dimensions=[32, 32]))
+    with pytest.raises(uform.UnsupportedError):
+        uform.Trainer.init_ram(executor, late_interaction=uform.LateInteraction(weight=1.0))
+    with pytest.raises(uform.UnsupportedError):
+        uform.Trainer.init_vram(executor)
+    with pytest.raises(uform.FileError):
+        uform.Trainer.init_ram(executor, resume="/nonexistent/run.safetensors")
+    with pytest.raises(uform.InvalidArgumentError, match="executor"):
+        uform.Trainer.init_ram("cpu")
