@@ -322,9 +322,11 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
     if (!parallel) threads = 1;
 
     /* Tiles: all of m and up to 512 columns. With threads, halve the larger
-     * side (rows or columns) until there are 4 tasks per thread, keeping at
-     * least 8 kernel rows and 4 panels per task (the packed panels' reuse),
-     * then below that only while some thread would have no task. */
+     * side (rows or columns) until there are 2 tasks per thread, keeping at
+     * least 16 row groups and 8 panels per task, then below that only while
+     * some thread would have no task. Each task packs its own blocks, so
+     * smaller tiles pack more: op(a) once per task column, op(b) once per
+     * task row (in dW += dy^T x at 2 threads, 4 tasks per thread cost ~10%). */
     size_t want = threads > 1 ? 2 * threads : 1;
     size_t mc_min = 16 * mr, nc_min = 8 * nr;
     job.mc = uform_sgemm_round_up(m, mr);
