@@ -160,3 +160,26 @@ def test_bad_configuration():
         uform.Trainer.init_ram(executor, resume="/nonexistent/run.safetensors")
     with pytest.raises(uform.InvalidArgumentError, match="executor"):
         uform.Trainer.init_ram("cpu")
+
+
+def test_two_replicas_step_like_one():
+    """An executor with two memory domains trains data parallel: items split by token
+    count, each replica packs its own rows, embeddings gathered for the contrastive term,
+    gradients summed. Only the order of the weight-gradient sums differs from one replica,
+    so losses and weights agree to FP32 rounding (1e-5 relative here)."""
+    def run(executor):
+        trainer = uform.Trainer.init_ram(
+            executor, depth=2, hidden=64, objective=uform.Objective.JOINT,
+            batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=64),
+            schedule=uform.Schedule(learning_rate=3e-3, steps=100, warmup_steps=2), seed=3)
+        stats, losses = uform.TrainerStepStats(), []
+        for batch in batches(3):
+            trainer.step([TEXT] * 8, batch, bags=[0, 0, 1, 1, 2, 2, 3, 3], stats=stats)
+            losses.append((stats.loss, stats.masked_text_loss, stats.contrastive_loss))
+        return trainer, np.array(losses)
+
+    one, one_losses = run(uform.Executor.for_ram(2))
+    two, two_losses = run(uform.Executor.for_ram(2, memory_domains=[0, 1]))
+    np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5)
+    for name in ("text.bytes", "blocks.0.attention.qkv.weight", "heads.embedding.weight"):
+        np.testing.assert_allclose(two.tensor(name), one.tensor(name), rtol=1e-4, atol=1e-6)

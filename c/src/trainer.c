@@ -4,9 +4,12 @@
  * out layer by layer, the objectives, and AdamW.
  *
  * Scope of this version: text items; the MASKED, CONTRASTIVE and JOINT
- * objectives; one replica (every item of the step is processed together,
- * which is what data parallelism over replicas computes too). Late
- * interaction, choices, other modalities and GPUs answer UFORM_UNSUPPORTED. */
+ * objectives; one replica per memory domain of the executor, data parallel
+ * (items split by token count, each replica packs its own rows, embeddings
+ * gathered for the world's contrastive term, gradients summed in replica
+ * order). Replicas share one copy of the weights and run one after another
+ * on the executor's threads. Late interaction, choices, other modalities and
+ * GPUs answer UFORM_UNSUPPORTED. */
 #include "backward.h"
 #include "cpu/sgemm.h"
 #include "model.h"
@@ -710,6 +713,63 @@ static void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w) {
     uform_mean_pool_backward(w->d_pooled, h, w->spans, w->items, w->d_states);
 }
 
+/* One replica's share of a step: a contiguous range of the step's items. */
+typedef struct {
+    size_t first, last;        /* items [first, last) of the step */
+    size_t world_first;        /* its first kept item in the world's order */
+    size_t items, rows, selected;
+    uform_workspace_t w;
+} uform_replica_t;
+
+/* Splits items into `replicas` contiguous ranges of about equal token counts
+ * ("a process's items are spread over its devices by token count"). */
+static void uform_split_by_tokens(const size_t *lengths, size_t count, size_t columns,
+                                  uform_replica_t *replica, size_t replicas) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) total += lengths[i] < columns ? lengths[i] : columns;
+    size_t item = 0, seen = 0;
+    for (size_t r = 0; r < replicas; r++) {
+        replica[r].first = item;
+        /* take items while this replica is below its share of the total */
+        size_t target = (size_t)(((unsigned __int128)total * (r + 1)) / replicas);
+        while (item < count && (seen < target || r + 1 == replicas)) {
+            seen += lengths[item] < columns ? lengths[item] : columns;
+            item++;
+        }
+        replica[r].last = item;
+    }
+}
+
+/* Lays out one replica's kept items in its workspace: token ids, spans,
+ * positions, selected rows and their original bytes. */
+static void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept,
+                                 const uint32_t *ids, const uint8_t *chosen, size_t row_base,
+                                 uform_replica_t *replica) {
+    uform_workspace_t *w = &replica->w;
+    const uint8_t *data = batch->contents.data;
+    const size_t *offsets = batch->contents.offsets;
+    memcpy(w->ids, ids + row_base, replica->rows * sizeof(uint32_t));
+    size_t r = 0, item = 0, s = 0;
+    for (size_t i = replica->first; i < replica->last; i++) {
+        if (kept[i] == SIZE_MAX) continue;
+        w->spans[item] = (uform_span_t){r, kept[i]};
+        w->segments[item] = (uform_segment_t){r, kept[i], 1};
+        for (size_t k = 0; k < kept[i]; k++) {
+            w->positions[3 * (r + k)] = (uint32_t)k;
+            w->positions[3 * (r + k) + 1] = w->positions[3 * (r + k) + 2] = 0;
+            if (chosen[row_base + r + k]) {
+                w->selected_rows[s] = r + k;
+                w->targets[s] = data[offsets[i] + k];
+                s++;
+            }
+        }
+        r += kept[i];
+        item++;
+    }
+    w->rows = replica->rows;
+    w->items = replica->items;
+}
+
 uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
                                   uform_arena_t *arena, uform_scalar_t outputs_scalar,
                                   uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
@@ -720,44 +780,60 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     if (embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
         return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not F32, BF16, F16, I8 or B1",
                           (int)outputs_scalar);
-    size_t count = batch->contents.count;
+    size_t count = batch->contents.count, replicas = 1;
+    uform_executor_memory_domains(t->executor, &replicas);
     const uint8_t *data = batch->contents.data;
     const size_t *offsets = batch->contents.offsets;
+    uint64_t step = t->step + 1;
+    size_t d = t->dimensions;
 
-    /* Packing: which items this step carries, and how much of each. */
     size_t *lengths = uform_alloc(4 * count + t->limits.rows + 1, sizeof(size_t), "packing");
-    if (!lengths) return UFORM_OUT_OF_MEMORY;
+    uform_replica_t *replica = uform_alloc_zeroed(replicas, sizeof(uform_replica_t), "replicas");
+    if (!lengths || !replica) {
+        free(lengths), free(replica);
+        return UFORM_OUT_OF_MEMORY;
+    }
     size_t *kept = lengths + count, *row = kept + count, *index = row + count;
     size_t *row_used = index + count;
     for (size_t i = 0; i < count; i++) lengths[i] = offsets[i + 1] - offsets[i];
-    size_t truncated = 0, dropped = 0;
-    uform_pack_items(lengths, count, &t->limits, kept, row, &truncated, &dropped, row_used);
-    size_t items = 0, rows = 0, selected = 0;
-    for (size_t i = 0; i < count; i++) {
-        index[i] = kept[i] == SIZE_MAX ? SIZE_MAX : items++;
-        if (kept[i] != SIZE_MAX) rows += kept[i];
-    }
-    uint64_t step = t->step + 1;
-    /* Corruption first, to size the workspace by the selected positions. */
-    uint32_t *ids = uform_alloc(rows ? rows : 1, sizeof(uint32_t), "token ids");
-    uint8_t *chosen = uform_alloc(rows ? rows : 1, 1, "selected positions");
-    if (!ids || !chosen) {
-        free(lengths), free(ids), free(chosen);
-        return UFORM_OUT_OF_MEMORY;
-    }
-    for (size_t i = 0, r = 0; i < count; i++) {
-        if (kept[i] == SIZE_MAX) continue;
-        const uint8_t *bytes = data + offsets[i];
-        if (t->masks_text) {
-            selected += uform_mask_text(&t->masking, t->seed, step, i, bytes, kept[i], ids + r, chosen + r);
-        } else {
-            for (size_t k = 0; k < kept[i]; k++) ids[r + k] = bytes[k], chosen[r + k] = 0;
+
+    /* Items to replicas by token count, then each replica packs its own rows. */
+    uform_split_by_tokens(lengths, count, t->limits.columns, replica, replicas);
+    size_t truncated = 0, dropped = 0, items = 0, rows = 0, selected = 0;
+    for (size_t r = 0; r < replicas; r++) {
+        uform_replica_t *rep = &replica[r];
+        uform_pack_items(lengths + rep->first, rep->last - rep->first, &t->limits, kept + rep->first,
+                         row + rep->first, &truncated, &dropped, row_used);
+        rep->world_first = items;
+        for (size_t i = rep->first; i < rep->last; i++) {
+            index[i] = kept[i] == SIZE_MAX ? SIZE_MAX : items++;
+            if (kept[i] != SIZE_MAX) rep->items++, rep->rows += kept[i];
         }
-        r += kept[i];
+        rows += rep->rows;
     }
 
-    uform_workspace_t w;
-    uform_status_t status = uform_workspace_init(&w, t, rows ? rows : 1, items ? items : 1, selected);
+    /* Corruption, keyed by the item's index in the step: independent of replicas. */
+    uint32_t *ids = uform_alloc(rows ? rows : 1, sizeof(uint32_t), "token ids");
+    uint8_t *chosen = uform_alloc(rows ? rows : 1, 1, "selected positions");
+    float *world = uform_alloc_aligned(2 * (items ? items : 1), d * sizeof(float), "world embeddings");
+    uform_status_t status = ids && chosen && world ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    float *d_world = world ? world + (items ? items : 1) * d : NULL;
+    for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
+        uform_replica_t *rep = &replica[r];
+        for (size_t i = rep->first; i < rep->last; i++) {
+            if (kept[i] == SIZE_MAX) continue;
+            const uint8_t *bytes = data + offsets[i];
+            if (t->masks_text) {
+                rep->selected += uform_mask_text(&t->masking, t->seed, step, i, bytes, kept[i],
+                                                 ids + base, chosen + base);
+            } else {
+                for (size_t k = 0; k < kept[i]; k++) ids[base + k] = bytes[k], chosen[base + k] = 0;
+            }
+            base += kept[i];
+        }
+        selected += rep->selected;
+    }
+
     uform_edges_storage_t storage[3];
     memset(storage, 0, sizeof(storage));
     uform_relations_t relations;
@@ -775,56 +851,61 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
         if (!bags) status = UFORM_OUT_OF_MEMORY;
         else groups = bags + (items ? items : 1);
     }
-    if (status != UFORM_OK) goto done;
-
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
         if (index[i] == SIZE_MAX) continue;
         if (batch->bags) bags[index[i]] = batch->bags[i];
         if (groups) groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
     }
-    memcpy(w.ids, ids, rows * sizeof(uint32_t));
-    for (size_t i = 0, r = 0, s = 0; i < count; i++) {
-        if (kept[i] == SIZE_MAX) continue;
-        size_t item = index[i];
-        w.spans[item] = (uform_span_t){r, kept[i]};
-        w.segments[item] = (uform_segment_t){r, kept[i], 1};
-        for (size_t k = 0; k < kept[i]; k++) {
-            w.positions[3 * (r + k)] = (uint32_t)k;
-            w.positions[3 * (r + k) + 1] = w.positions[3 * (r + k) + 2] = 0;
-            if (chosen[r + k]) {
-                w.selected_rows[s] = r + k;
-                w.targets[s] = data[offsets[i] + k];
-                s++;
-            }
-        }
-        r += kept[i];
+    for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
+        uform_replica_t *rep = &replica[r];
+        status = uform_workspace_init(&rep->w, t, rep->rows ? rep->rows : 1, rep->items ? rep->items : 1,
+                                      rep->selected);
+        if (status != UFORM_OK) break;
+        uform_replica_layout(batch, kept, ids, chosen, base, rep);
+        base += rep->rows;
     }
-    w.rows = rows;
-    w.items = items;
+    if (status != UFORM_OK) goto done;
 
+    /* Forward and the masked loss, replica by replica; embeddings gathered. */
     memset(t->gradients, 0, t->count * sizeof(float));
-    memset(w.d_states, 0, (rows ? rows : 1) * t->hidden * sizeof(float));
     float masked_loss = 0, contrastive_loss = 0;
-    if (rows) {
-        uform_batch_t forward_batch = {rows, items, w.segments, w.positions};
-        uform_forward_train(t, &w, &forward_batch);
+    for (size_t r = 0; r < replicas; r++) {
+        uform_replica_t *rep = &replica[r];
+        uform_workspace_t *w = &rep->w;
+        memset(w->d_states, 0, (rep->rows ? rep->rows : 1) * t->hidden * sizeof(float));
+        if (rep->rows) {
+            uform_batch_t forward_batch = {rep->rows, rep->items, w->segments, w->positions};
+            uform_forward_train(t, w, &forward_batch);
+        }
+        if (t->masks_text && rep->selected)
+            masked_loss += uform_masked_text(t, w, t->masking.text_weight, selected);
+        if (rep->items) {
+            uform_embed(t, w);
+            memcpy(world + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
+        }
     }
-    if (t->masks_text && selected)
-        masked_loss = uform_masked_text(t, &w, t->masking.text_weight, selected);
-    if (items) uform_embed(t, &w);
+    /* The contrastive term over the whole world; gradients go back to their owners. */
     if (t->contrasts && items) {
-        uform_contrastive_batch_t cb = {items, t->dimensions, w.embeddings, batch->bags ? bags : NULL,
-                                        groups, batch->relations ? &relations : NULL};
-        memset(w.d_embeddings, 0, items * t->dimensions * sizeof(float));
+        uform_contrastive_batch_t cb = {items, d, world, batch->bags ? bags : NULL, groups,
+                                        batch->relations ? &relations : NULL};
+        memset(d_world, 0, items * d * sizeof(float));
         status = uform_contrastive(t->executor, &t->contrastive, &cb,
                                    t->parameters + t->log_inverse_temperature,
-                                   t->parameters + t->contrastive_bias, &contrastive_loss,
-                                   w.d_embeddings, t->gradients + t->log_inverse_temperature,
+                                   t->parameters + t->contrastive_bias, &contrastive_loss, d_world,
+                                   t->gradients + t->log_inverse_temperature,
                                    t->gradients + t->contrastive_bias);
         if (status != UFORM_OK) goto done;
-        uform_embed_backward(t, &w);
+        for (size_t r = 0; r < replicas; r++) {
+            uform_replica_t *rep = &replica[r];
+            if (!rep->items) continue;
+            memcpy(rep->w.d_embeddings, d_world + rep->world_first * d, rep->items * d * sizeof(float));
+            uform_embed_backward(t, &rep->w);
+        }
     }
-    if (rows) uform_backward_train(t, &w);
+    /* Backward per replica, summed into one gradient buffer in replica order:
+     * the all-reduce of a data-parallel step. */
+    for (size_t r = 0; r < replicas; r++)
+        if (replica[r].rows) uform_backward_train(t, &replica[r].w);
 
     /* The update: AdamW at this step's rate on the clipped gradients (the
      * gradient buffer keeps them unclipped, for inspection). */
@@ -844,16 +925,16 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
             memset(embeddings_out, 0, sizeof(*embeddings_out));
             embeddings_out->count = count;
             embeddings_out->scalar = outputs_scalar;
-            embeddings_out->dimensions = t->dimensions;
-            embeddings_out->embedding_row_bytes = uform_output_row_bytes(outputs_scalar, t->dimensions);
+            embeddings_out->dimensions = d;
+            embeddings_out->embedding_row_bytes = uform_output_row_bytes(outputs_scalar, d);
             uint8_t *out = uform_arena_take(arena, count * embeddings_out->embedding_row_bytes, "embeddings");
             if (!out) status = UFORM_OUT_OF_MEMORY;
             else {
                 memset(out, 0, count * embeddings_out->embedding_row_bytes);
                 for (size_t i = 0; i < count; i++)
                     if (index[i] != SIZE_MAX)
-                        uform_convert_rows(w.embeddings + index[i] * t->dimensions, 1, t->dimensions,
-                                           outputs_scalar, out + i * embeddings_out->embedding_row_bytes,
+                        uform_convert_rows(world + index[i] * d, 1, d, outputs_scalar,
+                                           out + i * embeddings_out->embedding_row_bytes,
                                            embeddings_out->embedding_row_bytes);
                 embeddings_out->embeddings = out;
             }
@@ -874,8 +955,10 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
 
 done:
     for (size_t s = 0; s < 3; s++) free(storage[s].offsets), free(storage[s].ids), free(storage[s].weights);
+    for (size_t r = 0; r < replicas; r++) free(replica[r].w.block);
+    free(replica);
     free(bags);
-    free(w.block);
+    uform_free_aligned(world);
     free(lengths);
     free(ids);
     free(chosen);
