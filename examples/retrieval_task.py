@@ -20,8 +20,9 @@ Everything is a pure function of the seeds:
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -148,34 +149,29 @@ class RetrievalTask:
         return self._fill(templates[rng.integers(len(templates))], person)
 
 
-def batches(split: Split, pairs: int, seed: int):
-    """Endless shuffled batches of `pairs` (query, document) pairs: (texts, bags), with
-    texts = queries then documents and bags pairing query i with document i. A batch never
-    holds a second document that a query of it also describes (it would be a false
-    negative); such a pair waits for a later batch."""
+def batches(split: Split, pairs: int, seed: int) -> Iterator[Tuple[List[str], List[int]]]:
+    """Endless shuffled batches of `pairs` (query, document) pairs as (texts, bags): texts
+    are the queries then their documents, and bags pair query i with document i. A batch
+    never holds a second document that one of its queries also describes (it would be a
+    false negative): such a pair waits for the next batch."""
     rng = np.random.default_rng([seed, 0xBA7C])
     keys = [_key(kind, person[1:]) for kind, person in zip(split.asked, split.people)]
-    waiting: List[int] = []
+    queue: deque = deque()
     bags = list(range(pairs)) * 2
     while True:
-        pool = waiting + list(rng.permutation(len(split)))
-        waiting = []
         chosen: List[int] = []
-        for i in pool:
-            if len(chosen) == pairs:
-                waiting.append(i)
-                continue
+        skipped: List[int] = []
+        while len(chosen) < pairs:
+            if not queue:
+                queue.extend(rng.permutation(len(split)).tolist())
+            i = queue.popleft()
             combo = split.people[i][1:]
             if any(_matches(keys[i], split.people[j][1:]) or _matches(keys[j], combo) for j in chosen):
-                waiting.append(i)
-                continue
-            chosen.append(i)
-            if len(chosen) == pairs:
-                yield [split.queries[j] for j in chosen] + [split.documents[j] for j in chosen], bags
-                chosen = []
-        waiting = chosen + waiting
-        if len(waiting) > 4 * len(split):
-            waiting = waiting[-len(split):]
+                skipped.append(i)  # also a person already chosen: its key matches itself
+            else:
+                chosen.append(i)
+        queue.extendleft(reversed(skipped))
+        yield [split.queries[i] for i in chosen] + [split.documents[i] for i in chosen], bags
 
 
 def recall_at_1(queries: np.ndarray, documents: np.ndarray) -> float:

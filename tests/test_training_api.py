@@ -183,3 +183,15 @@ def test_two_replicas_step_like_one():
     np.testing.assert_allclose(two_losses, one_losses, rtol=1e-5)
     for name in ("text.bytes", "blocks.0.attention.qkv.weight", "heads.embedding.weight"):
         np.testing.assert_allclose(two.tensor(name), one.tensor(name), rtol=1e-4, atol=1e-6)
+
+
+def test_bags_per_device_limit_drops_items_of_new_bags():
+    trainer = uform.Trainer.init_ram(uform.Executor.for_ram(1), depth=1, hidden=64,
+                                     objective=uform.Objective.CONTRASTIVE,
+                                     batch=uform.BatchShape(max_rows_per_device=4, max_columns_per_row=32,
+                                                            max_bags_per_device=2))
+    stats = uform.TrainerStepStats()
+    embeddings = np.asarray(trainer.step([TEXT] * 5, [b"a", b"b", b"c", b"d", b"e"], bags=[7, 7, 8, 9, 8],
+                                         arena=uform.Arena(), stats=stats))
+    assert stats.dropped == 1                     # bag 9 would be the third
+    assert np.all(embeddings[3] == 0) and np.all(np.abs(np.linalg.norm(embeddings[[0, 1, 2, 4]], axis=1) - 1) < 1e-5)

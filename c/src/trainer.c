@@ -190,6 +190,7 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     t->limits.rows = o->batch.max_rows_per_device ? o->batch.max_rows_per_device : 64;
     t->limits.segments = o->batch.max_segments_per_device ? o->batch.max_segments_per_device
                                                           : 4 * t->limits.rows;
+    t->limits.bags = o->batch.max_bags_per_device ? o->batch.max_bags_per_device : t->limits.segments;
     if (t->limits.columns > (1u << 24))
         return uform_fail(UFORM_INVALID_ARGUMENT, "batch.max_columns_per_row: %zu is too large",
                           t->limits.columns);
@@ -787,7 +788,7 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     uint64_t step = t->step + 1;
     size_t d = t->dimensions;
 
-    size_t *lengths = uform_alloc(4 * count + t->limits.rows + 1, sizeof(size_t), "packing");
+    size_t *lengths = uform_alloc(5 * count + t->limits.rows + 1, sizeof(size_t), "packing");
     uform_replica_t *replica = uform_alloc_zeroed(replicas, sizeof(uform_replica_t), "replicas");
     if (!lengths || !replica) {
         free(lengths), free(replica);
@@ -795,6 +796,7 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     }
     size_t *kept = lengths + count, *row = kept + count, *index = row + count;
     size_t *row_used = index + count;
+    uint32_t *bags_seen = (uint32_t *)(row_used + t->limits.rows + 1); /* count words fit in count size_t */
     for (size_t i = 0; i < count; i++) lengths[i] = offsets[i + 1] - offsets[i];
 
     /* Items to replicas by token count, then each replica packs its own rows. */
@@ -802,8 +804,9 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     size_t truncated = 0, dropped = 0, items = 0, rows = 0, selected = 0;
     for (size_t r = 0; r < replicas; r++) {
         uform_replica_t *rep = &replica[r];
-        uform_pack_items(lengths + rep->first, rep->last - rep->first, &t->limits, kept + rep->first,
-                         row + rep->first, &truncated, &dropped, row_used);
+        uform_pack_items(lengths + rep->first, batch->bags ? batch->bags + rep->first : NULL,
+                         rep->last - rep->first, &t->limits, kept + rep->first, row + rep->first,
+                         &truncated, &dropped, row_used, bags_seen);
         rep->world_first = items;
         for (size_t i = rep->first; i < rep->last; i++) {
             index[i] = kept[i] == SIZE_MAX ? SIZE_MAX : items++;
