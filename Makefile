@@ -5,6 +5,7 @@
 #   make demo       dependencies, then the demo
 #   make bench      benchmarks against PyTorch, writes docs/benchmarks.md (slow)
 #   make bench-pytest  the same through pytest-benchmark
+#   make bench-training  one training step against PyTorch, writes docs/benchmarks-training.md
 #   make install PREFIX=/usr/local
 #   make clean
 
@@ -29,7 +30,7 @@ C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-fuzz test-example test-python demo bench bench-pytest install clean deps fuzz
+.PHONY: all lib python test test-c test-fuzz test-example test-python demo bench bench-pytest bench-training install clean deps fuzz
 
 all: lib python
 
@@ -108,7 +109,12 @@ bench: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) bench/report.py
 
-# The same comparison through pytest-benchmark (also its correctness checks).
+# One training step against PyTorch; writes docs/benchmarks-training.md.
+bench-training: deps
+	$(MAKE) --no-print-directory all
+	$(PYTHON) bench/train_report.py
+
+# The same comparisons through pytest-benchmark (also their correctness checks).
 bench-pytest: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) -m pytest -q bench --benchmark-columns=min,mean,rounds
