@@ -35,7 +35,7 @@ def reference_from(trainer, tmp_path) -> ReferenceModel:
     return ReferenceModel(masters, json.loads(metadata["uform"]), dtype=torch.float64)
 
 
-def reference_loss(model, *, step, objective, contrastive, relations_kw, text_weight=1.0):
+def reference_loss(model, *, step, objective, contrastive, relations_kw, text_weight=1.0, groups=None):
     total = torch.zeros((), dtype=torch.float64)
     masked = torch.zeros((), dtype=torch.float64)
     if objective != uform.Objective.CONTRASTIVE:
@@ -50,7 +50,7 @@ def reference_loss(model, *, step, objective, contrastive, relations_kw, text_we
         e = ref.embeddings(model, ids)
         contrast = ref.contrastive_loss(
             e, log_inverse_temperature=model.weight("contrastive.log_inverse_temperature"),
-            bias=model.weight("contrastive.bias"), bags=BAGS,
+            bias=model.weight("contrastive.bias"), bags=BAGS, groups=groups,
             pair_loss=contrastive.pair_loss.name, negatives=contrastive.negatives.name,
             widths=contrastive.matryoshka_dimensions, **relations_kw)
         total = total + contrast
@@ -79,7 +79,11 @@ CASES = [
     ("sigmoid_matryoshka", uform.Objective.CONTRASTIVE,
      uform.Contrastive(pair_loss=uform.PairLossForm.SIGMOID, matryoshka_dimensions=[32, 64])),
     ("joint", uform.Objective.JOINT, uform.Contrastive(matryoshka_dimensions=[16, 64])),
+    ("groups_sigmoid", uform.Objective.JOINT,
+     uform.Contrastive(pair_loss=uform.PairLossForm.SIGMOID, temperature_groups=2,
+                       inverse_temperature=5.0, bias=-2.0)),
 ]
+GROUPS = [0, 1, 0, 1, 1, 0, 1, 0]
 
 
 @pytest.mark.parametrize("name,objective,contrastive", CASES, ids=[c[0] for c in CASES])
@@ -94,10 +98,13 @@ def test_loss_and_gradients_match_autograd(tmp_path, name, objective, contrastiv
     if objective == uform.Objective.MASKED:
         relations_kw = {}
 
+    groups = GROUPS if contrastive.temperature_groups == 2 else None
     stats = uform.TrainerStepStats()
-    trainer.step([TEXT] * len(TEXTS), TEXTS, bags=BAGS, relations=relations, stats=stats)
+    trainer.step([TEXT] * len(TEXTS), TEXTS, bags=BAGS, relations=relations, stats=stats,
+                 temperature_groups=groups)
     total, masked, contrast = reference_loss(model, step=1, objective=objective,
-                                             contrastive=contrastive, relations_kw=relations_kw)
+                                             contrastive=contrastive, relations_kw=relations_kw,
+                                             groups=groups)
     assert stats.loss == pytest.approx(total.item(), rel=1e-5, abs=1e-6)
     assert stats.masked_text_loss == pytest.approx(masked.item(), rel=1e-5, abs=1e-6)
     assert stats.contrastive_loss == pytest.approx(contrast.item(), rel=1e-5, abs=1e-6)
