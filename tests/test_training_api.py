@@ -126,6 +126,10 @@ def test_bad_step_input_leaves_the_trainer_usable():
         (dict(relations=uform.Relations(attract=(offsets, np.array([1], np.uint32),
                                                  np.array([np.nan], np.float32)))), "weight"),
         (dict(relations=uform.Relations(repel=(offsets[:5], np.array([1], np.uint32)))), "offsets"),
+        (dict(relations=uform.Relations(repel=(offsets, np.array([1], np.uint32),
+                                               np.array([1, 2], np.float32)))), "weights"),
+        (dict(relations=uform.Relations(repel=(offsets, np.array([1, 2], np.uint32)))), "ids"),
+        (dict(relations=uform.Relations(repel=(offsets.astype(np.int32), np.array([1], np.uint32)))), "size_t"),
         (dict(outputs_scalar=42, arena=uform.Arena()), "outputs_scalar"),
     ]
     for keywords, pattern in cases:

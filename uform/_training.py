@@ -457,14 +457,14 @@ class Trainer:
                 ids, buffer, n_ids = _typed_buffer(edges.ids, f"relations.{name}.ids", ("I",), 4, "uint32_t")
                 keep.append(buffer)
                 edge_count = int(np.frombuffer(ffi.buffer(offsets, 8 * n_offsets), dtype=np.uint64)[-1])
-                if n_ids < edge_count:
+                if n_ids != edge_count:
                     raise InvalidArgumentError(f"relations.{name}.ids: {n_ids} ids for {edge_count} edges")
                 target.offsets, target.ids = offsets, ids
                 if edges.weights is not None:
                     weights, buffer, n_weights = _typed_buffer(edges.weights, f"relations.{name}.weights",
                                                                ("f",), 4, "float")
                     keep.append(buffer)
-                    if n_weights < edge_count:
+                    if n_weights != edge_count:
                         raise InvalidArgumentError(f"relations.{name}.weights: {n_weights} weights for {edge_count} edges")
                     target.weights = weights
             batch.relations = c_relations
