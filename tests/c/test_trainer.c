@@ -1,0 +1,241 @@
+/* test_trainer.c: the CPU trainer through the public API, under ASan/UBSan.
+ *
+ * The math is checked against PyTorch in tests/test_training_reference.py; this
+ * program checks memory safety and the contracts of the C API: every objective and
+ * relation path runs without leaks or overreads (every buffer handed over is a heap
+ * block of exactly its size), replicas, packing limits, save/resume, and bad input
+ * that must change nothing. The last line is "N passed, M failed". */
+#include "uform.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures_in_test, passed, failed;
+
+#define CHECK(condition)                                                                       \
+    do {                                                                                       \
+        if (!(condition)) {                                                                    \
+            fprintf(stderr, "%s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #condition,     \
+                    uform_last_error());                                                       \
+            failures_in_test++;                                                                \
+        }                                                                                      \
+    } while (0)
+
+#define ITEMS 8
+
+/* A tape of ITEMS texts in one exact-size heap block, offsets in another. */
+typedef struct {
+    char *data;
+    size_t *offsets;
+    uform_tape_t tape;
+    uint32_t *modalities, *bags, *groups;
+} texts_t;
+
+static void texts_make(texts_t *t, unsigned seed, size_t longest) {
+    size_t lengths[ITEMS], total = 0;
+    for (size_t i = 0; i < ITEMS; i++) {
+        lengths[i] = 1 + (seed * 31 + i * 17) % longest;
+        total += lengths[i];
+    }
+    t->data = malloc(total);
+    t->offsets = malloc((ITEMS + 1) * sizeof(size_t));
+    t->modalities = malloc(ITEMS * sizeof(uint32_t));
+    t->bags = malloc(ITEMS * sizeof(uint32_t));
+    t->groups = malloc(ITEMS * sizeof(uint32_t));
+    t->offsets[0] = 0;
+    for (size_t i = 0; i < ITEMS; i++) {
+        for (size_t k = 0; k < lengths[i]; k++) t->data[t->offsets[i] + k] = (char)('a' + (seed + i * 7 + k * 3) % 26);
+        t->offsets[i + 1] = t->offsets[i] + lengths[i];
+        t->modalities[i] = UFORM_MODALITY_TEXT;
+        t->bags[i] = (uint32_t)(i / 2);
+        t->groups[i] = (uint32_t)(i % 2);
+    }
+    t->tape = (uform_tape_t){t->data, total, t->offsets, ITEMS};
+}
+
+static void texts_free(texts_t *t) {
+    free(t->data), free(t->offsets), free(t->modalities), free(t->bags), free(t->groups);
+}
+
+static uform_trainer_options_t options_for(uform_objective_t objective, uform_contrastive_t *contrastive,
+                                           size_t columns) {
+    uform_trainer_options_t options;
+    memset(&options, 0, sizeof(options));
+    options.depth = 2;
+    options.hidden = 64;
+    options.objective = objective;
+    options.contrastive = contrastive;
+    options.batch.max_rows_per_device = 8;
+    options.batch.max_columns_per_row = columns;
+    options.schedule.learning_rate = 3e-3f;
+    options.schedule.steps = 50;
+    options.seed = 5;
+    return options;
+}
+
+static void test_every_objective_and_form(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(2, NULL, 0, &executor) == UFORM_OK);
+    /* relations as exact heap blocks */
+    size_t *offsets = malloc((ITEMS + 1) * sizeof(size_t));
+    uint32_t *ids = malloc(2 * sizeof(uint32_t));
+    float *weights = malloc(2 * sizeof(float));
+    for (size_t i = 0; i <= ITEMS; i++) offsets[i] = i < 2 ? 0 : (i < 4 ? i - 1 : 2);
+    ids[0] = 5, ids[1] = 0, weights[0] = 0.5f, weights[1] = 2.0f;
+    uform_relations_t relations;
+    memset(&relations, 0, sizeof(relations));
+    relations.attract = (uform_edges_t){offsets, ids, weights};
+    relations.ignore = (uform_edges_t){offsets, ids, NULL};
+    size_t widths[2] = {16, 64};
+    for (int objective = 0; objective <= 2; objective++)
+        for (int form = 1; form <= 3; form++) {
+            uform_contrastive_t contrastive;
+            memset(&contrastive, 0, sizeof(contrastive));
+            contrastive.pair_loss = (uform_pair_loss_form_t)form;
+            contrastive.temperature_groups = 2;
+            contrastive.matryoshka_dimensions = widths;
+            contrastive.matryoshka_dimensions_count = 2;
+            contrastive.negatives = form == 2 ? UFORM_NEGATIVES_NAMED : UFORM_NEGATIVES_AMBIENT;
+            uform_trainer_options_t options = options_for((uform_objective_t)objective, &contrastive, 32);
+            uform_trainer_t *trainer = NULL;
+            CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+            if (!trainer) continue;
+            uform_arena_t *arena = NULL;
+            CHECK(uform_arena_init_ram(&arena) == UFORM_OK);
+            for (unsigned step = 0; step < 3; step++) {
+                texts_t texts;
+                texts_make(&texts, step + 10 * (unsigned)form, 48);
+                uform_trainer_batch_t batch = {texts.modalities, texts.tape, texts.bags, texts.groups,
+                                               NULL, &relations};
+                uform_encoded_t embeddings;
+                uform_trainer_step_stats_t stats;
+                CHECK(uform_trainer_step(trainer, &batch, arena, UFORM_SCALAR_BF16, &embeddings, &stats) ==
+                      UFORM_OK);
+                CHECK(stats.step == step + 1 && isfinite(stats.loss));
+                CHECK(embeddings.count == ITEMS && embeddings.embedding_row_bytes == 2 * 64);
+                texts_free(&texts);
+            }
+            uform_arena_free(arena);
+            uform_trainer_free(trainer);
+        }
+    free(offsets), free(ids), free(weights);
+    uform_executor_free(executor);
+}
+
+static void test_replicas_save_and_resume(void) {
+    uint32_t domains[2] = {0, 1};
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(2, domains, 2, &executor) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL, 16);
+    uform_trainer_t *first = NULL, *resumed = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &first) == UFORM_OK);
+    char path[] = "/tmp/uform-trainer-XXXXXX";
+    int descriptor = mkstemp(path);
+    CHECK(descriptor >= 0);
+    close(descriptor);
+    texts_t texts;
+    texts_make(&texts, 3, 40);  /* longer than a 16-column row: truncations */
+    uform_trainer_batch_t batch = {texts.modalities, texts.tape, texts.bags, NULL, NULL, NULL};
+    uform_trainer_step_stats_t stats, again;
+    CHECK(uform_trainer_step(first, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK);
+    CHECK(stats.truncated > 0);
+    CHECK(uform_trainer_save(first, path, NULL) == UFORM_OK);
+    options.resume = path;
+    CHECK(uform_trainer_init_ram(executor, &options, &resumed) == UFORM_OK);
+    if (first && resumed) {
+        CHECK(uform_trainer_step(first, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK);
+        CHECK(uform_trainer_step(resumed, &batch, NULL, UFORM_SCALAR_F32, NULL, &again) == UFORM_OK);
+        CHECK(stats.loss == again.loss && stats.step == 2 && again.step == 2);
+        size_t count = 0;
+        CHECK(uform_trainer_tensor(first, "blocks.1.mlp.down.weight", 0, NULL, &count) == UFORM_OK);
+        CHECK(count == 64 * 256);
+        float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
+        CHECK(uform_trainer_tensor(first, "blocks.1.mlp.down.weight", 0, a, &count) == UFORM_OK);
+        CHECK(uform_trainer_tensor(resumed, "blocks.1.mlp.down.weight", 0, b, &count) == UFORM_OK);
+        CHECK(memcmp(a, b, count * sizeof(float)) == 0);
+        free(a), free(b);
+    }
+    /* The saved file is a model too. */
+    uform_model_t *model = NULL;
+    CHECK(uform_model_load_ram(path, NULL, &model) == UFORM_OK);
+    uform_model_free(model);
+    unlink(path);
+    texts_free(&texts);
+    uform_trainer_free(first);
+    uform_trainer_free(resumed);
+    uform_executor_free(executor);
+}
+
+static void test_bad_input_changes_nothing(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_CONTRASTIVE, NULL, 32);
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+    texts_t texts;
+    texts_make(&texts, 1, 20);
+    uform_trainer_batch_t batch = {texts.modalities, texts.tape, texts.bags, NULL, NULL, NULL};
+    uform_trainer_step_stats_t stats;
+
+    texts.modalities[3] = 7; /* not a modality */
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_INVALID_ARGUMENT);
+    texts.modalities[3] = UFORM_MODALITY_AUDIO; /* no shape for it */
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_INVALID_ARGUMENT);
+    texts.modalities[3] = UFORM_MODALITY_TEXT;
+
+    size_t *offsets = malloc((ITEMS + 1) * sizeof(size_t));
+    uint32_t *ids = malloc(sizeof(uint32_t));
+    float *weights = malloc(sizeof(float));
+    for (size_t i = 0; i <= ITEMS; i++) offsets[i] = i == 0 ? 0 : 1;
+    ids[0] = ITEMS; /* names an absent item */
+    weights[0] = NAN;
+    uform_relations_t relations;
+    memset(&relations, 0, sizeof(relations));
+    relations.repel = (uform_edges_t){offsets, ids, NULL};
+    batch.relations = &relations;
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_INVALID_ARGUMENT);
+    ids[0] = 1;
+    relations.repel.weights = weights;
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_INVALID_ARGUMENT);
+    uform_encoded_t embeddings;
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, &embeddings, &stats) == UFORM_INVALID_ARGUMENT);
+    batch.relations = NULL;
+    CHECK(uform_trainer_step(trainer, NULL, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_INVALID_ARGUMENT);
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK);
+    CHECK(stats.step == 1); /* none of the failures applied a step */
+
+    CHECK(uform_trainer_tensor(trainer, "no.such.tensor", 0, NULL, &(size_t){0}) == UFORM_INVALID_ARGUMENT);
+    CHECK(uform_trainer_save(trainer, "/nonexistent-directory/x.safetensors", NULL) == UFORM_FILE);
+    options.resume = "/nonexistent-directory/x.safetensors";
+    uform_trainer_t *missing = (uform_trainer_t *)1;
+    CHECK(uform_trainer_init_ram(executor, &options, &missing) == UFORM_FILE && missing == NULL);
+    CHECK(uform_trainer_init_vram(executor, &options, &missing) == UFORM_UNSUPPORTED);
+    free(offsets), free(ids), free(weights);
+    texts_free(&texts);
+    uform_trainer_free(trainer);
+    uform_executor_free(executor);
+}
+
+int main(void) {
+    struct {
+        const char *name;
+        void (*run)(void);
+    } tests[] = {{"every objective and form", test_every_objective_and_form},
+                 {"replicas, save and resume", test_replicas_save_and_resume},
+                 {"bad input changes nothing", test_bad_input_changes_nothing}};
+    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        failures_in_test = 0;
+        tests[i].run();
+        if (failures_in_test) {
+            failed++;
+            fprintf(stderr, "FAILED %s\n", tests[i].name);
+        } else {
+            passed++;
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
