@@ -42,8 +42,10 @@ QUERY_TEMPLATES: Dict[Tuple[str, ...], Tuple[str, ...]] = {
                        "{pet} owner, works as {trade}"),
     ("food", "pet"): ("who feeds {food} to a {pet}?", "{pet} owner who likes {food}",
                       "someone with a {pet} eating {food}"),
-    ("town", "trade", "food"): ("a {trade} from {town} who eats {food}",),
-    ("trade", "food", "pet"): ("the {trade} with a {pet}, likes {food}",),
+    ("town", "trade", "food"): ("a {trade} from {town} who eats {food}", "which {trade} in {town} likes {food}?"),
+    ("town", "trade", "pet"): ("the {trade} from {town} with a {pet}", "{town} {trade} who keeps a {pet}"),
+    ("town", "food", "pet"): ("who in {town} eats {food} and has a {pet}?", "{pet} owner in {town} fond of {food}"),
+    ("trade", "food", "pet"): ("the {trade} with a {pet}, likes {food}", "which {trade} eats {food} and owns a {pet}?"),
 }
 
 # Document sentences: one clause per attribute, joined in a shuffled order after the name.
@@ -88,7 +90,8 @@ class Split:
 class RetrievalTask:
     """The vocabulary (values_per_attribute words per attribute) and the wordings, fixed by seed."""
 
-    def __init__(self, seed: int = 0, values_per_attribute: int = 16) -> None:
+    def __init__(self, seed: int = 0, values_per_attribute: int = 16, asked: Sequence[int] = (2, 3)) -> None:
+        self.kinds = [kind for kind in QUERY_TEMPLATES if len(kind) in asked]
         rng = np.random.default_rng([seed, 0x7A5C])
         used: set = set()
         self.values: Dict[str, List[str]] = {}
@@ -116,7 +119,7 @@ class RetrievalTask:
         rng = np.random.default_rng([seed, 0x5E1F])
         taken = set(p[0] for p in exclude.people) if exclude else set()
         combos = set(p[1:] for p in exclude.people) if exclude else set()
-        kinds = list(QUERY_TEMPLATES)
+        kinds = self.kinds
         people: List[Tuple[str, ...]] = []
         asked: List[Tuple[str, ...]] = []
         keys: List[Tuple[Tuple[int, str], ...]] = []

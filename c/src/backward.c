@@ -627,9 +627,9 @@ static void uform_attention_for_each(uform_executor_t *executor, uform_attention
     free(first_task);
 }
 
-void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_t hidden,
-                             const uform_span_t *segments, size_t count, float *out,
-                             float *logsumexp) {
+void uform_attention_forward_tiled(uform_executor_t *executor, const float *qkv, size_t hidden,
+                                   const uform_span_t *segments, size_t count, float *out,
+                                   float *logsumexp) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_task_t task = {.qkv = qkv, .result = out, .lse_out = logsumexp,
                                    .hidden = hidden, .heads = hidden / UFORM_HEAD_WIDTH,
@@ -637,9 +637,10 @@ void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_
     uform_attention_for_each(executor, &task, uform_attention_forward_block);
 }
 
-void uform_attention_backward(uform_executor_t *executor, const float *qkv, const float *out,
-                              const float *dout, const float *logsumexp, size_t hidden,
-                              const uform_span_t *segments, size_t count, float *dqkv) {
+void uform_attention_backward_tiled(uform_executor_t *executor, const float *qkv,
+                                    const float *out, const float *dout, const float *logsumexp,
+                                    size_t hidden, const uform_span_t *segments, size_t count,
+                                    float *dqkv) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_task_t task = {.qkv = qkv, .out = out, .dout = dout, .logsumexp = logsumexp,
                                    .result = dqkv, .hidden = hidden,

@@ -58,6 +58,18 @@ UFORM_INTERNAL void uform_attention_backward(uform_executor_t *executor, const f
                                              const uform_span_t *segments, size_t count,
                                              float *dqkv);
 
+/* The same two functions computed in register tiles with no scratch memory
+ * (backward.c): what attention_train.c falls back to when it cannot allocate its
+ * per-thread score matrices. */
+UFORM_INTERNAL void uform_attention_forward_tiled(uform_executor_t *executor, const float *qkv,
+                                                  size_t hidden, const uform_span_t *segments,
+                                                  size_t count, float *out, float *logsumexp);
+UFORM_INTERNAL void uform_attention_backward_tiled(uform_executor_t *executor, const float *qkv,
+                                                   const float *out, const float *dout,
+                                                   const float *logsumexp, size_t hidden,
+                                                   const uform_span_t *segments, size_t count,
+                                                   float *dqkv);
+
 /* ---- Embedding lookup: y[r] = table[ids[r]] + modality. Backward:
  * dtable[ids[r]] += dy[r], dmodality += sum_r dy[r] (rows in order). */
 UFORM_INTERNAL void uform_embedding_forward(const float *table, const float *modality,

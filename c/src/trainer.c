@@ -60,6 +60,11 @@ struct uform_trainer {
     uform_block_slots_t *blocks;
     size_t bytes_table, modality, norm_weight, norm_bias, embedding_head, bytes_bias;
     size_t log_inverse_temperature, contrastive_bias;
+    /* Workspaces kept across steps, one per replica: a step allocates (and the
+     * kernel zero-fills pages) only when it needs more than any step before. */
+    void **workspaces;
+    size_t *workspace_bytes;
+    size_t workspaces_count;
 };
 
 static size_t uform_add_slot(uform_trainer_t *t, const char *name, size_t rows, size_t cols,
@@ -154,6 +159,9 @@ static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, 
 
 void uform_trainer_free(uform_trainer_t *t) {
     if (!t) return;
+    for (size_t r = 0; r < t->workspaces_count; r++) free(t->workspaces[r]);
+    free(t->workspaces);
+    free(t->workspace_bytes);
     uform_free_aligned(t->parameters);
     uform_free_aligned(t->gradients);
     uform_free_aligned(t->first_moment);
@@ -374,10 +382,10 @@ typedef struct {
     /* backward */
     float *d_states, *d_x, *d_middle, *d_normed, *d_wide, *d_wide2, *d_attended, *d_qkv;
     float *d_pooled, *d_projected, *d_embeddings, *d_logits, *scale;
-    void *block;              /* everything above lives in this one allocation */
+    void *block;              /* everything above: one block the trainer keeps across steps */
 } uform_workspace_t;
 
-static uform_status_t uform_workspace_init(uform_workspace_t *w, const uform_trainer_t *t,
+static uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t, size_t replica,
                                            size_t rows, size_t items, size_t selected) {
     size_t h = t->hidden, d = t->dimensions, heads = t->heads, depth = t->depth;
     size_t per_layer = 2 * rows * h + 4 * rows + 3 * rows * h + rows * h + rows * heads +
@@ -391,8 +399,24 @@ static uform_status_t uform_workspace_init(uform_workspace_t *w, const uform_tra
                    items * (sizeof(uform_span_t) + sizeof(uform_segment_t)) +
                    depth * sizeof(uform_layer_saved_t) + 64 * 16;
     memset(w, 0, sizeof(*w));
-    w->block = uform_alloc_zeroed(1, bytes, "training activations");
-    if (!w->block) return UFORM_OUT_OF_MEMORY;
+    if (replica >= t->workspaces_count) {
+        size_t count = replica + 1;
+        void **blocks = realloc(t->workspaces, count * sizeof(void *));
+        if (blocks) t->workspaces = blocks;
+        size_t *sizes = blocks ? realloc(t->workspace_bytes, count * sizeof(size_t)) : NULL;
+        if (!blocks || !sizes) return uform_fail(UFORM_OUT_OF_MEMORY, "training workspaces");
+        t->workspace_bytes = sizes;
+        for (size_t r = t->workspaces_count; r < count; r++) blocks[r] = NULL, sizes[r] = 0;
+        t->workspaces_count = count;
+    }
+    if (t->workspace_bytes[replica] < bytes) {
+        free(t->workspaces[replica]);
+        t->workspace_bytes[replica] = 0;
+        t->workspaces[replica] = uform_alloc(1, bytes, "training activations");
+        if (!t->workspaces[replica]) return UFORM_OUT_OF_MEMORY;
+        t->workspace_bytes[replica] = bytes;
+    }
+    w->block = t->workspaces[replica];
     uint8_t *cursor = w->block;
 #define UFORM_TAKE(pointer, count)                                                             \
     do {                                                                                       \
@@ -861,8 +885,8 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     }
     for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
-        status = uform_workspace_init(&rep->w, t, rep->rows ? rep->rows : 1, rep->items ? rep->items : 1,
-                                      rep->selected);
+        status = uform_workspace_init(&rep->w, t, r, rep->rows ? rep->rows : 1,
+                                      rep->items ? rep->items : 1, rep->selected);
         if (status != UFORM_OK) break;
         uform_replica_layout(batch, kept, ids, chosen, base, rep);
         base += rep->rows;
@@ -958,8 +982,7 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
 
 done:
     for (size_t s = 0; s < 3; s++) free(storage[s].offsets), free(storage[s].ids), free(storage[s].weights);
-    for (size_t r = 0; r < replicas; r++) free(replica[r].w.block);
-    free(replica);
+    free(replica); /* the workspaces stay with the trainer */
     free(bags);
     uform_free_aligned(world);
     free(lengths);
