@@ -92,12 +92,18 @@ static void uform_attention_backward_tasks(void *context, size_t begin, size_t e
                 ds_row[j] = p_row[j] * (ds_row[j] - delta) * 0.125f;
             }
         }
+        float *local = ds + n * n; /* [3][n][64]: dq, dk, dv of this item and head */
         uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, false), uform_view(k, stride, false),
-                    NULL, true, dq, stride);
+                    NULL, false, local, UFORM_HEAD_WIDTH);
         uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, true), uform_view(q, stride, false),
-                    NULL, true, dk, stride);
+                    NULL, false, local + n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
         uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(p, n, true), uform_view(dout, hidden, false),
-                    NULL, true, dv, stride);
+                    NULL, false, local + 2 * n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
+        float *targets[3] = {dq, dk, dv};
+        for (size_t part = 0; part < 3; part++)
+            for (size_t i = 0; i < n; i++)
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++)
+                    targets[part][i * stride + d] += local[(part * n + i) * UFORM_HEAD_WIDTH + d];
     }
 }
 
@@ -107,7 +113,9 @@ static float *uform_attention_scratch(uform_executor_t *executor, const uform_sp
     size_t longest = 0;
     for (size_t s = 0; s < count; s++) longest = segments[s].length > longest ? segments[s].length : longest;
     size_t threads = executor ? uform_executor_width(executor) : 1;
-    *per_thread = (2 * longest * longest + 15) & ~(size_t)15;
+    /* two n x n matrices, then dq, dk, dv of n x 64 each (summed apart, then
+     * added once, so a second backward adds exactly the same again) */
+    *per_thread = (2 * longest * longest + 3 * longest * UFORM_HEAD_WIDTH + 15) & ~(size_t)15;
     size_t bytes;
     if (!uform_mul_ok(*per_thread, threads * sizeof(float), &bytes) || bytes > UFORM_ATTENTION_SCRATCH)
         return NULL;

@@ -586,8 +586,16 @@ static void test_attention(size_t hidden, float scale, const uform_span_t *segme
                                      inference + segments[s].begin * hidden + h * 64, hidden,
                                      scratch);
         }
-    CHECK(same_bits(out[0], inference, rows * hidden),
-          "%s: forward differs from the inference kernel", what);
+    /* The trainer's attention (per-head GEMMs) and the inference kernel order their
+     * sums differently: they agree to FP32 rounding of convex combinations of v
+     * (|v| <= scale), far inside 1e-5 * scale. */
+    double largest_difference = 0;
+    for (size_t e = 0; e < rows * hidden; e++) {
+        double difference = fabs((double)out[0][e] - (double)inference[e]);
+        if (difference > largest_difference) largest_difference = difference;
+    }
+    CHECK(largest_difference <= 1e-5 * scale, "%s: forward differs from the inference kernel by %g",
+          what, largest_difference);
     free(scratch);
     free(inference);
     double *ref_out = xmalloc(longest * 64, sizeof(double));
