@@ -21,10 +21,6 @@ from ._native import Progress, ProgressBridge, as_count, check, ffi, lib
 _Words = Union[Buffer, Sequence[int]]
 
 
-def _frozen(cls: type) -> type:
-    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
-
-
 def _check_counts(self: Any, *names: str) -> None:
     for name in names:
         as_count(getattr(self, name), f"{type(self).__name__}.{name}")
@@ -37,7 +33,7 @@ def _check_floats(self: Any, *names: str) -> None:
             raise InvalidArgumentError(f"{type(self).__name__}.{name}: expected a float, got {type(value).__name__}")
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ImageShape:
     """The image slice of a BatchShape; a zero patch_side leaves images out of the run."""
 
@@ -48,7 +44,7 @@ class ImageShape:
         _check_counts(self, "patch_side", "channels")
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class VideoShape:
     """The video slice of a BatchShape; a zero patch_side leaves video out of the run."""
 
@@ -61,7 +57,7 @@ class VideoShape:
         _check_counts(self, "patch_side", "tube_frames", "frame_stride", "channels")
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AudioShape:
     """The audio slice of a BatchShape; a zero chunk_samples leaves audio out of the run."""
 
@@ -83,7 +79,7 @@ def _shape(value: Any, cls: type, name: str) -> Any:
     raise InvalidArgumentError(f"BatchShape.{name}: expected {cls.__name__} or a tuple, got {type(value).__name__}")
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class BatchShape:
     """What one device's step carries at most, whatever the modality mix, fixed at creation."""
 
@@ -104,7 +100,7 @@ class BatchShape:
         object.__setattr__(self, "audio", _shape(self.audio, AudioShape, "audio"))
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Masking:
     """How the masked objective corrupts a batch and weighs its heads; every zero derives."""
 
@@ -124,7 +120,7 @@ class Masking:
         _check_floats(self, *[f.name for f in dataclasses.fields(self)])
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Contrastive:
     """How the contrastive loss scores the pooled embeddings; every zero derives."""
 
@@ -149,7 +145,7 @@ class Contrastive:
         object.__setattr__(self, "pair_loss", _enum(PairLossForm, self.pair_loss, "Contrastive.pair_loss"))
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LateInteraction:
     """How the late-interaction loss scores token vectors; every zero derives (not built yet)."""
 
@@ -164,7 +160,7 @@ class LateInteraction:
     pair_loss: PairLossForm = PairLossForm.DERIVED
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Choices:
     """The calibrated-choices term; a weight of zero derives 1 (not built yet)."""
 
@@ -172,7 +168,7 @@ class Choices:
     temperature_groups: int = 0
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Schedule:
     """Linear warmup to the peak, then cosine decay to the floor; every zero derives."""
 
@@ -186,7 +182,7 @@ class Schedule:
         _check_counts(self, "warmup_steps", "steps")
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Edges:
     """One edge set over a step's items as compressed sparse rows: size_t offsets (count + 1),
     uint32 ids and optional float32 weights, borrowed until the step is final."""
@@ -207,7 +203,7 @@ def _edges(value: Any, name: str) -> Optional[Edges]:
     raise InvalidArgumentError(f"Relations.{name}: expected Edges or (offsets, ids[, weights]), got {type(value).__name__}")
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Relations:
     """The contrastive targets of one step: ignored, attracted, repelled, then the run's negatives."""
 
@@ -289,6 +285,9 @@ def _typed_buffer(values: Any, name: str, formats: tuple, itemsize: int, ctype: 
 
 class Trainer:
     """A training run on the cores (init_ram) or GPUs (init_vram) of an executor."""
+
+    _trainer: Any                 # uform_trainer_t *, freed with the object
+    _executor: Executor           # borrowed by the C trainer: kept alive here
 
     def __init__(self) -> None:
         raise TypeError("use Trainer.init_ram(...) or Trainer.init_vram(...)")
@@ -508,7 +507,7 @@ class Trainer:
         return values
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class MeshOptions:
     """Where the hosts of a multi-host run meet (not built yet)."""
 
