@@ -2,13 +2,13 @@
  *
  * The math is DESIGN section 5 (docs/architecture.md): pre-norm blocks,
  * rotary positions, attention confined to each item, tanh GELU, final norm.
- * GEMMs go through the model's CPU class; the row-wise operations here are
- * written once in portable C whose loops the compiler vectorises, with
- * target_clones so AVX2/AVX-512 machines get wide vectors. Every loop keeps
+ * GEMMs and attention go through the model's CPU class; layer norm, GELU and
+ * rotary positions are the trainer's forward functions (backward.h), written
+ * once in portable C whose loops the compiler vectorises. Every loop keeps
  * a fixed operation order per output element (no reassociation, no FMA
  * contraction under -std=c11), so a row's result never depends on the batch
  * around it or on the thread count. */
-#include "fast_exp.h"
+#include "backward.h"
 #include "model.h"
 
 #include <math.h>
@@ -22,50 +22,6 @@
 #define UFORM_HEAD_WIDTH 64
 #define UFORM_PAIRS 32
 #define UFORM_LANES 16 /* partial sums per reduction: fills one AVX-512 register */
-
-/* ---- layer norm ----------------------------------------------------------- */
-
-typedef struct {
-    const float *x;
-    float *y;
-    const float *weight, *bias;
-    size_t width;
-} uform_norm_task_t;
-
-UFORM_VECTOR_CLONES
-static void uform_norm_rows(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
-    const uform_norm_task_t *task = context;
-    size_t width = task->width;
-    for (size_t row = begin; row < end; row++) {
-        const float *x = task->x + row * width;
-        float *y = task->y + row * width;
-        float partial[UFORM_LANES] = {0};
-        for (size_t i = 0; i < width; i += UFORM_LANES)
-            for (size_t l = 0; l < UFORM_LANES && i + l < width; l++) partial[l] += x[i + l];
-        float sum = 0;
-        for (size_t l = 0; l < UFORM_LANES; l++) sum += partial[l];
-        float mean = sum / (float)width;
-        float squares[UFORM_LANES] = {0};
-        for (size_t i = 0; i < width; i += UFORM_LANES)
-            for (size_t l = 0; l < UFORM_LANES && i + l < width; l++) {
-                float d = x[i + l] - mean;
-                squares[l] += d * d;
-            }
-        float variance = 0;
-        for (size_t l = 0; l < UFORM_LANES; l++) variance += squares[l];
-        variance /= (float)width; /* biased, as DESIGN fixes */
-        float inverse = 1.0f / sqrtf(variance + 1e-5f);
-        for (size_t i = 0; i < width; i++)
-            y[i] = (x[i] - mean) * inverse * task->weight[i] + task->bias[i];
-    }
-}
-
-static void uform_layer_norm(uform_executor_t *executor, const float *x, float *y, size_t rows,
-                             size_t width, const float *weight, const float *bias) {
-    uform_norm_task_t task = {x, y, weight, bias, width};
-    uform_parallel_for(executor, rows, 64, uform_norm_rows, &task);
-}
 
 /* ---- elementwise ---------------------------------------------------------- */
 
@@ -83,21 +39,6 @@ static void uform_add_rows(void *context, size_t begin, size_t end, size_t threa
     const float *y = task->y + begin * task->width;
     size_t count = (end - begin) * task->width;
     for (size_t i = 0; i < count; i++) x[i] += y[i];
-}
-
-/* GELU, tanh form: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), which avoids the
- * cancellation of 1 + tanh(u) for negative u. */
-UFORM_VECTOR_CLONES
-static void uform_gelu_rows(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
-    const uform_rows_task_t *task = context;
-    float *x = task->x + begin * task->width;
-    size_t count = (end - begin) * task->width;
-    for (size_t i = 0; i < count; i++) {
-        float v = x[i];
-        float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-        x[i] = v / (1.0f + uform_fast_exp(-2.0f * u));
-    }
 }
 
 /* ---- rotary positions ----------------------------------------------------- */
@@ -145,32 +86,6 @@ void uform_rope_tables(uform_executor_t *executor, const uform_batch_t *batch, f
                        float *sines) {
     uform_rope_table_task_t table = {batch, cosines, sines};
     uform_parallel_for(executor, batch->segments_count, 1, uform_rope_table_segments, &table);
-}
-
-typedef struct {
-    float *qkv;
-    size_t hidden, heads;
-    const float *cosines, *sines;
-} uform_rope_task_t;
-
-UFORM_VECTOR_CLONES
-static void uform_rope_rows(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
-    const uform_rope_task_t *task = context;
-    for (size_t r = begin; r < end; r++) {
-        const float *c = task->cosines + r * UFORM_PAIRS;
-        const float *s = task->sines + r * UFORM_PAIRS;
-        float *row = task->qkv + r * 3 * task->hidden;
-        /* queries and keys: the first two thirds of the row, head by head */
-        for (size_t h = 0; h < 2 * task->heads; h++) {
-            float *x = row + h * UFORM_HEAD_WIDTH;
-            for (size_t j = 0; j < UFORM_PAIRS; j++) {
-                float x0 = x[j], x1 = x[j + UFORM_PAIRS];
-                x[j] = x0 * c[j] - x1 * s[j];
-                x[j + UFORM_PAIRS] = x0 * s[j] + x1 * c[j];
-            }
-        }
-    }
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -253,12 +168,11 @@ void uform_forward(const uform_model_t *model, uform_executor_t *executor,
     for (size_t l = 0; l < model->depth; l++) {
         const uform_block_t *block = &model->blocks[l];
         /* x += out(attention(rope(qkv(norm(x))))) */
-        uform_layer_norm(executor, x, normed, rows, hidden, block->attention_norm_weight,
-                         block->attention_norm_bias);
+        uform_layer_norm_forward(executor, x, rows, hidden, block->attention_norm_weight,
+                                 block->attention_norm_bias, normed, NULL, NULL);
         kernels->gemm(executor, &block->qkv, normed, hidden, rows, block->qkv_bias, qkv,
                       3 * hidden);
-        uform_rope_task_t rope = {qkv, hidden, model->heads, cosines, sines};
-        uform_parallel_for(executor, rows, 64, uform_rope_rows, &rope);
+        uform_rope_forward(executor, qkv, rows, hidden, cosines, sines);
         uform_attention_task_t attention = {model, batch, first_task, qkv, attended,
                                             attention_scratch,
                                             uform_attention_scratch_floats(longest)};
@@ -269,18 +183,18 @@ void uform_forward(const uform_model_t *model, uform_executor_t *executor,
         uform_parallel_for(executor, rows, 64, uform_add_rows, &residual);
 
         /* x += down(gelu(up(norm(x)))) */
-        uform_layer_norm(executor, x, normed, rows, hidden, block->mlp_norm_weight,
-                         block->mlp_norm_bias);
+        uform_layer_norm_forward(executor, x, rows, hidden, block->mlp_norm_weight,
+                                 block->mlp_norm_bias, normed, NULL, NULL);
         kernels->gemm(executor, &block->up, normed, hidden, rows, block->up_bias, mlp,
                       4 * hidden);
-        uform_rows_task_t gelu = {mlp, NULL, 4 * hidden};
-        uform_parallel_for(executor, rows, 16, uform_gelu_rows, &gelu);
+        uform_gelu_forward(executor, mlp, rows * 4 * hidden, mlp);
         kernels->gemm(executor, &block->down, mlp, 4 * hidden, rows, block->down_bias, attended,
                       hidden);
         uform_rows_task_t residual_mlp = {x, attended, hidden};
         uform_parallel_for(executor, rows, 64, uform_add_rows, &residual_mlp);
     }
-    uform_layer_norm(executor, x, x, rows, hidden, model->norm_weight, model->norm_bias);
+    uform_layer_norm_forward(executor, x, rows, hidden, model->norm_weight, model->norm_bias, x,
+                             NULL, NULL);
 }
 
 /* ---- heads ----------------------------------------------------------------- */
