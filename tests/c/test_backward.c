@@ -598,6 +598,33 @@ static void test_attention(size_t hidden, float scale, const uform_span_t *segme
           what, largest_difference);
     free(scratch);
     free(inference);
+
+    /* The register-tiled fallback (used when the per-thread score matrices cannot
+     * be allocated) computes the same function: outputs, log-sum-exps and gradients
+     * agree to FP32 rounding (1e-4 of each result's largest magnitude). */
+    float *tiled_out = xmalloc(rows * hidden, sizeof(float));
+    float *tiled_lse = xmalloc(rows * heads, sizeof(float));
+    float *tiled_dqkv = xmalloc(n, sizeof(float));
+    memset(tiled_out, 0, rows * hidden * sizeof(float));
+    memset(tiled_dqkv, 0, n * sizeof(float));
+    uform_attention_forward_tiled(executors[1], qkv, hidden, segments, count, tiled_out, tiled_lse);
+    uform_attention_backward_tiled(executors[1], qkv, tiled_out, g, tiled_lse, hidden, segments,
+                                   count, tiled_dqkv);
+    const float *ours[3] = {out[0], lse[0], dqkv[0]}, *theirs[3] = {tiled_out, tiled_lse, tiled_dqkv};
+    size_t sizes[3] = {rows * hidden, rows * heads, n};
+    for (size_t k = 0; k < 3; k++) {
+        double largest = 0, worst = 0;
+        for (size_t e = 0; e < sizes[k]; e++) {
+            if (fabs((double)ours[k][e]) > largest) largest = fabs((double)ours[k][e]);
+            double difference = fabs((double)ours[k][e] - (double)theirs[k][e]);
+            if (difference > worst) worst = difference;
+        }
+        CHECK(worst <= 1e-4 * (largest > 1e-30 ? largest : 1.0), "%s: tiled fallback differs (%zu) by %g of %g",
+              what, k, worst, largest);
+    }
+    free(tiled_out);
+    free(tiled_lse);
+    free(tiled_dqkv);
     double *ref_out = xmalloc(longest * 64, sizeof(double));
     double *ref_lse = xmalloc(longest, sizeof(double));
     /* Forward: each output is a convex combination of v (|v| <= scale); its
