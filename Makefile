@@ -60,7 +60,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 # ---- tests ------------------------------------------------------------------
-$(BUILD)/tests/%: tests/c/%.c $(SANITIZED_OBJECTS)
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(SANITIZED_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(LDLIBS)
 

@@ -45,28 +45,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int passed, failed;
-
-#define CHECK(condition, ...)                                                                  \
-    do {                                                                                       \
-        if (condition) {                                                                       \
-            passed++;                                                                          \
-        } else {                                                                               \
-            failed++;                                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-        }                                                                                      \
-    } while (0)
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+#define UFORM_TEST_SEED 0x2545f4914f6cdd1dull
+#include "check.h"
 
 /* Uniform in [-1, 1). */
 static float rng_float(void) { return (float)((double)(rng_next() >> 11) * 0x1p-52 - 1.0); }

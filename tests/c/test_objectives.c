@@ -28,28 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int passed, failed;
-
-#define CHECK(condition, ...)                                                                  \
-    do {                                                                                       \
-        if (condition) {                                                                       \
-            passed++;                                                                          \
-        } else {                                                                               \
-            failed++;                                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-        }                                                                                      \
-    } while (0)
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+#include "check.h"
 
 /* Uniform in [-1, 1). */
 static double rng_double(void) { return (double)(rng_next() >> 11) * 0x1p-52 * 2.0 - 1.0; }
