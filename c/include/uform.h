@@ -282,6 +282,64 @@ UFORM_API uform_status_t uform_text_encode(uform_model_t *model, uform_executor_
                                            uform_text_encode_stats_t *stats);
 
 /* ------------------------------------------------------------------------ */
+/* Calibrated choices (docs/architecture.md, "text_choose")                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint32_t *temperature_groups; /* NULL: group 0 for every text; else one per text,
+                                           each below max(1, choice_temperature_groups) */
+    uform_progress_t progress;
+} uform_choose_options_t;
+
+/* text_choose's answer: a tape of FP32 probabilities inside the arena. Text
+ * i's probabilities are probabilities[offsets[i] .. offsets[i+1]), one per
+ * choice byte in the order given, summing to 1. */
+typedef struct {
+    size_t count;                    /* texts */
+    float *probabilities;            /* offsets[count] values */
+    size_t *offsets;                 /* count + 1 boundaries */
+} uform_chosen_t;
+
+/* Scores single-byte choices after each text: the text cut to context - 1
+ * bytes, MASK appended, the byte logits at MASK restricted to the choices,
+ * divided by the group's temperature (1 when the checkpoint has none), and
+ * softmaxed. choices holds either one entry per text or a single entry every
+ * text shares; each entry is a non-empty string of distinct bytes, each byte
+ * one choice. A model without a byte head answers UFORM_UNSUPPORTED. stats
+ * (may be NULL) counts texts, tokens (MASK included), texts cut, empty texts. */
+UFORM_API uform_status_t uform_text_choose(uform_model_t *model, uform_executor_t *executor,
+                                           const uform_tape_t *texts, const uform_tape_t *choices,
+                                           uform_arena_t *arena,
+                                           const uform_choose_options_t *options,
+                                           uform_chosen_t *chosen,
+                                           uform_text_encode_stats_t *stats);
+
+/* ------------------------------------------------------------------------ */
+/* Late interaction: MaxSim over token vectors                               */
+/* ------------------------------------------------------------------------ */
+
+/* Token rows of several items, as an encode call leaves them in its arena:
+ * item i's rows are rows [offsets[i], offsets[i+1]), row r at
+ * (const char *)data + r * row_bytes. */
+typedef struct {
+    const void *data;
+    const size_t *offsets;           /* count + 1 non-decreasing boundaries */
+    size_t count;                    /* items */
+    size_t width;                    /* scalars per row */
+    size_t row_bytes;                /* >= width scalars of `scalar` */
+    uform_scalar_t scalar;           /* F32, BF16, F16 or I8 (value = int8 / 127) */
+} uform_token_rows_t;
+
+/* scores[q * documents->count + d] = mean over the query's rows of the largest
+ * dot product with any of the document's rows (MaxSim, as ColBERT). A query
+ * or document without rows scores 0. Both sides need the same width. The
+ * executor's threads share the work (NULL: the calling thread only). */
+UFORM_API uform_status_t uform_late_interaction_scores(uform_executor_t *executor,
+                                                       const uform_token_rows_t *queries,
+                                                       const uform_token_rows_t *documents,
+                                                       float *scores);
+
+/* ------------------------------------------------------------------------ */
 /* Training (docs/training.md). Every zero field derives.                    */
 /* ------------------------------------------------------------------------ */
 
@@ -368,8 +426,15 @@ typedef struct {
     uform_tape_t contents;           /* text bytes, or encoded media files */
     const uint32_t *bags;            /* NULL: no bag positives */
     const uint32_t *temperature_groups; /* NULL: group 0 */
-    const uint32_t *sides;           /* uform_late_interaction_side_t per item, or NULL */
+    const uint32_t *sides;           /* uform_late_interaction_side_t per item; NULL: every
+                                        item QUERY_AND_DOCUMENT (with late interaction) */
     const uform_relations_t *relations; /* NULL: none */
+    /* Choices (with a Choices configuration): count 0 for none, else one
+     * entry per item holding its choice bytes (empty: the item makes no
+     * choice), and choice_targets the soft targets aligned with those bytes:
+     * item i's targets are choice_targets[choices.offsets[i] .. offsets[i+1]). */
+    uform_tape_t choices;
+    const float *choice_targets;
 } uform_trainer_batch_t;
 
 typedef struct {
@@ -421,6 +486,14 @@ UFORM_API uform_status_t uform_text_encode_submit(uform_model_t *model,
                                                   const uform_tape_t *texts, uform_arena_t *arena,
                                                   const uform_encode_options_t *options,
                                                   uform_encoded_t *encoded,
+                                                  uform_text_encode_stats_t *stats,
+                                                  uform_job_t **job);
+/* Queues uform_text_choose likewise. */
+UFORM_API uform_status_t uform_text_choose_submit(uform_model_t *model, uform_executor_t *executor,
+                                                  const uform_tape_t *texts,
+                                                  const uform_tape_t *choices, uform_arena_t *arena,
+                                                  const uform_choose_options_t *options,
+                                                  uform_chosen_t *chosen,
                                                   uform_text_encode_stats_t *stats,
                                                   uform_job_t **job);
 /* 1 when the job has finished, 0 while it runs. */
