@@ -138,8 +138,11 @@ def test_bad_step_input_leaves_the_trainer_usable():
             trainer.step(modalities, good, **keywords)
     with pytest.raises(uform.InvalidArgumentError, match="empty"):
         trainer.step([], [])
-    with pytest.raises(uform.UnsupportedError):
-        trainer.step([TEXT] * 8, good, choices=["ab"] * 8)
+    with pytest.raises(uform.InvalidArgumentError, match="no choices configuration"):
+        trainer.step([TEXT] * 8, good, choices=["ab"] * 8,
+                     choice_targets=[np.array([0.5, 0.5], np.float32)] * 8)
+    with pytest.raises(uform.InvalidArgumentError, match="no late_interaction"):
+        trainer.step([TEXT] * 8, good, sides=[uform.LateInteractionSide.QUERY] * 8)
     stats = uform.TrainerStepStats()
     trainer.step([TEXT] * 8, good, stats=stats)
     assert stats.step == 1, "no failed call applied a step"
@@ -156,8 +159,19 @@ def test_bad_configuration():
     with pytest.raises(uform.InvalidArgumentError, match="matryoshka"):
         uform.Trainer.init_ram(executor, objective=uform.Objective.CONTRASTIVE,
                                contrastive=uform.Contrastive(matryoshka_dimensions=[32, 32]))
-    with pytest.raises(uform.UnsupportedError):
-        uform.Trainer.init_ram(executor, late_interaction=uform.LateInteraction(weight=1.0))
+    with pytest.raises(uform.InvalidArgumentError, match="late_interaction.weight"):
+        uform.Trainer.init_ram(executor, late_interaction=uform.LateInteraction(weight=-1.0))
+    with pytest.raises(uform.InvalidArgumentError, match="late_interaction.width"):
+        uform.Trainer.init_ram(executor, late_interaction=uform.LateInteraction(width=1 << 20))
+    with pytest.raises(uform.InvalidArgumentError, match="inverse_temperature"):
+        uform.Trainer.init_ram(executor, late_interaction=uform.LateInteraction(inverse_temperature=float("inf")))
+    with pytest.raises(uform.InvalidArgumentError, match="pair_loss"):
+        uform.Trainer.init_ram(executor, late_interaction=uform.LateInteraction(pair_loss=9))
+    with pytest.raises(uform.InvalidArgumentError, match="choices.weight"):
+        uform.Trainer.init_ram(executor, choices=uform.Choices(weight=float("nan")))
+    with pytest.raises(uform.InvalidArgumentError, match="max_choices_per_item"):
+        uform.Trainer.init_ram(executor, choices=uform.Choices(),
+                               batch=uform.BatchShape(max_choices_per_item=300))
     with pytest.raises(uform.UnsupportedError):
         uform.Trainer.init_vram(executor)
     with pytest.raises(uform.FileError):
@@ -199,3 +213,48 @@ def test_bags_per_device_limit_drops_items_of_new_bags():
                                          arena=uform.Arena(), stats=stats))
     assert stats.dropped == 1                     # bag 9 would be the third
     assert np.all(embeddings[3] == 0) and np.all(np.abs(np.linalg.norm(embeddings[[0, 1, 2, 4]], axis=1) - 1) < 1e-5)
+
+
+def test_bad_choices_and_sides_leave_the_trainer_usable():
+    """Every malformed choice or side is an InvalidArgumentError naming it; the step after
+    them applies normally."""
+    trainer = uform.Trainer.init_ram(
+        uform.Executor.for_ram(1), depth=1, hidden=64, objective=uform.Objective.JOINT,
+        contrastive=uform.Contrastive(temperature_groups=3), choices=uform.Choices(temperature_groups=2),
+        late_interaction=uform.LateInteraction(width=16),
+        batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=32, max_choices_per_item=3))
+    texts = [b"is it? A or B", b"pick one", b"plain text", b"more text"]
+    one = np.array([1.0], np.float32)
+    two = np.array([0.25, 0.75], np.float32)
+    none = np.zeros(0, np.float32)
+    good = dict(choices=["AB", "xy", "", ""], choice_targets=[two, two, none, none])
+    cases = [
+        (dict(choices=["AA", "xy", "", ""], choice_targets=[two, two, none, none]), "given twice"),
+        (dict(choices=["ABCD", "xy", "", ""], choice_targets=[np.ones(4, np.float32), two, none, none]),
+         "max_choices_per_item"),
+        (dict(choices=["AB", "xy", "", ""], choice_targets=[one, two, none, none]), "targets"),
+        (dict(choices=["AB", "xy", "", ""], choice_targets=[two.astype(np.float64), two, none, none]), "float32"),
+        (dict(choices=["AB", "xy", "", ""], choice_targets=[np.array([-1, 2], np.float32), two, none, none]),
+         "finite"),
+        (dict(choices=["AB", "xy", "", ""], choice_targets=[np.array([np.nan, 1], np.float32), two, none, none]),
+         "finite"),
+        (dict(choices=["Aé", "xy", "", ""], choice_targets=[two, two, none, none]), "single byte"),
+        (dict(choices=[["A", "yes"], "xy", "", ""], choice_targets=[two, two, none, none]), "single byte"),
+        (dict(choices=["AB", "xy", ""], choice_targets=[two, two, none]), "entries"),
+        (dict(choices=["AB", "xy", "", ""]), "choice_targets"),
+        (dict(choice_targets=[two, two, none, none]), "without choices"),
+        (dict(good, temperature_groups=[2, 0, 0, 0]), "choice temperature groups"),
+        (dict(good, temperature_groups=[0, 0, 0, 3]), "contrastive groups"),
+        (dict(sides=[7, 0, 0, 0]), "LateInteractionSide"),
+        (dict(sides=[1, 2]), "sides"),
+    ]
+    for keywords, pattern in cases:
+        with pytest.raises(uform.InvalidArgumentError, match=pattern):
+            trainer.step([TEXT] * 4, texts, **keywords)
+    stats = uform.TrainerStepStats()
+    trainer.step([TEXT] * 4, texts, sides=[uform.LateInteractionSide.QUERY, uform.LateInteractionSide.DOCUMENT,
+                                         uform.LateInteractionSide.QUERY_AND_DOCUMENT,
+                                         uform.LateInteractionSide.NONE], bags=[0, 0, 1, 2],
+                 stats=stats, **good)
+    assert stats.step == 1, "no failed call applied a step"
+    assert stats.choices_loss > 0 and stats.late_interaction_loss > 0

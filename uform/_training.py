@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._buffers import Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape
+from ._choices import choice_targets_buffer, choices_tape
 from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor
@@ -147,7 +148,8 @@ class Contrastive:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LateInteraction:
-    """How the late-interaction loss scores token vectors; every zero derives (not built yet)."""
+    """How the late-interaction loss scores token vectors; every zero derives (docs/training.md
+    section 9)."""
 
     weight: float = 0.0
     width: int = 0
@@ -159,13 +161,23 @@ class LateInteraction:
     max_document_tokens_per_device: int = 0
     pair_loss: PairLossForm = PairLossForm.DERIVED
 
+    def __post_init__(self) -> None:
+        _check_floats(self, "weight", "inverse_temperature", "bias")
+        _check_counts(self, "width", "max_query_span", "max_query_tokens_per_device",
+                      "max_documents_per_device", "max_document_tokens_per_device")
+        object.__setattr__(self, "pair_loss", _enum(PairLossForm, self.pair_loss, "LateInteraction.pair_loss"))
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Choices:
-    """The calibrated-choices term; a weight of zero derives 1 (not built yet)."""
+    """The calibrated-choices term; a weight of zero derives 1 (docs/training.md section 10)."""
 
     weight: float = 0.0
     temperature_groups: int = 0
+
+    def __post_init__(self) -> None:
+        _check_floats(self, "weight")
+        _check_counts(self, "temperature_groups")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -346,9 +358,22 @@ class Trainer:
             options.contrastive = c_contrastive
             keep.append(c_contrastive)
         if late_interaction is not None:
-            raise UnsupportedError("late_interaction: not built in this version of uform")
+            if not isinstance(late_interaction, LateInteraction):
+                raise InvalidArgumentError(
+                    f"late_interaction: expected uform.LateInteraction, got {type(late_interaction).__name__}")
+            c_late = ffi.new("uform_late_interaction_t *")
+            for f in dataclasses.fields(LateInteraction):
+                setattr(c_late, f.name, getattr(late_interaction, f.name))
+            options.late_interaction = c_late
+            keep.append(c_late)
         if choices is not None:
-            raise UnsupportedError("choices: not built in this version of uform")
+            if not isinstance(choices, Choices):
+                raise InvalidArgumentError(f"choices: expected uform.Choices, got {type(choices).__name__}")
+            c_choices = ffi.new("uform_choices_t *")
+            c_choices.weight = choices.weight
+            c_choices.temperature_groups = choices.temperature_groups
+            options.choices = c_choices
+            keep.append(c_choices)
         if schedule is not None:
             if not isinstance(schedule, Schedule):
                 raise InvalidArgumentError(f"schedule: expected uform.Schedule, got {type(schedule).__name__}")
@@ -402,8 +427,6 @@ class Trainer:
              arena: Optional[Arena] = None, outputs_scalar: Scalar = Scalar.F32,
              stats: Optional[TrainerStepStats] = None) -> Optional[ArenaBuffer]:
         """Applies one optimizer step over the items; answers their pooled embeddings when given an arena."""
-        if choices is not None or choice_targets is not None:
-            raise UnsupportedError("choices: calibrated choices are not built in this version of uform")
         tape = texts_tape(contents, "contents")
         count = tape.struct.count
         keep: list = [tape]
@@ -436,6 +459,19 @@ class Trainer:
             c_sides = ffi.new("uint32_t[]", side_codes)
             keep.append(c_sides)
             batch.sides = c_sides
+        if choices is not None:
+            if choice_targets is None:
+                raise InvalidArgumentError("choice_targets: missing while choices are given")
+            choice_tape = choices_tape(choices, count)
+            if choice_tape.struct.count != count:
+                raise InvalidArgumentError(f"choices: {choice_tape.struct.count} entries for {count} items")
+            bounds = np.frombuffer(ffi.buffer(choice_tape.struct.offsets, 8 * (count + 1)), dtype=np.uint64)
+            targets = choice_targets_buffer(choice_targets, bounds)
+            keep.extend((choice_tape, targets))
+            batch.choices = choice_tape.struct[0]
+            batch.choice_targets = ffi.cast("const float *", ffi.from_buffer(targets))
+        elif choice_targets is not None:
+            raise InvalidArgumentError("choice_targets: given without choices")
         if relations is not None:
             if not isinstance(relations, Relations):
                 raise InvalidArgumentError(f"relations: expected uform.Relations, got {type(relations).__name__}")

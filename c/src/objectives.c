@@ -455,12 +455,11 @@ static void uform_contrastive_units(void *context, size_t begin, size_t end, siz
     }
 }
 
-/* Classifies every candidate of anchor i into scratch->kind / weight. */
-static void uform_contrastive_classify(const uform_contrastive_job_t *job, size_t i,
-                                       uform_contrastive_scratch_t *scratch) {
-    const uform_contrastive_batch_t *batch = job->batch;
-    const size_t n = batch->count;
-    const uform_relations_t *relations = batch->relations;
+/* Classifies every candidate of anchor i into scratch->kind / weight by the
+ * relations' precedence (section 3). */
+static void uform_pair_classify(const uform_contrastive_config_t *config, size_t n,
+                                const uint32_t *bags, const uform_relations_t *relations, size_t i,
+                                uform_contrastive_scratch_t *scratch) {
     const uform_edges_t *attract = relations ? &relations->attract : NULL;
     const uform_edges_t *repel = relations ? &relations->repel : NULL;
     const uform_edges_t *ignore = relations ? &relations->ignore : NULL;
@@ -482,9 +481,8 @@ static void uform_contrastive_classify(const uform_contrastive_job_t *job, size_
         for (size_t e = ignore->offsets[i]; e < ignore->offsets[i + 1]; e++)
             scratch->ignore[ignore->ids[e]] = 1;
 
-    const bool ambient = job->config->negatives == UFORM_NEGATIVES_AMBIENT;
-    const double ambient_weight = (double)job->config->ambient_repulsion_weight;
-    const uint32_t *bags = batch->bags;
+    const bool ambient = config->negatives == UFORM_NEGATIVES_AMBIENT;
+    const double ambient_weight = (double)config->ambient_repulsion_weight;
     for (size_t j = 0; j < n; j++) {
         uint8_t kind = UFORM_PAIR_NONE;
         double weight = 0;
@@ -521,13 +519,13 @@ static void uform_contrastive_classify(const uform_contrastive_job_t *job, size_
 
 /* One anchor's loss and dloss/dscore (into scratch->score, reused), unscaled.
  * Returns whether the anchor is scored. */
-static bool uform_contrastive_row_loss(const uform_contrastive_job_t *job, size_t n,
-                                       uform_contrastive_scratch_t *scratch, double *loss_out) {
+static bool uform_pair_row_loss(uform_pair_loss_form_t form, size_t n,
+                                uform_contrastive_scratch_t *scratch, double *loss_out) {
     const uint8_t *kind = scratch->kind;
     const double *weight = scratch->weight;
     double *s = scratch->score;  /* in: scores; out: gradients (unscored: 0) */
     double loss = 0;
-    switch (job->config->pair_loss) {
+    switch (form) {
     case UFORM_PAIR_LOSS_SIGMOID:
         for (size_t j = 0; j < n; j++) {
             if (kind[j] == UFORM_PAIR_POSITIVE) {
@@ -635,7 +633,7 @@ static void uform_contrastive_rows(void *context, size_t begin, size_t end, size
         const size_t g = batch->groups ? batch->groups[i] : 0;
         const double temperature = job->temperatures[g];
         const double offset = sigmoid ? (double)job->bias[g] : 0.0;
-        uform_contrastive_classify(job, i, scratch);
+        uform_pair_classify(job->config, n, batch->bags, batch->relations, i, scratch);
         const double *unit = job->units + i * w;
         for (size_t j = 0; j < n; j++) {
             if (scratch->kind[j] == UFORM_PAIR_NONE) {
@@ -648,7 +646,7 @@ static void uform_contrastive_rows(void *context, size_t begin, size_t end, size
             scratch->score[j] = c * temperature + offset;
         }
         double loss = 0;
-        bool scored = uform_contrastive_row_loss(job, n, scratch, &loss);
+        bool scored = uform_pair_row_loss(job->config->pair_loss, n, scratch, &loss);
         float *forces = job->forces + i * n;
         double dtau = 0, dbias = 0;
         if (scored) {
@@ -825,5 +823,91 @@ done:
     free(rows);
     free(scored);
     free(dembeddings);
+    return status;
+}
+
+/* ==== Pair losses over a given score matrix (late interaction) ============ */
+
+typedef struct {
+    const uform_contrastive_config_t *config;
+    uform_pair_loss_form_t form;
+    size_t n;
+    const uint32_t *bags;
+    const uform_relations_t *relations;
+    const uint8_t *anchors, *candidates;
+    double *scores;                        /* [n, n]: in scores, out dloss_i/ds_ij */
+    double *row_loss;
+    uint8_t *scored;
+    uform_contrastive_scratch_t *scratch;  /* [threads] */
+} uform_pair_job_t;
+
+static void uform_pair_rows(void *context, size_t begin, size_t end, size_t thread) {
+    uform_pair_job_t *job = context;
+    uform_contrastive_scratch_t *scratch = &job->scratch[thread];
+    const size_t n = job->n;
+    for (size_t i = begin; i < end; i++) {
+        double *row = job->scores + i * n;
+        bool scored = false;
+        double loss = 0;
+        if (job->anchors[i]) {
+            uform_pair_classify(job->config, n, job->bags, job->relations, i, scratch);
+            for (size_t j = 0; j < n; j++) {
+                if (!job->candidates[j]) scratch->kind[j] = UFORM_PAIR_NONE;
+                scratch->score[j] = scratch->kind[j] == UFORM_PAIR_NONE ? 0.0 : row[j];
+            }
+            scored = uform_pair_row_loss(job->form, n, scratch, &loss);
+        }
+        for (size_t j = 0; j < n; j++) row[j] = scored ? scratch->score[j] : 0.0;
+        job->scored[i] = scored;
+        job->row_loss[i] = scored ? loss : 0.0;
+    }
+}
+
+uform_status_t uform_pair_losses(uform_executor_t *executor, const uform_contrastive_config_t *config,
+                                 uform_pair_loss_form_t form, size_t n, const uint32_t *bags,
+                                 const uform_relations_t *relations, const uint8_t *anchors,
+                                 const uint8_t *candidates, double *scores, double *row_loss,
+                                 uint8_t *scored) {
+    if (n == 0) return UFORM_OK;
+    if (relations) {
+        uint8_t *seen = uform_alloc_zeroed(n, 1, "pair edge check");
+        if (!seen) return UFORM_OUT_OF_MEMORY;
+        uform_status_t status = uform_check_edges(&relations->attract, n, seen, "attract");
+        if (status == UFORM_OK) status = uform_check_edges(&relations->repel, n, seen, "repel");
+        if (status == UFORM_OK) status = uform_check_edges(&relations->ignore, n, seen, "ignore");
+        free(seen);
+        UFORM_TRY(status);
+    }
+    const size_t threads = executor ? uform_executor_width(executor) : 1;
+    uform_contrastive_scratch_t *scratch = uform_alloc_zeroed(threads, sizeof(*scratch), "pair scratch");
+    uform_status_t status = scratch ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    for (size_t t = 0; t < threads && status == UFORM_OK; t++) {
+        uform_contrastive_scratch_t *s = &scratch[t];
+        s->attract = uform_alloc(n, sizeof(double), "pair scratch");
+        s->repel = uform_alloc(n, sizeof(double), "pair scratch");
+        s->ignore = uform_alloc_zeroed(n, 1, "pair scratch");
+        s->kind = uform_alloc(n, 1, "pair scratch");
+        s->weight = uform_alloc(n, sizeof(double), "pair scratch");
+        s->score = uform_alloc(n, sizeof(double), "pair scratch");
+        if (!s->attract || !s->repel || !s->ignore || !s->kind || !s->weight || !s->score)
+            status = UFORM_OUT_OF_MEMORY;
+        else
+            for (size_t j = 0; j < n; j++) s->attract[j] = s->repel[j] = -1.0;
+    }
+    if (status == UFORM_OK) {
+        uform_pair_job_t job = {config, form, n, bags, relations, anchors, candidates,
+                                scores, row_loss, scored, scratch};
+        uform_run(executor, n, 4, uform_pair_rows, &job);
+    }
+    if (scratch)
+        for (size_t t = 0; t < threads; t++) {
+            free(scratch[t].attract);
+            free(scratch[t].repel);
+            free(scratch[t].ignore);
+            free(scratch[t].kind);
+            free(scratch[t].weight);
+            free(scratch[t].score);
+        }
+    free(scratch);
     return status;
 }

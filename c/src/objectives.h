@@ -152,4 +152,22 @@ UFORM_INTERNAL uform_status_t uform_contrastive(uform_executor_t *executor,
                                                 const float *bias, float *loss, float *d_embeddings,
                                                 float *d_log_inverse_temperature, float *d_bias);
 
+/* The pair losses of section 3 over a score matrix the caller computed (late
+ * interaction, docs/training.md section 9). Anchor i (anchors[i] != 0) scores
+ * candidates j != i with candidates[j] != 0, classified by the relations'
+ * precedence with config's negatives and ambient weight (config's widths and
+ * groups are not read); `form` is BALANCED, RANKED or SIGMOID. scores [n, n]
+ * holds s_ij on entry and dloss_i/ds_ij on return (0 outside scored rows and
+ * unscored pairs); row_loss[i] and scored[i] report each anchor (a BALANCED or
+ * RANKED anchor is scored when its positives' weights sum to more than 0,
+ * every SIGMOID anchor is). Unscaled: the caller averages. Edges are checked
+ * as uform_contrastive checks them. */
+UFORM_INTERNAL uform_status_t uform_pair_losses(uform_executor_t *executor,
+                                                const uform_contrastive_config_t *config,
+                                                uform_pair_loss_form_t form, size_t n,
+                                                const uint32_t *bags,
+                                                const uform_relations_t *relations,
+                                                const uint8_t *anchors, const uint8_t *candidates,
+                                                double *scores, double *row_loss, uint8_t *scored);
+
 #endif /* UFORM_OBJECTIVES_H */

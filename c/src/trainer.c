@@ -4,14 +4,17 @@
  * out layer by layer, the objectives, and AdamW.
  *
  * Scope of this version: text items; the MASKED, CONTRASTIVE and JOINT
- * objectives; one replica per memory domain of the executor, data parallel
- * (items split by token count, each replica packs its own rows, embeddings
- * gathered for the world's contrastive term, gradients summed in replica
- * order). Replicas share one copy of the weights and run one after another
- * on the executor's threads. Late interaction, choices, other modalities and
- * GPUs answer UFORM_UNSUPPORTED. */
+ * objectives with late interaction and calibrated choices; one replica per
+ * memory domain of the executor, data parallel (items split by token count,
+ * each replica packs its own rows, embeddings and token vectors gathered for
+ * the world's contrastive and late-interaction terms, gradients summed in
+ * replica order). Replicas share one copy of the weights and run one after
+ * another on the executor's threads. Other modalities and GPUs answer
+ * UFORM_UNSUPPORTED. */
 #include "backward.h"
+#include "choices_loss.h"
 #include "cpu/sgemm.h"
+#include "late_interaction_loss.h"
 #include "model.h"
 #include "objectives.h"
 #include "optimizer.h"
@@ -45,6 +48,11 @@ struct uform_trainer {
     size_t depth, hidden, heads, dimensions, context;
     uform_objective_t objective;
     bool masks_text, contrasts;
+    bool byte_head;                    /* masked text or choices */
+    bool late, chooses;                /* late interaction / choices configured */
+    uform_late_interaction_t late_config;   /* resolved: no zero fields */
+    float choices_weight;
+    size_t choice_groups, max_choices;
     uform_masking_t masking;
     uform_contrastive_config_t contrastive;
     size_t widths[64];
@@ -60,6 +68,7 @@ struct uform_trainer {
     uform_block_slots_t *blocks;
     size_t bytes_table, modality, norm_weight, norm_bias, embedding_head, bytes_bias;
     size_t log_inverse_temperature, contrastive_bias;
+    size_t token_head, late_log_inverse_temperature, late_bias, choice_log_temperature;
     /* Workspaces kept across steps, one per replica: a step allocates (and the
      * kernel zero-fills pages) only when it needs more than any step before. */
     void **workspaces;
@@ -109,12 +118,22 @@ static size_t uform_layout(uform_trainer_t *t) {
     t->norm_weight = uform_add_slot(t, "norm.weight", h, 0, false, false);
     t->norm_bias = uform_add_slot(t, "norm.bias", h, 0, false, false);
     t->embedding_head = uform_add_slot(t, "heads.embedding.weight", t->dimensions, h, true, false);
-    if (t->masks_text) t->bytes_bias = uform_add_slot(t, "heads.bytes.bias", UFORM_BYTES, 0, false, false);
+    if (t->late)
+        t->token_head = uform_add_slot(t, "heads.tokens.weight", t->late_config.width, h, true, false);
+    if (t->byte_head) t->bytes_bias = uform_add_slot(t, "heads.bytes.bias", UFORM_BYTES, 0, false, false);
     if (t->contrasts) {
         t->log_inverse_temperature = uform_add_slot(t, "contrastive.log_inverse_temperature",
                                                     t->contrastive.groups, 0, false, true);
         t->contrastive_bias = uform_add_slot(t, "contrastive.bias", t->contrastive.groups, 0, false, true);
     }
+    if (t->late) {
+        t->late_log_inverse_temperature =
+            uform_add_slot(t, "late_interaction.log_inverse_temperature", 1, 0, false, true);
+        t->late_bias = uform_add_slot(t, "late_interaction.bias", 1, 0, false, true);
+    }
+    if (t->chooses)
+        t->choice_log_temperature =
+            uform_add_slot(t, "choices.log_temperature", t->choice_groups, 0, false, true);
     return t->slots_count;
 }
 
@@ -152,6 +171,11 @@ static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, 
             p[t->log_inverse_temperature + g] = initial_log_temperature;
             p[t->contrastive_bias + g] = initial_bias;
         }
+    if (t->late) {
+        p[t->late_log_inverse_temperature] = logf(t->late_config.inverse_temperature);
+        p[t->late_bias] = t->late_config.bias;
+    }
+    /* choices.log_temperature starts at 0: temperature 1 */
     for (size_t s = 0; s < t->slots_count; s++)
         memset(t->decay + t->slots[s].offset, t->slots[s].decay ? 1 : 0,
                t->slots[s].rows * (t->slots[s].cols ? t->slots[s].cols : 1));
@@ -172,11 +196,57 @@ void uform_trainer_free(uform_trainer_t *t) {
     free(t);
 }
 
+/* LateInteraction with every zero derived (docs/training.md section 6). */
+static uform_status_t uform_late_resolve(uform_trainer_t *t, const uform_late_interaction_t *given) {
+    uform_late_interaction_t *c = &t->late_config;
+    *c = *given;
+    if (!isfinite(c->weight) || c->weight < 0)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "late_interaction.weight: %g is not finite and >= 0",
+                          (double)c->weight);
+    if (!isfinite(c->inverse_temperature) || c->inverse_temperature < 0)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "late_interaction.inverse_temperature: %g is not finite and >= 0",
+                          (double)c->inverse_temperature);
+    if (!isfinite(c->bias))
+        return uform_fail(UFORM_INVALID_ARGUMENT, "late_interaction.bias: %g is not finite", (double)c->bias);
+    if ((unsigned)c->pair_loss > UFORM_PAIR_LOSS_SIGMOID)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "late_interaction.pair_loss: %d is not a pair loss form",
+                          (int)c->pair_loss);
+    if (c->width > 65536)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "late_interaction.width: %zu is more than 65536", c->width);
+    size_t tokens = t->limits.rows * t->limits.columns;
+    if (c->weight == 0) c->weight = 1;
+    if (c->width == 0) c->width = 128;
+    if (c->inverse_temperature == 0) c->inverse_temperature = 10;
+    if (c->pair_loss == UFORM_PAIR_LOSS_DERIVED) c->pair_loss = UFORM_PAIR_LOSS_RANKED;
+    if (c->bias == 0 && c->pair_loss == UFORM_PAIR_LOSS_SIGMOID) c->bias = -10;
+    if (c->max_query_span == 0) c->max_query_span = t->limits.columns;
+    if (c->max_query_tokens_per_device == 0) c->max_query_tokens_per_device = tokens;
+    if (c->max_documents_per_device == 0) c->max_documents_per_device = t->limits.segments;
+    if (c->max_document_tokens_per_device == 0) c->max_document_tokens_per_device = tokens;
+    return UFORM_OK;
+}
+
+static uform_status_t uform_choices_resolve(uform_trainer_t *t, const uform_choices_t *given,
+                                            size_t max_choices_per_item) {
+    if (!isfinite(given->weight) || given->weight < 0)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "choices.weight: %g is not finite and >= 0",
+                          (double)given->weight);
+    if (given->temperature_groups > 65536)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "choices.temperature_groups: %zu is more than 65536",
+                          given->temperature_groups);
+    if (max_choices_per_item > UFORM_BYTES)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "batch.max_choices_per_item: %zu is more than the 256 byte values",
+                          max_choices_per_item);
+    t->choices_weight = given->weight == 0 ? 1.0f : given->weight;
+    t->choice_groups = given->temperature_groups ? given->temperature_groups : 1;
+    t->max_choices = max_choices_per_item ? max_choices_per_item : UFORM_BYTES;
+    return UFORM_OK;
+}
+
 static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_trainer_options_t *o,
                                               float *initial_log_temperature, float *initial_bias) {
-    if (o->late_interaction)
-        return uform_fail(UFORM_UNSUPPORTED, "late_interaction: not built in this version");
-    if (o->choices) return uform_fail(UFORM_UNSUPPORTED, "choices: not built in this version");
     if (o->batch.image.patch_side || o->batch.video.patch_side || o->batch.audio.chunk_samples)
         return uform_fail(UFORM_UNSUPPORTED,
                           "batch: image, video and audio training are not built in this version");
@@ -193,6 +263,9 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     t->objective = o->objective;
     t->masks_text = o->objective != UFORM_OBJECTIVE_CONTRASTIVE;
     t->contrasts = o->objective != UFORM_OBJECTIVE_MASKED;
+    t->late = o->late_interaction != NULL;
+    t->chooses = o->choices != NULL;
+    t->byte_head = t->masks_text || t->chooses;
 
     t->limits.columns = o->batch.max_columns_per_row ? o->batch.max_columns_per_row : 512;
     t->limits.rows = o->batch.max_rows_per_device ? o->batch.max_rows_per_device : 64;
@@ -205,6 +278,8 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     if (t->limits.rows > (1u << 20) || t->limits.segments > (1u << 24))
         return uform_fail(UFORM_INVALID_ARGUMENT, "batch: rows or segments too large");
     t->context = t->limits.columns;
+    if (t->late) UFORM_TRY(uform_late_resolve(t, o->late_interaction));
+    if (t->chooses) UFORM_TRY(uform_choices_resolve(t, o->choices, o->batch.max_choices_per_item));
 
     /* dimensions: the largest Matryoshka width, else H */
     t->dimensions = t->hidden;
@@ -530,6 +605,56 @@ static void uform_linear_backward(uform_trainer_t *t, const float *x, const floa
 
 /* ---- the step ------------------------------------------------------------------- */
 
+/* choices and choice_targets (docs/training.md section 10). */
+static uform_status_t uform_check_step_choices(const uform_trainer_t *t, const uform_trainer_batch_t *b) {
+    const uform_tape_t *choices = &b->choices;
+    if (choices->count == 0) return UFORM_OK;
+    size_t count = b->contents.count;
+    if (!t->chooses)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "choices: given, but the run has no choices configuration");
+    if (choices->count != count)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "choices: %zu entries for %zu items", choices->count, count);
+    if (!choices->offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "choices: offsets are NULL");
+    for (size_t i = 0; i < count; i++)
+        if (choices->offsets[i + 1] < choices->offsets[i])
+            return uform_fail(UFORM_INVALID_ARGUMENT, "choices: offsets decrease at item %zu", i);
+    if (choices->offsets[count] > choices->size)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "choices: the last offset is past the data");
+    if (choices->size && !choices->data) return uform_fail(UFORM_INVALID_ARGUMENT, "choices: data is NULL");
+    if (choices->offsets[count] > choices->offsets[0] && !b->choice_targets)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "choice_targets: NULL while items have choices");
+    const uint8_t *data = choices->data;
+    for (size_t i = 0; i < count; i++) {
+        size_t begin = choices->offsets[i], n = choices->offsets[i + 1] - begin;
+        if (n == 0) continue;
+        if (b->modalities[i] != UFORM_MODALITY_TEXT)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "choices[%zu]: only text items make choices", i);
+        if (n > t->max_choices)
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "choices[%zu]: %zu choices, more than max_choices_per_item %zu", i, n,
+                              t->max_choices);
+        uint8_t seen[UFORM_BYTES] = {0};
+        for (size_t c = 0; c < n; c++) {
+            uint8_t byte = data[begin + c];
+            if (seen[byte])
+                return uform_fail(UFORM_INVALID_ARGUMENT, "choices[%zu]: the byte 0x%02x is given twice",
+                                  i, byte);
+            seen[byte] = 1;
+            float target = b->choice_targets[begin + c];
+            if (!isfinite(target) || target < 0)
+                return uform_fail(UFORM_INVALID_ARGUMENT,
+                                  "choice_targets[%zu][%zu]: %g is not finite and >= 0", i, c,
+                                  (double)target);
+        }
+        uint32_t group = b->temperature_groups ? b->temperature_groups[i] : 0;
+        if (group >= t->choice_groups)
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "temperature_groups[%zu]: %u is not below the %zu choice temperature groups",
+                              i, group, t->choice_groups);
+    }
+    return UFORM_OK;
+}
+
 static uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trainer_batch_t *b) {
     if (!b) return uform_fail(UFORM_INVALID_ARGUMENT, "batch: NULL");
     const uform_tape_t *tape = &b->contents;
@@ -547,13 +672,19 @@ static uform_status_t uform_check_step_batch(const uform_trainer_t *t, const ufo
             return uform_fail(UFORM_INVALID_ARGUMENT,
                               "modalities[%zu]: the run has no shape for this modality (image, video "
                               "and audio training are not built in this version)", i);
-        if (b->temperature_groups && b->temperature_groups[i] >= t->contrastive.groups)
+        if (t->contrasts && b->temperature_groups && b->temperature_groups[i] >= t->contrastive.groups)
             return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "temperature_groups[%zu]: %u is not below the %zu groups", i,
+                              "temperature_groups[%zu]: %u is not below the %zu contrastive groups", i,
                               b->temperature_groups[i], t->contrastive.groups);
-        if (b->sides && b->sides[i] != UFORM_SIDE_NONE)
-            return uform_fail(UFORM_UNSUPPORTED, "sides: late interaction is not built in this version");
+        if (b->sides && b->sides[i] > UFORM_SIDE_QUERY_AND_DOCUMENT)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "sides[%zu]: %u is not a LateInteractionSide", i,
+                              b->sides[i]);
+        if (b->sides && b->sides[i] != UFORM_SIDE_NONE && !t->late)
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "sides[%zu]: a late-interaction side, but the run has no late_interaction "
+                              "configuration", i);
     }
+    UFORM_TRY(uform_check_step_choices(t, b));
     if (tape->size && !tape->data) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: data is NULL");
     if (tape->offsets[count] > tape->size)
         return uform_fail(UFORM_INVALID_ARGUMENT, "contents: the last offset is past the data");
@@ -742,6 +873,7 @@ static void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w) {
 typedef struct {
     size_t first, last;        /* items [first, last) of the step */
     size_t world_first;        /* its first kept item in the world's order */
+    size_t world_row_first;    /* its first row among the world's rows */
     size_t items, rows, selected;
     uform_workspace_t w;
 } uform_replica_t;
@@ -795,6 +927,144 @@ static void uform_replica_layout(const uform_trainer_batch_t *batch, const size_
     w->items = replica->items;
 }
 
+static bool uform_has_choices(const uform_trainer_batch_t *batch, size_t i) {
+    return batch->choices.count && batch->choices.offsets[i + 1] > batch->choices.offsets[i];
+}
+
+/* The choices term of one replica's items (docs/training.md section 10):
+ * gathers the MASK rows' states, runs the loss, scatters dLoss/dh back. */
+static uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                            uform_replica_t *rep, const size_t *kept,
+                                            const size_t *first_row, float scale, double *loss_sum) {
+    const size_t h = t->hidden;
+    const size_t *offsets = batch->choices.offsets;
+    size_t n = 0, total = 0;
+    for (size_t i = rep->first; i < rep->last; i++)
+        if (kept[i] != SIZE_MAX && uform_has_choices(batch, i)) n++, total += offsets[i + 1] - offsets[i];
+    if (n == 0) return UFORM_OK;
+    float *states = uform_alloc(2 * n, h * sizeof(float), "choice states");
+    float *targets = uform_alloc(total, sizeof(float), "choice targets");
+    uint8_t *bytes = uform_alloc(total, 1, "choice bytes");
+    size_t *starts = uform_alloc(2 * n + 1, sizeof(size_t), "choice items");
+    uint32_t *groups = uform_alloc(n, sizeof(uint32_t), "choice groups");
+    if (!states || !targets || !bytes || !starts || !groups) {
+        free(states), free(targets), free(bytes), free(starts), free(groups);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    float *d_states = states + n * h;
+    size_t *mask_rows = starts + n + 1;
+    size_t c = 0;
+    starts[0] = 0;
+    for (size_t i = rep->first; i < rep->last; i++) {
+        if (kept[i] == SIZE_MAX || !uform_has_choices(batch, i)) continue;
+        size_t length = offsets[i + 1] - offsets[i];
+        mask_rows[c] = first_row[i] + kept[i] - 1;
+        memcpy(states + c * h, rep->w.states + mask_rows[c] * h, h * sizeof(float));
+        memcpy(bytes + starts[c], (const uint8_t *)batch->choices.data + offsets[i], length);
+        memcpy(targets + starts[c], batch->choice_targets + offsets[i], length * sizeof(float));
+        groups[c] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
+        starts[c + 1] = starts[c] + length;
+        c++;
+    }
+    uform_choices_batch_t choices = {n, h, states, bytes, targets, starts, groups};
+    float *g = t->gradients;
+    uform_choices_loss(&choices, t->parameters + t->bytes_table, t->parameters + t->bytes_bias,
+                       t->parameters + t->choice_log_temperature, scale, loss_sum, d_states,
+                       g + t->bytes_table, g + t->bytes_bias, g + t->choice_log_temperature);
+    for (size_t k = 0; k < n; k++) {
+        float *target = rep->w.d_states + mask_rows[k] * h;
+        for (size_t e = 0; e < h; e++) target[e] += d_states[k * h + e];
+    }
+    free(states), free(targets), free(bytes), free(starts), free(groups);
+    return UFORM_OK;
+}
+
+/* Which rows of each kept item enter the late-interaction term: sides, the
+ * query span and each replica's budgets, walked in item order (section 9). */
+static void uform_late_admit(const uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                             const uform_replica_t *replica, size_t replicas, const size_t *kept,
+                             const size_t *index, const size_t *first_row, size_t *first,
+                             size_t *query_rows, size_t *document_rows) {
+    const uform_late_interaction_t *c = &t->late_config;
+    for (size_t r = 0; r < replicas; r++) {
+        const uform_replica_t *rep = &replica[r];
+        size_t query_tokens = 0, documents = 0, document_tokens = 0;
+        for (size_t i = rep->first; i < rep->last; i++) {
+            if (kept[i] == SIZE_MAX) continue;
+            size_t item = index[i], n = kept[i];
+            uint32_t side = batch->sides ? batch->sides[i] : UFORM_SIDE_QUERY_AND_DOCUMENT;
+            first[item] = rep->world_row_first + first_row[i];
+            query_rows[item] = document_rows[item] = 0;
+            if (n == 0) continue;
+            size_t span = n < c->max_query_span ? n : c->max_query_span;
+            if ((side == UFORM_SIDE_QUERY || side == UFORM_SIDE_QUERY_AND_DOCUMENT) &&
+                query_tokens + span <= c->max_query_tokens_per_device) {
+                query_rows[item] = span;
+                query_tokens += span;
+            }
+            if ((side == UFORM_SIDE_DOCUMENT || side == UFORM_SIDE_QUERY_AND_DOCUMENT) &&
+                documents < c->max_documents_per_device &&
+                document_tokens + n <= c->max_document_tokens_per_device) {
+                document_rows[item] = n;
+                documents++;
+                document_tokens += n;
+            }
+        }
+    }
+}
+
+/* Token vectors of every replica's rows, the late-interaction term over the
+ * world, and its gradients back into each replica's d_states. */
+static uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                      uform_replica_t *replica, size_t replicas, const size_t *kept,
+                                      const size_t *index, const size_t *first_row, size_t items,
+                                      size_t world_rows, const uint32_t *bags,
+                                      const uform_relations_t *relations, float *loss) {
+    const size_t h = t->hidden, width = t->late_config.width;
+    size_t widest = 1;
+    for (size_t r = 0; r < replicas; r++) widest = replica[r].rows > widest ? replica[r].rows : widest;
+    float *vectors = uform_alloc_aligned(2 * world_rows + widest, width * sizeof(float), "token vectors");
+    float *norms = uform_alloc(world_rows + 1, sizeof(float), "token norms");
+    size_t *layout = uform_alloc(3 * items, sizeof(size_t), "late interaction items");
+    if (!vectors || !norms || !layout) {
+        uform_free_aligned(vectors), free(norms), free(layout);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    float *d_vectors = vectors + world_rows * width, *projected = d_vectors + world_rows * width;
+    const float *p = t->parameters;
+    for (size_t r = 0; r < replicas; r++) {
+        uform_replica_t *rep = &replica[r];
+        if (!rep->rows) continue;
+        uform_sgemm(t->executor, rep->rows, width, h, uform_rows_of(rep->w.states, h),
+                    uform_transposed(p + t->token_head, h), NULL, false, projected, width);
+        uform_normalize_forward(projected, rep->rows, width, vectors + rep->world_row_first * width,
+                                norms + rep->world_row_first);
+    }
+    uform_late_admit(t, batch, replica, replicas, kept, index, first_row, layout, layout + items,
+                     layout + 2 * items);
+    memset(d_vectors, 0, world_rows * width * sizeof(float));
+    uform_late_batch_t late = {items, width, vectors, layout, layout + items, layout + 2 * items,
+                               bags, relations};
+    uform_status_t status = uform_late_interaction_loss(
+        t->executor, &t->contrastive, t->late_config.pair_loss, &late,
+        p[t->late_log_inverse_temperature], p[t->late_bias], t->late_config.weight, loss, d_vectors,
+        t->gradients + t->late_log_inverse_temperature, t->gradients + t->late_bias);
+    for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
+        uform_replica_t *rep = &replica[r];
+        if (!rep->rows) continue;
+        size_t base = rep->world_row_first;
+        memset(projected, 0, rep->rows * width * sizeof(float));
+        uform_normalize_backward(d_vectors + base * width, vectors + base * width, norms + base,
+                                 rep->rows, width, projected);
+        uform_sgemm(t->executor, width, h, rep->rows, uform_transposed(projected, width),
+                    uform_rows_of(rep->w.states, h), NULL, true, t->gradients + t->token_head, h);
+        uform_sgemm(t->executor, rep->rows, h, width, uform_rows_of(projected, width),
+                    uform_rows_of(p + t->token_head, h), NULL, true, rep->w.d_states, h);
+    }
+    uform_free_aligned(vectors), free(norms), free(layout);
+    return status;
+}
+
 uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
                                   uform_arena_t *arena, uform_scalar_t outputs_scalar,
                                   uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
@@ -821,7 +1091,9 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     size_t *kept = lengths + count, *row = kept + count, *index = row + count;
     size_t *row_used = index + count;
     uint32_t *bags_seen = (uint32_t *)(row_used + t->limits.rows + 1); /* count words fit in count size_t */
-    for (size_t i = 0; i < count; i++) lengths[i] = offsets[i + 1] - offsets[i];
+    /* an item with choices carries MASK after its bytes (section 10) */
+    for (size_t i = 0; i < count; i++)
+        lengths[i] = offsets[i + 1] - offsets[i] + (uform_has_choices(batch, i) ? 1 : 0);
 
     /* Items to replicas by token count, then each replica packs its own rows. */
     uform_split_by_tokens(lengths, count, t->limits.columns, replica, replicas);
@@ -840,17 +1112,33 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     }
 
     /* Corruption, keyed by the item's index in the step: independent of replicas. */
+    size_t *first_row = uform_alloc(count, sizeof(size_t), "item rows");
+    size_t choice_items = 0;
+    for (size_t r = 0, world_rows = 0; r < replicas && first_row; r++) {
+        replica[r].world_row_first = world_rows;
+        world_rows += replica[r].rows;
+        for (size_t i = replica[r].first, at = 0; i < replica[r].last; i++) {
+            if (kept[i] == SIZE_MAX) continue;
+            first_row[i] = at;
+            at += kept[i];
+            choice_items += uform_has_choices(batch, i);
+        }
+    }
     uint32_t *ids = uform_alloc(rows ? rows : 1, sizeof(uint32_t), "token ids");
     uint8_t *chosen = uform_alloc(rows ? rows : 1, 1, "selected positions");
     float *world = uform_alloc_aligned(2 * (items ? items : 1), d * sizeof(float), "world embeddings");
-    uform_status_t status = ids && chosen && world ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    uform_status_t status = first_row && ids && chosen && world ? UFORM_OK : UFORM_OUT_OF_MEMORY;
     float *d_world = world ? world + (items ? items : 1) * d : NULL;
     for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         for (size_t i = rep->first; i < rep->last; i++) {
             if (kept[i] == SIZE_MAX) continue;
             const uint8_t *bytes = data + offsets[i];
-            if (t->masks_text) {
+            if (uform_has_choices(batch, i)) {  /* the question stays intact, then MASK */
+                for (size_t k = 0; k + 1 < kept[i]; k++) ids[base + k] = bytes[k], chosen[base + k] = 0;
+                ids[base + kept[i] - 1] = UFORM_MASK_TOKEN;
+                chosen[base + kept[i] - 1] = 0;
+            } else if (t->masks_text) {
                 rep->selected += uform_mask_text(&t->masking, t->seed, step, i, bytes, kept[i],
                                                  ids + base, chosen + base);
             } else {
@@ -895,7 +1183,8 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
 
     /* Forward and the masked loss, replica by replica; embeddings gathered. */
     memset(t->gradients, 0, t->count * sizeof(float));
-    float masked_loss = 0, contrastive_loss = 0;
+    float masked_loss = 0, contrastive_loss = 0, late_loss = 0;
+    double choices_sum = 0;
     for (size_t r = 0; r < replicas; r++) {
         uform_replica_t *rep = &replica[r];
         uform_workspace_t *w = &rep->w;
@@ -906,10 +1195,21 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
         }
         if (t->masks_text && rep->selected)
             masked_loss += uform_masked_text(t, w, t->masking.text_weight, selected);
+        if (choice_items && status == UFORM_OK)
+            status = uform_replica_choices(t, batch, rep, kept, first_row,
+                                           t->choices_weight / (float)choice_items, &choices_sum);
         if (rep->items) {
             uform_embed(t, w);
             memcpy(world + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
         }
+    }
+    if (status != UFORM_OK) goto done;
+    /* Late interaction over the world's token vectors. */
+    if (t->late && items) {
+        status = uform_late_step(t, batch, replica, replicas, kept, index, first_row, items, rows,
+                                 batch->bags ? bags : NULL, batch->relations ? &relations : NULL,
+                                 &late_loss);
+        if (status != UFORM_OK) goto done;
     }
     /* The contrastive term over the whole world; gradients go back to their owners. */
     if (t->contrasts && items) {
@@ -974,7 +1274,11 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
         stats->learning_rate = rate;
         stats->masked_text_loss = masked_loss;
         stats->contrastive_loss = contrastive_loss;
-        stats->loss = t->masking.text_weight * masked_loss + contrastive_loss;
+        float choices_loss = choice_items ? (float)(choices_sum / (double)choice_items) : 0.0f;
+        stats->late_interaction_loss = t->late_config.weight * late_loss;
+        stats->choices_loss = choices_loss;
+        stats->loss = t->masking.text_weight * masked_loss + contrastive_loss +
+                      stats->late_interaction_loss + (t->chooses ? t->choices_weight * choices_loss : 0.0f);
         stats->truncated = t->truncated;
         stats->dropped = t->dropped;
         t->truncated = t->dropped = 0;
@@ -986,6 +1290,7 @@ done:
     free(bags);
     uform_free_aligned(world);
     free(lengths);
+    free(first_row);
     free(ids);
     free(chosen);
     return status;
@@ -1060,8 +1365,9 @@ uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uf
     char geometry[512], training[512];
     snprintf(geometry, sizeof(geometry),
              "{\"version\": 4, \"depth\": %zu, \"hidden\": %zu, \"dimensions\": %zu, \"context\": %zu, "
-             "\"token_width\": 0, \"choice_temperature_groups\": %d, \"step\": %llu}",
-             t->depth, t->hidden, t->dimensions, t->context, t->masks_text ? 1 : 0,
+             "\"token_width\": %zu, \"choice_temperature_groups\": %zu, \"step\": %llu}",
+             t->depth, t->hidden, t->dimensions, t->context, t->late ? t->late_config.width : 0,
+             t->chooses ? t->choice_groups : (t->byte_head ? (size_t)1 : 0),
              (unsigned long long)t->step);
     snprintf(training, sizeof(training),
              "{\"seed\": %llu, \"step\": %llu, \"objective\": %d, \"steps\": %zu, \"warmup_steps\": %zu, "
