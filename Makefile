@@ -14,8 +14,8 @@ CC ?= cc
 PREFIX ?= /usr/local
 BUILD := c/build
 
-SOURCES := $(wildcard c/src/*.c) $(wildcard c/src/cpu/*.c)
-HEADERS := c/include/uform.h $(wildcard c/src/*.h) $(wildcard c/src/cpu/*.h)
+SOURCES := $(wildcard c/src/*.c) $(wildcard c/src/cpu/*.c) $(wildcard c/src/media/*.c)
+HEADERS := c/include/uform.h $(wildcard c/src/*.h) $(wildcard c/src/cpu/*.h) $(wildcard c/src/media/*.h)
 OBJECTS := $(patsubst c/src/%.c,$(BUILD)/obj/%.o,$(SOURCES))
 SANITIZED_OBJECTS := $(patsubst c/src/%.c,$(BUILD)/asan/%.o,$(SOURCES))
 

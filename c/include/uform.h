@@ -282,6 +282,89 @@ UFORM_API uform_status_t uform_text_encode(uform_model_t *model, uform_executor_
                                            uform_text_encode_stats_t *stats);
 
 /* ------------------------------------------------------------------------ */
+/* Images, video and audio (docs/media.md)                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One decoded image: height x width RGB pixels, 3 bytes each, rows
+ * row_stride bytes apart (>= 3 * width). */
+typedef struct {
+    const uint8_t *data;
+    size_t height, width;
+    size_t row_stride;
+} uform_pixels_t;
+
+typedef struct {
+    size_t items;                    /* images encoded */
+    size_t tokens;                   /* patches run through the model */
+    size_t resized;                  /* images resized to a grid other than their own size */
+    size_t shrunk;                   /* images whose grid was scaled down to fit `context` */
+} uform_image_encode_stats_t;
+
+typedef struct {
+    size_t items;                    /* clips encoded */
+    size_t frames;                   /* frames kept (every frame_stride-th) */
+    size_t tokens;                   /* tube patches run through the model */
+    size_t truncated;                /* clips cut at `context` tokens */
+    size_t empty;                    /* clips without a frame (zero embedding, no token rows) */
+} uform_video_encode_stats_t;
+
+typedef struct {
+    size_t items;                    /* recordings encoded */
+    size_t samples;                  /* samples after the mono downmix and resampling */
+    size_t tokens;                   /* chunks run through the model */
+    size_t truncated;                /* recordings cut at `context` chunks */
+    size_t empty;                    /* recordings without a sample (zero embedding) */
+} uform_audio_encode_stats_t;
+
+/* Encodes decoded RGB images. A model without image parts: UFORM_UNSUPPORTED. */
+UFORM_API uform_status_t uform_image_encode_pixels(uform_model_t *model, uform_executor_t *executor,
+                                                   const uform_pixels_t *images, size_t count,
+                                                   uform_arena_t *arena,
+                                                   const uform_encode_options_t *options,
+                                                   uform_encoded_t *encoded,
+                                                   uform_image_encode_stats_t *stats);
+/* Decodes JPEG, PNG or WebP files (their bytes, one per tape entry) and
+ * encodes them; a format this build cannot decode: UFORM_UNSUPPORTED naming
+ * the missing library; a corrupt file or one over the pixel limit: UFORM_FORMAT. */
+UFORM_API uform_status_t uform_image_encode(uform_model_t *model, uform_executor_t *executor,
+                                            const uform_tape_t *files, uform_arena_t *arena,
+                                            const uform_encode_options_t *options,
+                                            uform_encoded_t *encoded,
+                                            uform_image_encode_stats_t *stats);
+/* Decodes MP4 or WebM clips (their bytes) and encodes them. */
+UFORM_API uform_status_t uform_video_encode(uform_model_t *model, uform_executor_t *executor,
+                                            const uform_tape_t *files, uform_arena_t *arena,
+                                            const uform_encode_options_t *options,
+                                            uform_encoded_t *encoded,
+                                            uform_video_encode_stats_t *stats);
+/* Decodes WAV, FLAC, MP3 or Ogg/Opus recordings (their bytes) and encodes them. */
+UFORM_API uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *executor,
+                                            const uform_tape_t *files, uform_arena_t *arena,
+                                            const uform_encode_options_t *options,
+                                            uform_encoded_t *encoded,
+                                            uform_audio_encode_stats_t *stats);
+/* Encodes mono float32 recordings at `sample_rate` Hz: recording i is
+ * samples[offsets[i] .. offsets[i+1]) (offsets in samples, count + 1 values,
+ * the last at most `size`, the samples the buffer holds). */
+UFORM_API uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t *executor,
+                                                    const float *samples, size_t size,
+                                                    const size_t *offsets, size_t count,
+                                                    size_t sample_rate, uform_arena_t *arena,
+                                                    const uform_encode_options_t *options,
+                                                    uform_encoded_t *encoded,
+                                                    uform_audio_encode_stats_t *stats);
+
+/* Which media formats this build decodes: UFORM_MEDIA_* flags. */
+enum {
+    UFORM_MEDIA_JPEG = 1,
+    UFORM_MEDIA_PNG = 2,
+    UFORM_MEDIA_WEBP = 4,
+    UFORM_MEDIA_VIDEO = 8,           /* MP4 and WebM through libavformat/libavcodec */
+    UFORM_MEDIA_AUDIO = 16           /* WAV, FLAC, MP3, Ogg/Opus through libsndfile */
+};
+UFORM_API uint32_t uform_media_formats(void);
+
+/* ------------------------------------------------------------------------ */
 /* Calibrated choices (docs/architecture.md, "text_choose")                  */
 /* ------------------------------------------------------------------------ */
 
