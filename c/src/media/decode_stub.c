@@ -24,11 +24,4 @@ uform_status_t uform_decode_audio(const void *data, size_t size, size_t sample_r
 }
 void uform_audio_free(uform_audio_t *audio) { free(audio->samples), audio->samples = NULL; }
 
-uform_status_t uform_resample(const float *samples, size_t count, size_t from_rate, size_t to_rate,
-                              float **out, size_t *out_count) {
-    (void)samples, (void)count, (void)from_rate, (void)to_rate;
-    *out = NULL, *out_count = 0;
-    return uform_fail(UFORM_UNSUPPORTED, "resampling: not built in this version");
-}
-
 uint32_t uform_media_formats(void) { return 0; }
