@@ -108,8 +108,9 @@ static void test_every_objective_and_form(void) {
             for (unsigned step = 0; step < 3; step++) {
                 texts_t texts;
                 texts_make(&texts, step + 10 * (unsigned)form, 48);
-                uform_trainer_batch_t batch = {texts.modalities, texts.tape, texts.bags, texts.groups,
-                                               NULL, &relations};
+                uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape,
+                                               .bags = texts.bags, .temperature_groups = texts.groups,
+                                               .relations = &relations};
                 uform_encoded_t embeddings;
                 uform_trainer_step_stats_t stats;
                 CHECK(uform_trainer_step(trainer, &batch, arena, UFORM_SCALAR_BF16, &embeddings, &stats) ==
@@ -138,7 +139,8 @@ static void test_replicas_save_and_resume(void) {
     close(descriptor);
     texts_t texts;
     texts_make(&texts, 3, 40);  /* longer than a 16-column row: truncations */
-    uform_trainer_batch_t batch = {texts.modalities, texts.tape, texts.bags, NULL, NULL, NULL};
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape,
+                                   .bags = texts.bags};
     uform_trainer_step_stats_t stats, again;
     CHECK(uform_trainer_step(first, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK);
     CHECK(stats.truncated > 0);
@@ -177,7 +179,8 @@ static void test_bad_input_changes_nothing(void) {
     CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
     texts_t texts;
     texts_make(&texts, 1, 20);
-    uform_trainer_batch_t batch = {texts.modalities, texts.tape, texts.bags, NULL, NULL, NULL};
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape,
+                                   .bags = texts.bags};
     uform_trainer_step_stats_t stats;
 
     texts.modalities[3] = 7; /* not a modality */
