@@ -68,11 +68,13 @@ static uform_status_t uform_li_check_side(const uform_token_rows_t *side, const 
     if (!side) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: NULL", name);
     size_t scalar_bytes = uform_li_scalar_bytes(side->scalar);
     if (scalar_bytes == 0) {
+        /* Outside the header's domain (F32, BF16, F16, I8): an invalid argument,
+         * named, rather than UNSUPPORTED (no build scores them). */
         if (side->scalar == UFORM_SCALAR_E4M3 || side->scalar == UFORM_SCALAR_E5M2 ||
             side->scalar == UFORM_SCALAR_B1)
-            return uform_fail(UFORM_UNSUPPORTED,
-                              "%s.scalar: %s token rows are not supported by "
-                              "late_interaction_scores; use F32, BF16, F16 or I8",
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "%s.scalar: %s token rows cannot be scored; use F32, BF16, F16 "
+                              "or I8",
                               name, uform_li_scalar_name(side->scalar));
         return uform_fail(UFORM_INVALID_ARGUMENT, "%s.scalar: %d is not a uform_scalar_t", name,
                           (int)side->scalar);
