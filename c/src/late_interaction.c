@@ -241,11 +241,11 @@ static size_t uform_li_blocks(const size_t *offsets, size_t count, size_t begin,
 /* ---- the scorer -------------------------------------------------------------------- */
 
 typedef struct {
-    float *query_rows;      /* UFORM_LI_QUERY_ROWS x width, for converted queries */
-    float *document_rows;   /* UFORM_LI_DOCUMENT_ROWS x width, for converted documents */
-    float *products;        /* UFORM_LI_QUERY_ROWS x UFORM_LI_DOCUMENT_ROWS: S */
-    float *maxima;          /* UFORM_LI_QUERY_ROWS x UFORM_LI_DOCUMENT_ROWS: per row and document */
-    double *sums;           /* UFORM_LI_QUERY_ROWS x UFORM_LI_DOCUMENT_ROWS: per item pair */
+    float *query_rows;      /* query chunk rows x width, for converted queries */
+    float *document_rows;   /* document chunk rows x width, for converted documents */
+    float *products;        /* query chunk rows x document chunk rows: S */
+    float *maxima;          /* query chunk rows x document block items: running maxima */
+    double *sums;           /* query block items x document block items */
 } uform_li_scratch_t;
 
 typedef struct {
@@ -343,30 +343,41 @@ static void uform_li_free_scratch(uform_li_scratch_t *scratch, size_t threads) {
     free(scratch);
 }
 
+/* The most a task can need: chunks and blocks are no larger than the call's own rows and
+ * items, so small calls take small scratch. */
 static uform_status_t uform_li_alloc_scratch(const uform_li_job_t *job, size_t threads,
                                              uform_li_scratch_t **out) {
+    const uform_token_rows_t *queries = job->queries, *documents = job->documents;
+    size_t width = queries->width;
+    size_t query_rows = uform_li_min(UFORM_LI_QUERY_ROWS,
+                                     queries->offsets[queries->count] - queries->offsets[0]);
+    size_t query_items = uform_li_min(UFORM_LI_QUERY_ROWS, queries->count);
+    size_t document_rows = uform_li_min(UFORM_LI_DOCUMENT_ROWS,
+                                        documents->offsets[documents->count] - documents->offsets[0]);
+    size_t document_items = uform_li_min(UFORM_LI_DOCUMENT_ROWS, documents->count);
     uform_li_scratch_t *scratch = uform_alloc_zeroed(threads, sizeof(*scratch),
                                                      "late_interaction_scores scratch");
     if (!scratch) return UFORM_OUT_OF_MEMORY;
-    size_t width = job->queries->width;
-    size_t block = (size_t)UFORM_LI_QUERY_ROWS * UFORM_LI_DOCUMENT_ROWS;
     for (size_t t = 0; t < threads; t++) {
         uform_li_scratch_t *s = &scratch[t];
         bool ok = true;
         if (!job->queries_in_place) {
-            s->query_rows = uform_alloc_aligned((size_t)UFORM_LI_QUERY_ROWS * sizeof(float), width,
+            s->query_rows = uform_alloc_aligned(query_rows * sizeof(float), width,
                                                 "late_interaction_scores query rows");
             ok = ok && s->query_rows;
         }
         if (ok && !job->documents_in_place) {
-            s->document_rows = uform_alloc_aligned((size_t)UFORM_LI_DOCUMENT_ROWS * sizeof(float),
-                                                   width, "late_interaction_scores document rows");
+            s->document_rows = uform_alloc_aligned(document_rows * sizeof(float), width,
+                                                   "late_interaction_scores document rows");
             ok = ok && s->document_rows;
         }
         if (ok) {
-            s->products = uform_alloc_aligned(block, sizeof(float), "late_interaction_scores products");
-            s->maxima = uform_alloc_aligned(block, sizeof(float), "late_interaction_scores maxima");
-            s->sums = uform_alloc_aligned(block, sizeof(double), "late_interaction_scores sums");
+            s->products = uform_alloc_aligned(query_rows * document_rows, sizeof(float),
+                                              "late_interaction_scores products");
+            s->maxima = uform_alloc_aligned(query_rows * document_items, sizeof(float),
+                                            "late_interaction_scores maxima");
+            s->sums = uform_alloc_aligned(query_items * document_items, sizeof(double),
+                                          "late_interaction_scores sums");
             ok = s->products && s->maxima && s->sums;
         }
         if (!ok) {
