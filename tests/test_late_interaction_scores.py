@@ -22,8 +22,14 @@ import pytest
 import uform
 from reference.late_interaction import decode_rows, late_interaction_scores, split
 from uform._late_interaction import _side
+from uform._native import ffi
 
 U = 2.0 ** -24
+
+
+def address(pointer) -> int:
+    """The address a cffi pointer holds."""
+    return int(ffi.cast("uintptr_t", pointer))
 
 
 def error_bound(queries: list, documents: list, exact: np.ndarray) -> np.ndarray:
@@ -110,7 +116,7 @@ def test_offsets_need_not_start_at_zero_and_rows_may_be_strided():
     copied = uform.late_interaction_scores((dense, dense_offsets), (dense, dense_offsets))
     assert np.array_equal(strided, copied)
     side = _side((rows, offsets), "queries")
-    assert int(uform._native.ffi.cast("uintptr_t", side.struct.data)) == rows.__array_interface__["data"][0]
+    assert address(side.struct.data) == rows.__array_interface__["data"][0]
     assert side.struct.row_bytes == 21 * 4
     assert_within_bound(strided, split(rows, offsets), split(rows, offsets))
 
@@ -141,10 +147,9 @@ def test_text_encode_tokens_in_place(checkpoint_factory, scalar):
     # No copy: the pointer handed to C is the arena's own memory, row stride and all.
     for tape in (queries, documents):
         side = _side(tape, "queries")
-        assert int(uform._native.ffi.cast("uintptr_t", side.struct.data)) == tape.__array_interface__["data"][0]
+        assert address(side.struct.data) == tape.__array_interface__["data"][0]
         assert side.struct.row_bytes == tape.strides[0] and side.struct.scalar == outputs_scalar
-        assert int(uform._native.ffi.cast("uintptr_t", side.struct.offsets)) == \
-            tape.offsets.__array_interface__["data"][0]
+        assert address(side.struct.offsets) == tape.offsets.__array_interface__["data"][0]
 
     q_values = split(decode_rows(queries, scalar), queries.offsets)
     d_values = split(decode_rows(documents, scalar), documents.offsets)
