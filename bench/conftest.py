@@ -13,6 +13,8 @@ harness.configure_torch(THREADS)    # before any torch work: one inter-op thread
 
 # (contender key, workload key) -> (label, texts per second), filled by the benchmarks.
 RESULTS: dict = {}
+# contender key -> (label, query-document pairs per second), filled by test_maxsim_bench.py.
+MAXSIM_RESULTS: dict = {}
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +28,16 @@ def bench_contenders(bench_checkpoint):
 
 
 def pytest_terminal_summary(terminalreporter):
+    write = terminalreporter.write_line
+    if MAXSIM_RESULTS:
+        terminalreporter.section(f"late_interaction_scores, query-document pairs per second "
+                                 f"({THREADS} threads, best round)")
+        for key, (label, rate) in MAXSIM_RESULTS.items():
+            ratio = (f"x{rate / MAXSIM_RESULTS['torch'][1]:.2f} vs torch"
+                     if key != "torch" and "torch" in MAXSIM_RESULTS else "")
+            write(f"  {label:<48} {rate:12.0f}   {ratio}")
     if not RESULTS:
         return
-    write = terminalreporter.write_line
     shape = harness.SHAPE
     terminalreporter.section(f"text_encode, texts per second (depth {shape['depth']}, hidden "
                              f"{shape['hidden']}, {THREADS} threads, best round)")

@@ -1,4 +1,4 @@
-"""Runs the text_encode comparison with PyTorch and writes docs/benchmarks.md.
+"""Runs the text_encode and MaxSim comparisons with PyTorch and writes docs/benchmarks.md.
 
     make bench                                                # make all, then this: writes docs/benchmarks.md
     make all && python3 bench/report.py                       # the same
@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
+import maxsim_harness  # noqa: E402
 
 THREADS = harness.thread_count()
 harness.configure_torch(THREADS)    # before any torch work
@@ -196,7 +197,7 @@ def fmt_rate(value: float) -> str:
 
 
 def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed,
-                 loads) -> str:
+                 loads, maxsim_section: str = "") -> str:
     workloads = harness.WORKLOADS
     one_key, big_key, query_key = harness.BATCH1.key, harness.BIG.key, harness.QUERY.key
     big = harness.BIG_BATCH
@@ -347,6 +348,9 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
             "best of 0.3 s; its threads are fixed at 1 and 2):\n")
         out("```\n" + gemm_output.strip() + "\n```\n")
 
+    if maxsim_section:
+        out(maxsim_section)
+
     out("## Reproduce\n")
     out("```sh\n"
         "make bench          # make all, then python3 bench/report.py: this page (docs/benchmarks.md)\n"
@@ -390,8 +394,10 @@ def main() -> None:
         if binary is not None and not arguments.no_gemm_table:
             gemm_output = gemm_table(binary, [c.uform_class for c in contenders if c.uform_class])
         results = measure(contenders, log)
+    maxsim_section = maxsim_harness.report_section(maxsim_harness.measure(THREADS, log), THREADS)
     report = write_report(contenders, results, peaks, message, gemm_output, torch_peak,
-                          time.perf_counter() - started, (load_before, os.getloadavg()[0]))
+                          time.perf_counter() - started, (load_before, os.getloadavg()[0]),
+                          maxsim_section)
     if output == "-":
         sys.stdout.write(report)
     else:

@@ -12,6 +12,7 @@ from ._enums import (CPUClass, GPUClass, LateInteractionSide, Modality, Multimem
 from ._errors import (CancelledError, DeviceError, Error, FileError, FormatError,
                       InvalidArgumentError, MeshError, OutOfMemoryError, UnsupportedError)
 from ._executor import Executor
+from ._late_interaction import late_interaction_scores
 from ._model import Deferred, DeferredOn, Encoded, Model, ModelDescription, On, TextEncodeStats
 from ._native import lib as _lib
 from ._training import (AudioShape, BatchShape, Choices, Contrastive, Edges, ImageShape,
@@ -30,4 +31,5 @@ __all__ = [
     "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",
     "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError",
+    "late_interaction_scores",
 ]
