@@ -6,13 +6,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
+import choose_harness  # noqa: E402
 import pytest  # noqa: E402
 
 THREADS = harness.thread_count()
 harness.configure_torch(THREADS)    # before any torch work: one inter-op thread, THREADS intra-op
 
-# (contender key, workload key) -> (label, texts per second), filled by the benchmarks.
+# (contender key, workload key) -> (label, texts per second), filled by the benchmarks:
+# text_encode's (test_text_encode_bench.py) and text_choose's (test_choose_bench.py).
 RESULTS: dict = {}
+CHOOSE_RESULTS: dict = {}
 # contender key -> (label, query-document pairs per second), filled by test_maxsim_bench.py.
 MAXSIM_RESULTS: dict = {}
 
@@ -28,24 +31,32 @@ def bench_contenders(bench_checkpoint):
 
 
 def pytest_terminal_summary(terminalreporter):
-    write = terminalreporter.write_line
+    summarise(terminalreporter, "text_encode", RESULTS,
+              [(w.key, w.title + ("" if w.goal else " (information, not a goal)")) for w in harness.WORKLOADS])
+    summarise(terminalreporter, "text_choose", CHOOSE_RESULTS,
+              [(w.key, w.title) for w in choose_harness.WORKLOADS])
     if MAXSIM_RESULTS:
+        write = terminalreporter.write_line
         terminalreporter.section(f"late_interaction_scores, query-document pairs per second "
                                  f"({THREADS} threads, best round)")
         for key, (label, rate) in MAXSIM_RESULTS.items():
             ratio = (f"x{rate / MAXSIM_RESULTS['torch'][1]:.2f} vs torch"
                      if key != "torch" and "torch" in MAXSIM_RESULTS else "")
             write(f"  {label:<48} {rate:12.0f}   {ratio}")
-    if not RESULTS:
+
+
+def summarise(terminalreporter, verb: str, results: dict, workloads: list) -> None:
+    if not results:
         return
+    write = terminalreporter.write_line
     shape = harness.SHAPE
-    terminalreporter.section(f"text_encode, texts per second (depth {shape['depth']}, hidden "
+    terminalreporter.section(f"{verb}, texts per second (depth {shape['depth']}, hidden "
                              f"{shape['hidden']}, {THREADS} threads, best round)")
-    for workload in harness.WORKLOADS:
-        rows = {key: value for (key, w), value in RESULTS.items() if w == workload.key}
+    for workload_key, title in workloads:
+        rows = {key: value for (key, w), value in results.items() if w == workload_key}
         if not rows:
             continue
-        write(f"{workload.title}" + ("" if workload.goal else " (information, not a goal)") + ":")
+        write(f"{title}:")
         for key, (label, rate) in rows.items():
             ratios = []
             for other in ("torch-bf16", "torch-fp32"):

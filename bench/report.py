@@ -1,11 +1,11 @@
-"""Runs the text_encode and MaxSim comparisons with PyTorch and writes docs/benchmarks.md.
+"""Runs the text_encode, text_choose and MaxSim comparisons with PyTorch and writes docs/benchmarks.md.
 
     make bench                                                # make all, then this: writes docs/benchmarks.md
     make all && python3 bench/report.py                       # the same
     UFORM_BENCH_QUICK=1 python3 bench/report.py               # smoke run, prints to stdout
 
-The same contenders, texts and thread setup as bench/test_text_encode_bench.py (see
-bench/harness.py), timed directly with time.perf_counter (best of a few rounds after a
+The same contenders, texts and thread setup as bench/test_text_encode_bench.py and
+bench/test_choose_bench.py (see bench/harness.py and bench/choose_harness.py), timed directly with time.perf_counter (best of a few rounds after a
 warm-up), plus the machine's BF16 and FP32 peaks from bench/gemm_bench.c, so that the
 report can say what share of the peak text_encode's GEMMs reach. It writes whatever it
 measures, goals met or not.
@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
+import choose_harness  # noqa: E402
 import maxsim_harness  # noqa: E402
 
 THREADS = harness.thread_count()
@@ -197,7 +198,7 @@ def fmt_rate(value: float) -> str:
 
 
 def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed,
-                 loads, maxsim_section: str = "") -> str:
+                 loads, choose_contenders=None, choose_results=None, maxsim_section: str = "") -> str:
     workloads = harness.WORKLOADS
     one_key, big_key, query_key = harness.BATCH1.key, harness.BIG.key, harness.QUERY.key
     big = harness.BIG_BATCH
@@ -206,7 +207,7 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
     lines: list[str] = []
     out = lines.append
 
-    title = "text_encode vs PyTorch"
+    title = "text_encode and text_choose vs PyTorch"
     if harness.QUICK:
         title += " (QUICK SMOKE RUN: a tiny model, not the benchmark)"
     out(f"# Benchmarks: {title}\n")
@@ -348,6 +349,9 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
             "best of 0.3 s; its threads are fixed at 1 and 2):\n")
         out("```\n" + gemm_output.strip() + "\n```\n")
 
+    if choose_contenders and choose_results:
+        for line in choose_harness.report_section(choose_contenders, choose_results, fmt_rate):
+            out(line)
     if maxsim_section:
         out(maxsim_section)
 
@@ -394,10 +398,13 @@ def main() -> None:
         if binary is not None and not arguments.no_gemm_table:
             gemm_output = gemm_table(binary, [c.uform_class for c in contenders if c.uform_class])
         results = measure(contenders, log)
+        choose_path = choose_harness.write_checkpoint(directory)
+        choose_contenders = choose_harness.contenders(choose_path, THREADS)
+        choose_results = choose_harness.measure(choose_contenders, log)
     maxsim_section = maxsim_harness.report_section(maxsim_harness.measure(THREADS, log), THREADS)
     report = write_report(contenders, results, peaks, message, gemm_output, torch_peak,
                           time.perf_counter() - started, (load_before, os.getloadavg()[0]),
-                          maxsim_section)
+                          choose_contenders, choose_results, maxsim_section)
     if output == "-":
         sys.stdout.write(report)
     else:

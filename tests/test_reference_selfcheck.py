@@ -358,3 +358,32 @@ def test_optional_heads(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         write_random_checkpoint(tmp_path / "bad.safetensors", depth=1, hidden=64, dimensions=16,
                                 context=8, choice_temperature_groups=2)
+
+
+def test_text_choose_is_the_byte_head_at_mask(tmp_path: Path) -> None:
+    """text_choose against byte_logits, a separate path through the reference: with MASK's
+    table row made equal to byte X's, the text cut to context - 1 plus X is the same input,
+    so the choices' probabilities are softmax(byte_logits[-1][choices] / T). This pins the
+    cut at context - 1, MASK at position len(kept), the chosen logits and the temperature."""
+    path = tmp_path / "chooser.safetensors"
+    write_random_checkpoint(path, depth=2, hidden=64, dimensions=16, context=12,
+                            byte_head=True, choice_temperature_groups=3, seed=4)
+    model = ReferenceModel.load(path)
+    stand_in = 0x5A
+    with torch.no_grad():
+        model.weight("text.bytes")[256] = model.weight("text.bytes")[stand_in]
+        temperatures = torch.exp(model.weight("choices.log_temperature"))
+        for text in (b"", b"ab", b"0123456789a", b"a much longer text than the context"):
+            for group in range(3):
+                choices = bytes([7, 200, 0x5A, 33, 34])
+                got = model.text_choose(text, choices, group)
+                logits = model.byte_logits(text[:11] + bytes([stand_in]))[-1]
+                expected = torch.softmax(logits[list(choices)] / temperatures[group], dim=0)
+                assert torch.allclose(got, expected, atol=FORWARD_TOLERANCE, rtol=0)
+                assert abs(float(got.sum()) - 1) < 1e-12
+        # A subset's probabilities are the full set's, renormalised (one softmax, restricted).
+        every = model.text_choose(b"question", bytes(range(256)), 1)
+        subset = model.text_choose(b"question", bytes([9, 3, 250]), 1)
+        assert torch.allclose(subset, every[[9, 3, 250]] / every[[9, 3, 250]].sum(), atol=1e-12, rtol=0)
+    with pytest.raises(ValueError):
+        model.text_choose(b"x", b"aa")

@@ -72,7 +72,10 @@ class ArenaBuffer(np.ndarray):
 
 
 class RowsTape(ArenaBuffer):
-    """Variable-length groups of rows: item i owns rows offsets[i]:offsets[i+1]."""
+    """Variable-length groups of rows: item i owns rows offsets[i]:offsets[i+1].
+
+    A 1-D tape (text_choose's probabilities) holds scalars instead of rows, so
+    (tape, tape.offsets) is itself a (data, offsets) tape of that scalar."""
 
     offsets: np.ndarray
 
@@ -132,6 +135,15 @@ def arena_rows_tape(pointer: Any, offsets: Any, count: int, row_bytes: int, widt
     return tape
 
 
+def arena_values_tape(pointer: Any, offsets: Any, count: int, scalar: Scalar, owner: Any) -> RowsTape:
+    """A 1-D RowsTape: item i's values are [offsets[i], offsets[i+1]) of `scalar`."""
+    boundaries = _memory(offsets, (count + 1,), np.dtype(np.uintp), owner)
+    tape: Any = _memory(pointer, (int(boundaries[-1]),), _DTYPES[scalar], owner).view(RowsTape)
+    tape.scalar = scalar
+    tape.offsets = boundaries
+    return tape
+
+
 # ---- inputs ------------------------------------------------------------------
 
 class Tape:
@@ -182,6 +194,97 @@ def texts_tape(texts: Any, name: str = "texts") -> Tape:
     data = b"".join(encoded)
     offsets = array("Q", accumulate(map(len, encoded), initial=0))
     return _tape_from_buffers(data, offsets, name)
+
+
+def _choice_bytes(entry: Any, name: str) -> bytes:
+    """One text's choices as bytes: a str or bytes (each character or byte one
+    choice), or a sequence of single-character str / single bytes."""
+    if isinstance(entry, str):
+        for character in entry:
+            width = len(character.encode("utf-8", "surrogatepass"))
+            if width != 1:
+                raise InvalidArgumentError(
+                    f"{name}: {character!r} is {width} bytes in UTF-8, but a choice is a single "
+                    "byte (pass bytes for byte values 128-255)")
+        return entry.encode("ascii")
+    if isinstance(entry, (bytes, bytearray, memoryview)):
+        return bytes(entry)
+    if isinstance(entry, np.ndarray) or not isinstance(entry, Sequence):
+        raise InvalidArgumentError(
+            f"{name}: expected str, bytes or a sequence of single-byte choices, got {type(entry).__name__}")
+    joined = bytearray()
+    for index, element in enumerate(entry):
+        if isinstance(element, str):
+            encoded = element.encode("utf-8", "surrogatepass")
+        elif isinstance(element, (bytes, bytearray)):
+            encoded = bytes(element)
+        else:
+            raise InvalidArgumentError(
+                f"{name}[{index}]: expected a single-character str or a single byte, got {type(element).__name__}")
+        if len(encoded) != 1:
+            raise InvalidArgumentError(
+                f"{name}[{index}]: {element!r} is {len(encoded)} bytes, but a choice is a single byte")
+        joined += encoded
+    return bytes(joined)
+
+
+def choices_tape(choices: Any, name: str = "choices") -> Tape:
+    """Converts text_choose's choices to a Tape of one entry per text, or of one
+    entry every text shares: a single str or bytes (shared), a sequence of
+    entries (see _choice_bytes; a single entry is shared), or a (data, offsets)
+    tape. Empty entries and repeated bytes are the C library's to refuse."""
+    if isinstance(choices, (str, bytes, bytearray, memoryview)):
+        entries = [_choice_bytes(choices, name)]
+    elif isinstance(choices, tuple) and len(choices) == 2 and (
+            _is_offsets_buffer(choices[1]) or isinstance(choices[1], (np.ndarray, array))):
+        # An array is never one text's entry, so this is a tape, perhaps with bad offsets.
+        return _tape_from_buffers(choices[0], choices[1], name)
+    elif isinstance(choices, np.ndarray) or not isinstance(choices, Sequence):
+        raise InvalidArgumentError(
+            f"{name}: expected a str or bytes, a sequence with one entry per text, or a "
+            f"(data, offsets) tape; got {type(choices).__name__}")
+    else:
+        entries = [_choice_bytes(entry, f"{name}[{index}]") for index, entry in enumerate(choices)]
+    data = b"".join(entries)
+    offsets = array("Q", accumulate(map(len, entries), initial=0))
+    return _tape_from_buffers(data, offsets, name)
+
+
+def words_buffer(values: Any, count: int, name: str) -> tuple:
+    """(cdata const uint32_t * or NULL, keepalive) for _Words of exactly `count`
+    values: a contiguous uint32 buffer, or a sequence of ints in [0, 2**32)."""
+    if values is None:
+        return ffi.NULL, None
+    if isinstance(values, (str, bytes, bytearray)):
+        raise InvalidArgumentError(f"{name}: expected uint32 values, got {type(values).__name__}")
+    try:
+        view = memoryview(values)
+    except TypeError:
+        view = None
+    if view is not None:
+        with view:
+            if view.itemsize != 4 or view.format.lstrip("@=<") not in ("I", "L"):
+                raise InvalidArgumentError(
+                    f"{name}: a buffer must hold uint32 values, got format {view.format!r}")
+            if not view.c_contiguous:
+                raise InvalidArgumentError(f"{name}: the buffer must be contiguous")
+            length = view.nbytes // 4
+        keep: Any = values
+    else:
+        if not isinstance(values, Sequence):
+            raise InvalidArgumentError(
+                f"{name}: expected a uint32 buffer or a sequence of ints, got {type(values).__name__}")
+        for index, value in enumerate(values):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+                raise InvalidArgumentError(f"{name}[{index}]: expected an int in [0, 2**32), got {value!r}")
+        keep = array("I", values)
+        length = len(keep)
+    if length != count:
+        raise InvalidArgumentError(f"{name}: {length} values for {count} texts")
+    if count == 0:
+        return ffi.NULL, keep
+    raw = ffi.from_buffer(keep)    # holds the buffer export while the pointer is in use
+    return ffi.cast("const uint32_t *", raw), (keep, raw)
 
 
 def _tape_from_buffers(data: Any, offsets: Any, name: str) -> Tape:

@@ -1,16 +1,20 @@
 """Model: a loaded encoder, its description, and the encode verbs."""
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar, Union
 
 from ._buffers import (Arena, ArenaBuffer, Buffer, RowsTape, _PathLike, _Texts, arena_rows,
-                       arena_rows_tape, path_bytes, texts_tape)
+                       arena_rows_tape, arena_values_tape, choices_tape, path_bytes, texts_tape,
+                       words_buffer)
 from ._enums import CPUClass, GPUClass, Outputs, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor, _words
 from ._native import Progress, ProgressBridge, check, ffi, lib
 
 T = TypeVar("T")
+
+#: uint32 values, one per item: a buffer of uint32 or a sequence of ints.
+_Words = Union[Buffer, Sequence[int]]
 
 
 class ModelDescription(NamedTuple):
@@ -271,6 +275,66 @@ class Model:
         handle = ffi.gc(job[0], lib.uform_job_free)
         return Deferred(handle, finish, (bridge, tape, options, encoded, c_stats, arena, self, executor))
 
+    # ---- calibrated choices ----------------------------------------------------
+
+    def _choose_call(self, texts: _Texts, choices: _Texts, arena: Arena,
+                     temperature_groups: _Words | None, progress: Progress | None,
+                     progress_steps: int, stats: TextEncodeStats | None) -> tuple:
+        """Converts the arguments of text_choose into C structures and keepalives."""
+        if not isinstance(arena, Arena):
+            raise InvalidArgumentError(f"arena: expected uform.Arena, got {type(arena).__name__}")
+        if stats is not None and not isinstance(stats, TextEncodeStats):
+            raise InvalidArgumentError(f"stats: expected uform.TextEncodeStats, got {type(stats).__name__}")
+        tape = texts_tape(texts)
+        choice_tape = choices_tape(choices)
+        groups, groups_keep = words_buffer(temperature_groups, tape.struct.count, "temperature_groups")
+        bridge = ProgressBridge(progress, progress_steps)
+        options = ffi.new("uform_choose_options_t *")
+        options.temperature_groups = groups
+        bridge.fill(options.progress)
+        chosen = ffi.new("uform_chosen_t *")
+        c_stats = ffi.new("uform_text_encode_stats_t *")
+
+        def finish() -> RowsTape:
+            if stats is not None:
+                stats.items, stats.tokens = c_stats.items, c_stats.tokens
+                stats.truncated, stats.empty = c_stats.truncated, c_stats.empty
+            return arena_values_tape(chosen.probabilities, chosen.offsets, chosen.count, Scalar.F32, arena)
+
+        keep = (tape, choice_tape, groups, groups_keep)
+        return bridge, keep, options, chosen, c_stats, finish
+
+    def text_choose(self, texts: _Texts, choices: _Texts, arena: Arena, /, *,
+                    temperature_groups: _Words | None = None, progress: Progress | None = None,
+                    progress_steps: int = 0, stats: TextEncodeStats | None = None) -> RowsTape:
+        """Scores each text's single-byte choices, one probability each.
+
+        choices: one str or bytes every text shares (each character or byte one choice),
+        or one entry per text (a str or bytes, or a sequence of single-character str or
+        single bytes), or a (data, offsets) tape. The answer is a 1-D float32 RowsTape in
+        the arena: text i's probabilities are answer.rows(i), in the order of its choices,
+        summing to 1; (answer, answer.offsets) is a float32 tape."""
+        return self._text_choose(None, texts, choices, arena, temperature_groups=temperature_groups,
+                                 progress=progress, progress_steps=progress_steps, stats=stats)
+
+    def _text_choose(self, executor: Executor | None, texts: _Texts, choices: _Texts, arena: Arena, /,
+                     **keywords: Any) -> RowsTape:
+        bridge, keep, options, chosen, c_stats, finish = self._choose_call(texts, choices, arena, **keywords)
+        tape, choice_tape = keep[0], keep[1]
+        check(lib.uform_text_choose(self._model, _executor_pointer(executor), tape.struct,
+                                    choice_tape.struct, arena._arena, options, chosen, c_stats), bridge)
+        return finish()
+
+    def _text_choose_deferred(self, executor: Executor, texts: _Texts, choices: _Texts, arena: Arena, /,
+                              **keywords: Any) -> Deferred[RowsTape]:
+        bridge, keep, options, chosen, c_stats, finish = self._choose_call(texts, choices, arena, **keywords)
+        tape, choice_tape = keep[0], keep[1]
+        job = ffi.new("uform_job_t **")
+        check(lib.uform_text_choose_submit(self._model, _executor_pointer(executor), tape.struct,
+                                           choice_tape.struct, arena._arena, options, chosen, c_stats, job))
+        handle = ffi.gc(job[0], lib.uform_job_free)
+        return Deferred(handle, finish, (bridge, keep, options, chosen, c_stats, arena, self, executor))
+
     # ---- modalities not built yet ---------------------------------------------
 
     def image_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
@@ -293,10 +357,6 @@ class Model:
                              **keywords: Any) -> Encoded:
         """Encodes 1-D float32 mono recordings: not built yet."""
         raise UnsupportedError("Model.audio_encode_samples: audio encoding is not built in this version of uform")
-
-    def text_choose(self, texts: _Texts, choices: _Texts, arena: Arena, /, **keywords: Any) -> RowsTape:
-        """Scores each text's single-byte choices: not built yet."""
-        raise UnsupportedError("Model.text_choose: calibrated choices are not built in this version of uform")
 
 
 def _executor_pointer(executor: Executor | None) -> Any:
@@ -321,7 +381,7 @@ def _encoded(encoded: Any, arena: Arena) -> Encoded:
 
 
 _VERBS = ("text_encode", "image_encode", "image_encode_pixels", "video_encode", "audio_encode",
-          "audio_encode_samples", "text_choose")
+          "audio_encode_samples")
 
 
 class On(Generic[T]):
@@ -335,6 +395,13 @@ class On(Generic[T]):
 
     def text_encode(self, texts: _Texts, arena: Arena, /, **keywords: Any) -> Encoded:
         return self._target._text_encode(self._executor, texts, arena, **_text_defaults(keywords))  # type: ignore[attr-defined]
+
+    def text_choose(self, texts: _Texts, choices: _Texts, arena: Arena, /, *,
+                    temperature_groups: _Words | None = None, progress: Progress | None = None,
+                    progress_steps: int = 0, stats: TextEncodeStats | None = None) -> RowsTape:
+        return self._target._text_choose(  # type: ignore[attr-defined]
+            self._executor, texts, choices, arena, temperature_groups=temperature_groups,
+            progress=progress, progress_steps=progress_steps, stats=stats)
 
     def __getattr__(self, name: str) -> Any:
         if name in _VERBS:
@@ -353,6 +420,13 @@ class DeferredOn(Generic[T]):
 
     def text_encode(self, texts: _Texts, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
         return self._target._text_encode_deferred(self._executor, texts, arena, **_text_defaults(keywords))  # type: ignore[attr-defined]
+
+    def text_choose(self, texts: _Texts, choices: _Texts, arena: Arena, /, *,
+                    temperature_groups: _Words | None = None, progress: Progress | None = None,
+                    progress_steps: int = 0, stats: TextEncodeStats | None = None) -> Deferred[RowsTape]:
+        return self._target._text_choose_deferred(  # type: ignore[attr-defined]
+            self._executor, texts, choices, arena, temperature_groups=temperature_groups,
+            progress=progress, progress_steps=progress_steps, stats=stats)
 
     def __getattr__(self, name: str) -> Any:
         if name in _VERBS:

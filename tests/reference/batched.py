@@ -12,12 +12,17 @@ same checkpoint fast, and is what the benchmarks in bench/ compare libuform agai
   pair i turning by p * 10000^(-i/32), as model.rope_angles for one position axis);
 * mean pooling over real tokens only, the embedding head, L2 normalisation
   (x / max(|x|, 1e-12), as model.normalize);
+* `choose` (text_choose): each text cut to context - 1 bytes with MASK (id 256) appended,
+  the same padded mini-batches, the MASK rows' states gathered, all 256 byte logits in one
+  GEMM against the tied byte table, the chosen ones gathered (padded to the longest choice
+  list with -inf), divided by the texts' group temperatures and softmaxed;
 * everything under torch.inference_mode(), optionally inside
   torch.autocast("cpu", dtype=torch.bfloat16) -- PyTorch's fastest CPU mode -- with the
   linear layers' weights cast to BF16 once rather than by autocast on every call.
 
 The math is the reference's (checked in bench/test_text_encode_bench.py: FP32 output
-within 1e-4 of ReferenceModel.text_encode).
+within 1e-4 of ReferenceModel.text_encode; bench/test_choose_bench.py: FP32 probabilities
+within 1e-4 of ReferenceModel.text_choose).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .model import HEAD_WIDTH, NORM_EPS, NORMALIZE_EPS, PAIRS, ReferenceModel, rope_angles
+from .model import BYTE_VALUES, HEAD_WIDTH, MASK, NORM_EPS, NORMALIZE_EPS, PAIRS, ReferenceModel, rope_angles
 
 
 class BatchedTorchModel:
@@ -67,6 +72,10 @@ class BatchedTorchModel:
             })
         self.final_norm = (tensor("norm.weight"), tensor("norm.bias"))
         self.embedding_head = tensor("heads.embedding.weight")   # [D, H]
+        # The byte head (tied to text.bytes) and the choice temperatures, when present.
+        self.bytes_bias = tensor("heads.bytes.bias") if reference.has("heads.bytes.bias") else None
+        self.log_temperature = (tensor("choices.log_temperature")
+                                if reference.has("choices.log_temperature") else None)
         # Autocast rounds every F.linear operand to BF16 on every call (its weight cache
         # only serves tensors that require grad, outside inference mode). Keeping BF16
         # copies of the linear weights and biases spares those casts; the math is the
@@ -118,9 +127,19 @@ class BatchedTorchModel:
 
     def _forward(self, ids: torch.Tensor, lengths: torch.Tensor, autocast: bool = False) -> torch.Tensor:
         """Embeddings [B, D] of a padded mini-batch: ids [B, L] (0 past each length)."""
+        h, valid = self._states(ids, lengths, autocast)
+        _, embedding_head = self._linear_weights(autocast)
+        real = valid.unsqueeze(-1).to(h.dtype)                                 # [B, L, 1]
+        mean = (h * real).sum(dim=1) / lengths.clamp(min=1).unsqueeze(1).to(h.dtype)
+        embedding = F.linear(mean, embedding_head)
+        return F.normalize(embedding.float(), dim=-1, eps=NORMALIZE_EPS)
+
+    def _states(self, ids: torch.Tensor, lengths: torch.Tensor,
+                autocast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(final normed states h [B, L, H], valid [B, L]) of a padded mini-batch."""
         B, L = ids.shape
         H, A = self.hidden, self.heads_count
-        layers, embedding_head = self._linear_weights(autocast)
+        layers, _ = self._linear_weights(autocast)
         valid = torch.arange(L).unsqueeze(0) < lengths.unsqueeze(1)            # [B, L]
         key_mask = valid.view(B, 1, 1, L)                                      # True: attend
         x = F.embedding(ids, self.byte_table) + self.modality                 # [B, L, H]
@@ -138,11 +157,7 @@ class BatchedTorchModel:
             y = self._norm(x, weights["mlp_norm"])
             y = F.gelu(F.linear(y, *weights["up"]), approximate="tanh")
             x = x + F.linear(y, *weights["down"])
-        h = self._norm(x, self.final_norm)
-        real = valid.unsqueeze(-1).to(h.dtype)                                 # [B, L, 1]
-        mean = (h * real).sum(dim=1) / lengths.clamp(min=1).unsqueeze(1).to(h.dtype)
-        embedding = F.linear(mean, embedding_head)
-        return F.normalize(embedding.float(), dim=-1, eps=NORMALIZE_EPS)
+        return self._norm(x, self.final_norm), valid
 
     # ---------------------------------------------------------------- encode
 
@@ -166,3 +181,51 @@ class BatchedTorchModel:
                 embeddings = self._forward(torch.from_numpy(ids), torch.from_numpy(lengths), use_autocast)
                 result[torch.tensor(chunk)] = embeddings
         return result
+
+    # ---------------------------------------------------------------- choose
+
+    def choose(self, texts: Sequence[Union[bytes, str]], choices: Sequence[bytes],
+               groups: Optional[Sequence[int]] = None, *,
+               autocast: Optional[bool] = None) -> tuple[torch.Tensor, np.ndarray]:
+        """text_choose: (probabilities float32, flat, offsets [n + 1]) of each text's
+        single-byte choices; `choices` holds one bytes per text (or a single shared one)."""
+        if self.bytes_bias is None:
+            raise ValueError("the checkpoint has no byte head (heads.bytes.bias)")
+        use_autocast = self.autocast if autocast is None else autocast
+        data = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+        data = [d[:self.context - 1] for d in data]
+        entries = [bytes(c) for c in choices]
+        if len(entries) == 1:
+            entries = entries * len(data)
+        counts = np.array([len(c) for c in entries], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        widest = int(counts.max())
+        chosen = torch.zeros(len(data), widest, dtype=torch.long)        # padded with byte 0
+        for i, entry in enumerate(entries):
+            chosen[i, :len(entry)] = torch.frombuffer(bytearray(entry), dtype=torch.uint8).long()
+        present = torch.arange(widest).unsqueeze(0) < torch.from_numpy(counts).unsqueeze(1)
+        temperature = torch.ones(len(data), dtype=torch.float32)
+        if self.log_temperature is not None:
+            index = torch.tensor(list(groups) if groups is not None else [0] * len(data), dtype=torch.long)
+            temperature = torch.exp(self.log_temperature.float()[index])
+
+        masked = torch.zeros(len(data), self.hidden, dtype=torch.float32)  # h at MASK per text
+        order = sorted(range(len(data)), key=lambda i: len(data[i]))
+        region = (torch.autocast("cpu", dtype=torch.bfloat16) if use_autocast
+                  else contextlib.nullcontext())
+        with torch.inference_mode(), region:
+            for start in range(0, len(order), self.max_batch):
+                chunk = order[start:start + self.max_batch]
+                lengths = np.array([len(data[i]) + 1 for i in chunk], dtype=np.int64)
+                ids = np.zeros((len(chunk), int(lengths.max())), dtype=np.int64)
+                for row, i in enumerate(chunk):
+                    ids[row, :lengths[row] - 1] = np.frombuffer(data[i], dtype=np.uint8)
+                    ids[row, lengths[row] - 1] = MASK
+                h, _ = self._states(torch.from_numpy(ids), torch.from_numpy(lengths), use_autocast)
+                last = torch.from_numpy(lengths - 1)
+                masked[torch.tensor(chunk)] = h[torch.arange(len(chunk)), last].float()
+            # Every byte's logit in one GEMM (cheap: 256 columns), then the chosen ones.
+            logits = F.linear(masked, self.byte_table[:BYTE_VALUES].float(), self.bytes_bias.float())
+            picked = logits.gather(1, chosen).masked_fill(~present, float("-inf"))
+            probabilities = torch.softmax(picked / temperature.unsqueeze(1), dim=1)
+        return probabilities[present].float(), offsets

@@ -215,3 +215,24 @@ class ReferenceModel(torch.nn.Module):
             raise ValueError("the checkpoint has no byte head (heads.bytes.bias)")
         h = self.text_hidden(self.text_tokens(text))
         return h @ self.weight("text.bytes")[:BYTE_VALUES].T + self.weight("heads.bytes.bias")
+
+    def text_choose(self, text: Union[bytes, str], choices: bytes, group: int = 0) -> torch.Tensor:
+        """Probabilities [len(choices)] of single-byte choices after a text (DESIGN section 5).
+
+        The text's bytes cut to context - 1, then MASK at the next position (its index is the
+        number of bytes kept); the byte logits at MASK, h . text.bytes[c] + heads.bytes.bias[c],
+        for the choice bytes c only, divided by exp(choices.log_temperature[group]) (1 when the
+        checkpoint has no such tensor), softmaxed."""
+        if not self.has("heads.bytes.bias"):
+            raise ValueError("the checkpoint has no byte head (heads.bytes.bias)")
+        chosen = torch.tensor(list(bytes(choices)), dtype=torch.long)
+        if chosen.numel() == 0 or len(set(chosen.tolist())) != chosen.numel():
+            raise ValueError("choices must be distinct bytes, at least one")
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        kept = list(data[:self.context - 1])
+        ids = torch.tensor(kept + [MASK], dtype=torch.long)   # positions 0 .. len(kept)
+        h = self.text_hidden(ids)[-1]
+        logits = self.weight("text.bytes")[chosen] @ h + self.weight("heads.bytes.bias")[chosen]
+        temperature = (torch.exp(self.weight("choices.log_temperature")[group])
+                       if self.has("choices.log_temperature") else torch.ones((), dtype=self.dtype))
+        return torch.softmax(logits / temperature, dim=0)
