@@ -5,54 +5,24 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._buffers import Tape, _is_offsets_buffer, texts_tape
+from ._buffers import Tape, choices_tape, texts_tape
 from ._errors import InvalidArgumentError
+from ._native import ffi
 
 
-def _choice_bytes(choice: Any, name: str) -> bytes:
-    """One choice: a one-byte str (ASCII) or bytes."""
-    if isinstance(choice, str):
-        encoded = choice.encode("utf-8", "surrogatepass")
-    elif isinstance(choice, (bytes, bytearray)):
-        encoded = bytes(choice)
-    elif isinstance(choice, int) and not isinstance(choice, bool) and 0 <= choice < 256:
-        return bytes([choice])  # an element of a bytes object iterated
-    else:
-        raise InvalidArgumentError(f"{name}: expected a one-byte str or bytes, got {type(choice).__name__}")
-    if len(encoded) != 1:
-        raise InvalidArgumentError(
-            f"{name}: the choice {choice!r} is {len(encoded)} bytes; each choice must be a single byte")
-    return encoded
-
-
-def _entry_bytes(entry: Any, name: str) -> bytes:
-    """One item's choices: a str (each character a choice), bytes (each byte a choice) or a
-    sequence of single-byte choices."""
-    if isinstance(entry, str):
-        return b"".join(_choice_bytes(character, name) for character in entry)
-    if isinstance(entry, (bytes, bytearray, memoryview)):
-        return bytes(entry)
-    if isinstance(entry, Sequence):
-        return b"".join(_choice_bytes(choice, f"{name}[{k}]") for k, choice in enumerate(entry))
-    raise InvalidArgumentError(
-        f"{name}: expected a str, bytes or a sequence of single-byte choices, got {type(entry).__name__}")
-
-
-def choices_tape(choices: Any, count: int, name: str = "choices") -> Tape:
-    """A Tape of `count` entries (or a caller's (data, offsets) tape as given). A single
-    str/bytes is shared by every item."""
-    if isinstance(choices, tuple) and len(choices) == 2 and _is_offsets_buffer(choices[1]):
-        return texts_tape(choices, name)
-    if isinstance(choices, (str, bytes, bytearray, memoryview)):
-        shared = _entry_bytes(choices, name)
-        return texts_tape([shared] * count, name)
-    if isinstance(choices, np.ndarray) or not isinstance(choices, Sequence):
-        raise InvalidArgumentError(
-            f"{name}: expected a str, bytes, a sequence with one entry per item, or a (data, offsets) "
-            f"tape; got {type(choices).__name__}")
-    if len(choices) != count:
-        raise InvalidArgumentError(f"{name}: {len(choices)} entries for {count} items")
-    return texts_tape([_entry_bytes(entry, f"{name}[{i}]") for i, entry in enumerate(choices)], name)
+def shared_choices_tape(choices: Any, count: int, name: str = "choices") -> Tape:
+    """text_choose's choices (buffers.choices_tape) as a Tape of exactly `count` entries, the
+    form Trainer.step passes to C: a single shared entry is repeated for every item."""
+    tape = choices_tape(choices, name)
+    given = tape.struct.count
+    if given == 1 and count != 1:
+        offsets = tape.struct.offsets
+        entry = bytes(ffi.buffer(tape.struct.data, tape.struct.size)[offsets[0]:offsets[1]]) \
+            if tape.struct.size else b""
+        return texts_tape([entry] * count, name)
+    if given != count:
+        raise InvalidArgumentError(f"{name}: {given} entries for {count} items")
+    return tape
 
 
 def _float_values(values: Any, name: str) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._buffers import Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape
-from ._choices import choice_targets_buffer, choices_tape
+from ._choices import choice_targets_buffer, shared_choices_tape
 from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor
@@ -462,9 +462,7 @@ class Trainer:
         if choices is not None:
             if choice_targets is None:
                 raise InvalidArgumentError("choice_targets: missing while choices are given")
-            choice_tape = choices_tape(choices, count)
-            if choice_tape.struct.count != count:
-                raise InvalidArgumentError(f"choices: {choice_tape.struct.count} entries for {count} items")
+            choice_tape = shared_choices_tape(choices, count)
             bounds = np.frombuffer(ffi.buffer(choice_tape.struct.offsets, 8 * (count + 1)), dtype=np.uint64)
             targets = choice_targets_buffer(choice_targets, bounds)
             keep.extend((choice_tape, targets))
