@@ -240,7 +240,8 @@ LATE_NAMES = ("heads.tokens.weight", "late_interaction.log_inverse_temperature",
               "late_interaction.bias")
 CHOICE_NAMES = ("choices.log_temperature", "heads.bytes.bias", "text.bytes")
 
-MASKED, CONTRASTIVE, JOINT = uform.Objective.MASKED, uform.Objective.CONTRASTIVE, uform.Objective.JOINT
+MASKED, CONTRASTIVE, JOINT = (uform.Objective.MASKED, uform.Objective.CONTRASTIVE,
+                              uform.Objective.JOINT)
 LI, CH, PF = uform.LateInteraction, uform.Choices, uform.PairLossForm
 
 # (name, objective, late, choices, contrastive, sides, groups, relations, budget binds)
@@ -346,7 +347,8 @@ def test_new_parameters_start_as_specified(tmp_path):
         uform.Executor.for_ram(1), depth=1, hidden=64, objective=CONTRASTIVE,
         late_interaction=LI(width=32, pair_loss=PF.SIGMOID, inverse_temperature=5.0),
         choices=CH(temperature_groups=3),
-        batch=uform.BatchShape(max_rows_per_device=ROWS, max_columns_per_row=COLUMNS), seed=SEEDS[0])
+        batch=uform.BatchShape(max_rows_per_device=ROWS, max_columns_per_row=COLUMNS),
+        seed=SEEDS[0])
     tokens = trainer.tensor("heads.tokens.weight")
     assert tokens.size == 32 * 64 and 0.015 < tokens.std() < 0.025 and abs(tokens.mean()) < 0.005
     assert trainer.tensor("late_interaction.log_inverse_temperature")[0] == \

@@ -176,7 +176,8 @@ def late_interaction_plan(rows: Sequence[int], *, sides=None,
     queries: dict[int, int] = {}
     documents: list[int] = []
     for first, last in devices:
-        query_left = unbounded if max_query_tokens_per_device is None else max_query_tokens_per_device
+        query_left = (unbounded if max_query_tokens_per_device is None
+                      else max_query_tokens_per_device)
         document_left = (unbounded if max_document_tokens_per_device is None
                          else max_document_tokens_per_device)
         document_limit = unbounded if max_documents_per_device is None else max_documents_per_device
