@@ -5,7 +5,8 @@ clarity rather than speed:
 
 * section 1: `random_bits`, `uniform` (counter-based RNG on Python ints, 64-bit wrapping);
 * section 2: `mask_text`, `corrupt_texts`, `masked_text_loss`;
-* section 3: `embeddings`, `contrastive_loss` (loops over anchors; autograd flows to the
+* section 3: `embeddings`, `relations`, `anchor_loss` (one anchor's pair loss, shared with
+  late interaction), `contrastive_loss` (loops over anchors; autograd flows to the
   embeddings, `log_inverse_temperature` and `bias`);
 * section 4: `learning_rate_at`, `decays`, `param_groups`, `clip_` to drive
   `torch.optim.AdamW` exactly as the trainer's optimizer is specified.
@@ -285,6 +286,50 @@ def relations(n: int, *, bags=None, attract: Optional[Edges] = None,
     return out
 
 
+def anchor_loss(form: str, s: torch.Tensor, positives: dict[int, float],
+                negatives: dict[int, float]) -> Optional[torch.Tensor]:
+    """One anchor's pair loss (docs/training.md section 3), shared by the contrastive term
+    and late interaction (section 9).
+
+    form: "BALANCED", "RANKED" or "SIGMOID" (already resolved from DERIVED); s: the anchor's
+    scores, indexable by candidate id (only the ids in `positives` and `negatives` are
+    read); positives {j: a_ij}, negatives {j: r_ij}.
+
+    Returns loss_i, or None when the anchor takes no part in the average: BALANCED and RANKED
+    anchors without positive weight. A SIGMOID anchor always counts (0 without pairs).
+    Zero-weight negatives add nothing; a zero-weight positive has target 0 but still enters
+    BALANCED's denominator sum_{p'} exp s_ip'.
+    """
+    dtype = s.dtype
+    pos = list(positives)
+    a = torch.tensor([positives[j] for j in pos], dtype=dtype)
+    if form == "SIGMOID":
+        loss = s.new_zeros(())
+        if pos:
+            loss = loss + (a * torch.nn.functional.softplus(-s[pos])).sum()
+        neg = list(negatives)
+        if neg:
+            r = torch.tensor([negatives[j] for j in neg], dtype=dtype)
+            loss = loss + (r * torch.nn.functional.softplus(s[neg])).sum()
+        return loss
+    if not pos or float(a.sum()) <= 0.0:
+        return None
+    target = a / a.sum()
+    neg = [j for j in negatives if negatives[j] > 0.0]
+    log_r = torch.log(torch.tensor([negatives[j] for j in neg], dtype=dtype))
+    weighted_negatives = s[neg] + log_r                                # log(r exp s)
+    if form == "BALANCED":
+        log_denominator = torch.logsumexp(torch.cat([s[pos], weighted_negatives]), 0)
+    elif form == "RANKED":
+        if neg:
+            log_denominator = torch.logaddexp(s[pos], torch.logsumexp(weighted_negatives, 0))
+        else:
+            log_denominator = s[pos]
+    else:
+        raise ValueError(f"pair form {form!r}")
+    return -(target * (s[pos] - log_denominator)).sum()
+
+
 def contrastive_loss(embeddings: torch.Tensor, *, log_inverse_temperature: torch.Tensor,
                      bias: torch.Tensor, groups=None, bags=None,
                      attract: Optional[Edges] = None, repel: Optional[Edges] = None,
@@ -320,7 +365,6 @@ def contrastive_loss(embeddings: torch.Tensor, *, log_inverse_temperature: torch
     g = torch.tensor(groups, dtype=torch.long)
     scale = torch.exp(log_inverse_temperature)[g]                    # [N], anchor's group
     shift = bias[g] if form == "SIGMOID" else torch.zeros_like(scale)
-    dtype = embeddings.dtype
 
     per_width = []
     for w in widths:
@@ -329,35 +373,10 @@ def contrastive_loss(embeddings: torch.Tensor, *, log_inverse_temperature: torch
         total = embeddings.new_zeros(())
         anchors = 0
         for i, (positives, negative) in enumerate(pairs):
-            s = scores[i]
-            pos = list(positives)
-            a = torch.tensor([positives[j] for j in pos], dtype=dtype)
-            if form == "SIGMOID":
+            loss_i = anchor_loss(form, scores[i], positives, negative)
+            if loss_i is not None:
+                total = total + loss_i
                 anchors += 1
-                if pos:
-                    total = total + (a * torch.nn.functional.softplus(-s[pos])).sum()
-                neg = list(negative)
-                if neg:
-                    r = torch.tensor([negative[j] for j in neg], dtype=dtype)
-                    total = total + (r * torch.nn.functional.softplus(s[neg])).sum()
-                continue
-            if not pos or float(a.sum()) <= 0.0:
-                continue
-            anchors += 1
-            target = a / a.sum()
-            neg = [j for j in negative if negative[j] > 0.0]
-            log_r = torch.log(torch.tensor([negative[j] for j in neg], dtype=dtype))
-            weighted_negatives = s[neg] + log_r                        # log(r exp s)
-            if form == "BALANCED":
-                log_denominator = torch.logsumexp(torch.cat([s[pos], weighted_negatives]), 0)
-                total = total - (target * (s[pos] - log_denominator)).sum()
-            else:                                                        # RANKED
-                if neg:
-                    log_denominator = torch.logaddexp(
-                        s[pos], torch.logsumexp(weighted_negatives, 0))
-                else:
-                    log_denominator = s[pos]
-                total = total - (target * (s[pos] - log_denominator)).sum()
         per_width.append(total / anchors if anchors else total)
     return torch.stack(per_width).mean()
 
