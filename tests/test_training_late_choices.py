@@ -452,3 +452,40 @@ def test_budgets_apply_per_replica(tmp_path, budget):
                                     **keywords) != plan
     assert_losses(stats, terms)
     compare_gradients(trainer, model, LATE_NAMES + CHOICE_NAMES)
+
+
+def test_text_choose_probabilities_train_another_model_as_they_are(tmp_path):
+    """Distillation: a teacher's text_choose answer (a RowsTape in its arena) is the student's
+    choice_targets with no conversion, as the answer itself or as (values, offsets); both
+    forms give the same step, and the student's choices loss is the cross-entropy against
+    exactly those probabilities (checked with the reference on the student's weights)."""
+    questions = [b"is it red? A or B", b"pick: x y z", b"yes or no?", b"C D"]
+    choices = ["AB", "xyz", "yn", "CD"]
+    teacher_trainer = uform.Trainer.init_ram(
+        uform.Executor.for_ram(1), depth=1, hidden=64, objective=uform.Objective.MASKED,
+        choices=uform.Choices(), batch=uform.BatchShape(max_rows_per_device=4, max_columns_per_row=32),
+        seed=5)
+    teacher_trainer.save(tmp_path / "teacher.safetensors")
+    teacher = uform.Model.load_ram(tmp_path / "teacher.safetensors", cpu_class=uform.CPUClass.SERIAL)
+    answer = teacher.text_choose(questions, choices, uform.Arena())
+    assert answer.dtype == np.float32 and len(answer.offsets) == len(questions) + 1
+
+    losses = []
+    for targets in (answer, (answer, answer.offsets)):
+        student = uform.Trainer.init_ram(
+            uform.Executor.for_ram(1), depth=1, hidden=64, objective=uform.Objective.MASKED,
+            choices=uform.Choices(), batch=uform.BatchShape(max_rows_per_device=4, max_columns_per_row=32),
+            seed=6)
+        model = reference_from(student, tmp_path)
+        stats = uform.TrainerStepStats()
+        student.step([TEXT] * len(questions), questions, choices=choices, choice_targets=targets, stats=stats)
+        losses.append(stats.choices_loss)
+    expected = 0.0
+    for i, (question, options) in enumerate(zip(questions, choices)):
+        ids = list(question[:31]) + [256]
+        p = lc.choice_probabilities(model, ids, options.encode(), 0)
+        y = torch.from_numpy(np.array(answer.rows(i), dtype=np.float64))
+        expected += float(-(y * torch.log(p)).sum().detach())
+    expected /= len(questions)
+    assert losses[0] == losses[1]
+    assert losses[0] == pytest.approx(expected, rel=1e-5)
