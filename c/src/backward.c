@@ -655,6 +655,7 @@ void uform_attention_backward_tiled(uform_executor_t *executor, const float *qkv
 void uform_embedding_forward(const float *table, const float *modality, const uint32_t *ids,
                              size_t rows, size_t width, float *y) {
     for (size_t r = 0; r < rows; r++) {
+        if (ids[r] == UFORM_NOT_TEXT) continue;
         const float *source = table + (size_t)ids[r] * width;
         float *target = y + r * width;
         if (modality)
@@ -684,6 +685,7 @@ static void uform_embedding_backward_columns(void *context, size_t begin, size_t
         size_t columns = width - first < UFORM_COLUMN_BLOCK ? width - first : UFORM_COLUMN_BLOCK;
         float modality[UFORM_COLUMN_BLOCK] = {0};
         for (size_t r = 0; r < task->rows; r++) {
+            if (task->ids[r] == UFORM_NOT_TEXT) continue;
             const float *dy = task->dy + r * width + first;
             if (task->dtable) {
                 float *target = task->dtable + (size_t)task->ids[r] * width + first;

@@ -71,7 +71,10 @@ UFORM_INTERNAL void uform_attention_backward_tiled(uform_executor_t *executor, c
                                                    float *dqkv);
 
 /* ---- Embedding lookup: y[r] = table[ids[r]] + modality. Backward:
- * dtable[ids[r]] += dy[r], dmodality += sum_r dy[r] (rows in order). */
+ * dtable[ids[r]] += dy[r], dmodality += sum_r dy[r] (rows in order). Rows
+ * whose id is UFORM_NOT_TEXT (image, video and audio rows of a mixed batch)
+ * are neither written nor read. */
+#define UFORM_NOT_TEXT UINT32_MAX
 UFORM_INTERNAL void uform_embedding_forward(const float *table, const float *modality,
                                             const uint32_t *ids, size_t rows, size_t width,
                                             float *y);
