@@ -6,6 +6,7 @@
  * mismatch is a FormatError naming the tensor. */
 #include "model.h"
 #include "safetensors.h"
+#include "media/resample.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +17,6 @@
 #define UFORM_MAX_CONTEXT (1u << 24)
 #define UFORM_MAX_WIDTH (1u << 20)
 #define UFORM_MAX_FRAME_STRIDE (1u << 20)
-#define UFORM_MAX_SAMPLE_RATE (1u << 20)
 
 /* Shapes a zero (or a missing key) in the metadata derives (docs/media.md). */
 #define UFORM_DERIVED_CHANNELS 3
@@ -121,7 +121,7 @@ static uform_status_t uform_read_media_shapes(const uform_json_t *root, uform_ge
             return uform_fail(UFORM_FORMAT, "checkpoint: audio chunk_samples %llu is too large",
                               (unsigned long long)g->audio_chunk_samples);
         if (g->audio_sample_rate > UFORM_MAX_SAMPLE_RATE)
-            return uform_fail(UFORM_FORMAT, "checkpoint: audio sample_rate %llu is over %u Hz",
+            return uform_fail(UFORM_FORMAT, "checkpoint: audio sample_rate %llu is over %zu Hz",
                               (unsigned long long)g->audio_sample_rate, UFORM_MAX_SAMPLE_RATE);
     }
     return UFORM_OK;
