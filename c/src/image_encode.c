@@ -67,29 +67,29 @@ static uform_status_t uform_pixels_tokenize(const void *source, size_t item, ufo
                                                image->row_stride, tokens);
     if (status == UFORM_OK) return UFORM_OK;
     char prefix[48];
-    snprintf(prefix, sizeof(prefix), "images[%zu]", item);
+    snprintf(prefix, sizeof(prefix), "pixels[%zu]", item);
     return uform_fail_context(status, prefix);
 }
 
 static uform_status_t uform_check_pixels(const uform_pixels_t *images, size_t count) {
-    if (count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "images: the batch is empty");
-    if (!images) return uform_fail(UFORM_INVALID_ARGUMENT, "images: NULL with a count of %zu", count);
+    if (count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "pixels: the batch is empty");
+    if (!images) return uform_fail(UFORM_INVALID_ARGUMENT, "pixels: NULL with a count of %zu", count);
     for (size_t i = 0; i < count; i++) {
         const uform_pixels_t *image = &images[i];
         if (image->height == 0 || image->width == 0)
             return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "images[%zu]: %zu x %zu pixels; an image needs at least one pixel", i,
+                              "pixels[%zu]: %zu x %zu pixels; an image needs at least one pixel", i,
                               image->height, image->width);
         size_t pixels;
         if (!uform_mul_ok(image->height, image->width, &pixels) || pixels > UFORM_MAX_IMAGE_PIXELS)
             return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "images[%zu]: %zu x %zu pixels is over the limit of %zu pixels", i,
+                              "pixels[%zu]: %zu x %zu pixels is over the limit of %zu pixels", i,
                               image->height, image->width, UFORM_MAX_IMAGE_PIXELS);
         if (image->row_stride < 3 * image->width)
             return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "images[%zu]: row_stride %zu is below 3 x width (%zu)", i,
+                              "pixels[%zu]: row_stride %zu is below 3 x width (%zu)", i,
                               image->row_stride, 3 * image->width);
-        if (!image->data) return uform_fail(UFORM_INVALID_ARGUMENT, "images[%zu]: data is NULL", i);
+        if (!image->data) return uform_fail(UFORM_INVALID_ARGUMENT, "pixels[%zu]: data is NULL", i);
     }
     return UFORM_OK;
 }
