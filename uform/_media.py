@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
-from ._buffers import Arena, Buffer, Tape, _is_offsets_buffer, _Tape, _tape_from_buffers, path_bytes
+from ._buffers import Arena, Tape, _is_offsets_buffer, _Tape, _tape_from_buffers, path_bytes
 from ._enums import Outputs, Scalar
 from ._errors import FileError, InvalidArgumentError
 from ._executor import Executor
@@ -322,4 +322,3 @@ def media_keywords(verb: str, keywords: dict) -> dict:
     return {**MEDIA_KEYWORDS, **keywords}
 
 
-__all__ = ["AudioEncodeStats", "ImageEncodeStats", "VideoEncodeStats", "Buffer"]
