@@ -10,7 +10,6 @@ projection, both far below that. SAPPHIRE rounds GEMM inputs (pixels and samples
 included) to BF16 (2^-9 relative): 3e-2 absolute plus a cosine above 0.999.
 """
 import math
-import os
 
 import numpy as np
 import pytest
