@@ -209,6 +209,10 @@ static uform_status_t uform_encoder_run(uform_encoder_t *e) {
 
 uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, float **x,
                                  uint32_t **positions) {
+    /* never met by the verbs (each item is at most context rows, within the bound) */
+    if (rows > e->max_rows || rows > e->model->context || e->added == e->count)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "encoder: item %zu of %zu rows does not fit", e->added,
+                          rows);
     if (e->rows + rows > e->max_rows || e->added - e->finished == e->max_items)
         UFORM_TRY(uform_encoder_run(e));
     size_t slot = e->added - e->finished;

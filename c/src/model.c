@@ -90,7 +90,8 @@ static uform_status_t uform_read_media_shapes(const uform_json_t *root, uform_ge
     if (object) {
         UFORM_TRY(uform_shape_integer(object, "image", "patch_side", &g->image_patch_side));
         if (g->image_patch_side) UFORM_TRY(uform_check_channels(object, "image"));
-        if (g->image_patch_side * g->image_patch_side * 3 > UFORM_MAX_WIDTH)
+        if (g->image_patch_side > UFORM_MAX_WIDTH ||
+            g->image_patch_side * g->image_patch_side * 3 > UFORM_MAX_WIDTH)
             return uform_fail(UFORM_FORMAT, "checkpoint: image patch_side %llu is too large",
                               (unsigned long long)g->image_patch_side);
     }

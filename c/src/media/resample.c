@@ -82,6 +82,7 @@ uform_status_t uform_resample_range(const float *samples, size_t count, size_t f
         for (size_t j = 0; j < n; j++) out[j] = first + j < count ? samples[first + j] : 0.0f;
         return UFORM_OK;
     }
+    if (n == 0) return UFORM_OK;
     uform_kernel_t kernel;
     uform_kernel_init(&kernel, from_rate, to_rate);
     size_t taps = 2 * (size_t)kernel.reach + 1;
