@@ -13,6 +13,7 @@ from ._errors import (CancelledError, DeviceError, Error, FileError, FormatError
                       InvalidArgumentError, MeshError, OutOfMemoryError, UnsupportedError)
 from ._executor import Executor
 from ._late_interaction import late_interaction_scores
+from ._media import AudioEncodeStats, ImageEncodeStats, VideoEncodeStats
 from ._model import Deferred, DeferredOn, Encoded, Model, ModelDescription, On, TextEncodeStats
 from ._native import lib as _lib
 from ._training import (AudioShape, BatchShape, Choices, Contrastive, Edges, ImageShape,
@@ -24,12 +25,12 @@ __version__ = "4.0.0"
 library_version: int = int(_lib.uform_version())
 
 __all__ = [
-    "Arena", "ArenaBuffer", "AudioShape", "BatchShape", "Choices", "Contrastive", "Edges",
+    "Arena", "ArenaBuffer", "AudioEncodeStats", "AudioShape", "BatchShape", "Choices", "Contrastive", "Edges",
     "ImageShape", "LateInteraction", "Masking", "MeshOptions", "Relations", "Schedule",
     "TrainerStepStats", "VideoShape", "CPUClass", "CancelledError", "Deferred", "DeferredOn", "DeviceError",
-    "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "InvalidArgumentError",
+    "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "ImageEncodeStats", "InvalidArgumentError",
     "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",
-    "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError",
+    "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError", "VideoEncodeStats",
     "late_interaction_scores",
 ]

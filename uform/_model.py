@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar, Union
 
-from ._buffers import (Arena, ArenaBuffer, Buffer, RowsTape, _PathLike, _Texts, arena_rows,
+from . import _media
+from ._buffers import (Arena, ArenaBuffer, Buffer, RowsTape, _PathLike, _Tape, _Texts, arena_rows,
                        arena_rows_tape, arena_values_tape, choices_tape, path_bytes, texts_tape,
                        words_buffer)
 from ._enums import CPUClass, GPUClass, Outputs, Scalar
-from ._errors import InvalidArgumentError, UnsupportedError
+from ._errors import Error, InvalidArgumentError, UnsupportedError
 from ._executor import Executor, _words
+from ._media import AudioEncodeStats, ImageEncodeStats, VideoEncodeStats, _Files
 from ._native import Progress, ProgressBridge, check, ffi, lib
 
 T = TypeVar("T")
@@ -73,6 +75,18 @@ class Deferred(Generic[T]):
         self._result: Any = None
         self._error: BaseException | None = None
         self._complete = False
+
+    @classmethod
+    def _ran(cls, call: Callable[[], T]) -> "Deferred[T]":
+        """A Deferred of a call run at once on the caller's thread (the media verbs: their
+        submit functions are not in uform.h yet); its error is raised by wait()."""
+        self: Deferred[T] = cls(None, call, (None,))
+        try:
+            self._result = call()
+        except Error as error:
+            self._error = error
+        self._complete = True
+        return self
 
     def done(self) -> bool:
         return self._complete or bool(lib.uform_job_done(self._job))
@@ -335,28 +349,48 @@ class Model:
         handle = ffi.gc(job[0], lib.uform_job_free)
         return Deferred(handle, finish, (bridge, keep, options, chosen, c_stats, arena, self, executor))
 
-    # ---- modalities not built yet ---------------------------------------------
+    # ---- images, video and audio (uform/_media.py) ----------------------------------
 
-    def image_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
-        """Decodes and encodes JPEG, PNG or WebP files: not built yet."""
-        raise UnsupportedError("Model.image_encode: image encoding is not built in this version of uform")
+    def image_encode(self, files: _Files, arena: Arena, /, *, outputs: Outputs = Outputs.EMBEDDINGS,
+                     outputs_scalar: Scalar = Scalar.F32, progress: Progress | None = None,
+                     progress_steps: int = 0, stats: ImageEncodeStats | None = None) -> Encoded:
+        """Decodes and encodes JPEG, PNG or WebP files (paths, or a (data, offsets) tape of their bytes)."""
+        return _media.image_encode(self, None, files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+                                   progress=progress, progress_steps=progress_steps, stats=stats)
 
-    def image_encode_pixels(self, pixels: Any, arena: Arena, /, **keywords: Any) -> Encoded:
-        """Encodes [height, width, 3] uint8 images: not built yet."""
-        raise UnsupportedError("Model.image_encode_pixels: image encoding is not built in this version of uform")
+    def image_encode_pixels(self, pixels: Sequence[Buffer], arena: Arena, /, *,
+                            outputs: Outputs = Outputs.EMBEDDINGS, outputs_scalar: Scalar = Scalar.F32,
+                            progress: Progress | None = None, progress_steps: int = 0,
+                            stats: ImageEncodeStats | None = None) -> Encoded:
+        """Encodes [height, width, 3] uint8 images (rows may be strided: no copy)."""
+        return _media.image_encode_pixels(self, None, pixels, arena, outputs=outputs,
+                                          outputs_scalar=outputs_scalar, progress=progress,
+                                          progress_steps=progress_steps, stats=stats)
 
-    def video_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
-        """Decodes and encodes MP4 or WebM clips: not built yet."""
-        raise UnsupportedError("Model.video_encode: video encoding is not built in this version of uform")
+    def video_encode(self, files: _Files, arena: Arena, /, *, outputs: Outputs = Outputs.EMBEDDINGS,
+                     outputs_scalar: Scalar = Scalar.F32, progress: Progress | None = None,
+                     progress_steps: int = 0, stats: VideoEncodeStats | None = None) -> Encoded:
+        """Decodes and encodes MP4 or WebM clips (paths, or a (data, offsets) tape of their bytes)."""
+        return _media.video_encode(self, None, files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+                                   progress=progress, progress_steps=progress_steps, stats=stats)
 
-    def audio_encode(self, files: Any, arena: Arena, /, **keywords: Any) -> Encoded:
-        """Decodes and encodes WAV, FLAC, MP3 or Opus recordings: not built yet."""
-        raise UnsupportedError("Model.audio_encode: audio encoding is not built in this version of uform")
+    def audio_encode(self, files: _Files, arena: Arena, /, *, outputs: Outputs = Outputs.EMBEDDINGS,
+                     outputs_scalar: Scalar = Scalar.F32, progress: Progress | None = None,
+                     progress_steps: int = 0, stats: AudioEncodeStats | None = None) -> Encoded:
+        """Decodes and encodes WAV, FLAC, MP3 or Opus recordings (paths, or a (data, offsets) tape)."""
+        return _media.audio_encode(self, None, files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+                                   progress=progress, progress_steps=progress_steps, stats=stats)
 
-    def audio_encode_samples(self, samples: Any, sample_rate: int, arena: Arena, /,
-                             **keywords: Any) -> Encoded:
-        """Encodes 1-D float32 mono recordings: not built yet."""
-        raise UnsupportedError("Model.audio_encode_samples: audio encoding is not built in this version of uform")
+    def audio_encode_samples(self, samples: Sequence[Buffer] | _Tape, sample_rate: int, arena: Arena, /, *,
+                             outputs: Outputs = Outputs.EMBEDDINGS, outputs_scalar: Scalar = Scalar.F32,
+                             progress: Progress | None = None, progress_steps: int = 0,
+                             stats: AudioEncodeStats | None = None) -> Encoded:
+        """Encodes 1-D float32 mono recordings at sample_rate Hz (resampled to the model's rate)."""
+        return _media.audio_encode_samples(self, None, samples, sample_rate, arena, outputs=outputs,
+                                           outputs_scalar=outputs_scalar, progress=progress,
+                                           progress_steps=progress_steps, stats=stats)
+
+    # ---- not built yet ----------------------------------------------------------------
 
 
 def _executor_pointer(executor: Executor | None) -> Any:
@@ -403,6 +437,27 @@ class On(Generic[T]):
             self._executor, texts, choices, arena, temperature_groups=temperature_groups,
             progress=progress, progress_steps=progress_steps, stats=stats)
 
+    def image_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Encoded:
+        return _media.image_encode(self._target, self._executor, files, arena,
+                                   **_media.media_keywords("image_encode", keywords))
+
+    def image_encode_pixels(self, pixels: Sequence[Buffer], arena: Arena, /, **keywords: Any) -> Encoded:
+        return _media.image_encode_pixels(self._target, self._executor, pixels, arena,
+                                          **_media.media_keywords("image_encode_pixels", keywords))
+
+    def video_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Encoded:
+        return _media.video_encode(self._target, self._executor, files, arena,
+                                   **_media.media_keywords("video_encode", keywords))
+
+    def audio_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Encoded:
+        return _media.audio_encode(self._target, self._executor, files, arena,
+                                   **_media.media_keywords("audio_encode", keywords))
+
+    def audio_encode_samples(self, samples: Sequence[Buffer] | _Tape, sample_rate: int, arena: Arena, /,
+                             **keywords: Any) -> Encoded:
+        return _media.audio_encode_samples(self._target, self._executor, samples, sample_rate, arena,
+                                           **_media.media_keywords("audio_encode_samples", keywords))
+
     def __getattr__(self, name: str) -> Any:
         if name in _VERBS:
             return getattr(self._target, name)  # not built yet: they raise UnsupportedError
@@ -427,6 +482,31 @@ class DeferredOn(Generic[T]):
         return self._target._text_choose_deferred(  # type: ignore[attr-defined]
             self._executor, texts, choices, arena, temperature_groups=temperature_groups,
             progress=progress, progress_steps=progress_steps, stats=stats)
+
+    # The media verbs run at once on the calling thread (blocking on the executor) and
+    # answer a completed Deferred: uform.h has no submit functions for them yet.
+
+    def image_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
+        on = On(self._target, self._executor)
+        return Deferred._ran(lambda: on.image_encode(files, arena, **keywords))
+
+    def image_encode_pixels(self, pixels: Sequence[Buffer], arena: Arena, /,
+                            **keywords: Any) -> Deferred[Encoded]:
+        on = On(self._target, self._executor)
+        return Deferred._ran(lambda: on.image_encode_pixels(pixels, arena, **keywords))
+
+    def video_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
+        on = On(self._target, self._executor)
+        return Deferred._ran(lambda: on.video_encode(files, arena, **keywords))
+
+    def audio_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
+        on = On(self._target, self._executor)
+        return Deferred._ran(lambda: on.audio_encode(files, arena, **keywords))
+
+    def audio_encode_samples(self, samples: Sequence[Buffer] | _Tape, sample_rate: int, arena: Arena, /,
+                             **keywords: Any) -> Deferred[Encoded]:
+        on = On(self._target, self._executor)
+        return Deferred._ran(lambda: on.audio_encode_samples(samples, sample_rate, arena, **keywords))
 
     def __getattr__(self, name: str) -> Any:
         if name in _VERBS:

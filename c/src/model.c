@@ -6,6 +6,7 @@
  * mismatch is a FormatError naming the tensor. */
 #include "model.h"
 #include "safetensors.h"
+#include "media/resample.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,11 +16,22 @@
 #define UFORM_MAX_HIDDEN 65536
 #define UFORM_MAX_CONTEXT (1u << 24)
 #define UFORM_MAX_WIDTH (1u << 20)
+#define UFORM_MAX_FRAME_STRIDE (1u << 20)
+
+/* Shapes a zero (or a missing key) in the metadata derives (docs/media.md). */
+#define UFORM_DERIVED_CHANNELS 3
+#define UFORM_DERIVED_TUBE_FRAMES 2
+#define UFORM_DERIVED_FRAME_STRIDE 1
+#define UFORM_DERIVED_SAMPLE_RATE 16000
 
 /* ---- geometry from metadata ----------------------------------------------- */
 
 typedef struct {
     uint64_t version, depth, hidden, dimensions, context, token_width, choice_groups, step;
+    /* media shapes; patch_side / chunk_samples 0: the modality is absent */
+    uint64_t image_patch_side;
+    uint64_t video_patch_side, video_tube_frames, video_frame_stride;
+    uint64_t audio_chunk_samples, audio_sample_rate;
 } uform_geometry_t;
 
 static uform_status_t uform_metadata_integer(const uform_json_t *root, const char *key,
@@ -33,6 +45,86 @@ static uform_status_t uform_metadata_integer(const uform_json_t *root, const cha
     if (!uform_json_u64(value, out))
         return uform_fail(UFORM_FORMAT,
                           "checkpoint metadata: \"uform\".\"%s\" is not a non-negative integer", key);
+    return UFORM_OK;
+}
+
+/* One key of a media object ("image", "video", "audio"), 0 when missing. */
+static uform_status_t uform_shape_integer(const uform_json_t *object, const char *modality,
+                                          const char *key, uint64_t *out) {
+    const uform_json_t *value = uform_json_get(object, key);
+    *out = 0;
+    if (!value) return UFORM_OK;
+    if (!uform_json_u64(value, out))
+        return uform_fail(UFORM_FORMAT,
+                          "checkpoint metadata: \"uform\".\"%s\".\"%s\" is not a non-negative integer",
+                          modality, key);
+    return UFORM_OK;
+}
+
+/* The media object `modality` of the metadata: NULL when absent or null. */
+static uform_status_t uform_shape_object(const uform_json_t *root, const char *modality,
+                                         const uform_json_t **object) {
+    *object = uform_json_get(root, modality);
+    if (*object && (*object)->kind == UFORM_JSON_NULL) *object = NULL;
+    if (*object && (*object)->kind != UFORM_JSON_OBJECT)
+        return uform_fail(UFORM_FORMAT, "checkpoint metadata: \"uform\".\"%s\" is not a JSON object",
+                          modality);
+    return UFORM_OK;
+}
+
+static uform_status_t uform_check_channels(const uform_json_t *object, const char *modality) {
+    uint64_t channels;
+    UFORM_TRY(uform_shape_integer(object, modality, "channels", &channels));
+    if (channels != 0 && channels != UFORM_DERIVED_CHANNELS)
+        return uform_fail(UFORM_FORMAT,
+                          "checkpoint metadata: \"%s\".\"channels\" is %llu; this library reads RGB "
+                          "(3 channels) only",
+                          modality, (unsigned long long)channels);
+    return UFORM_OK;
+}
+
+/* The image/video/audio shapes of the metadata, zeros derived (docs/media.md). */
+static uform_status_t uform_read_media_shapes(const uform_json_t *root, uform_geometry_t *g) {
+    const uform_json_t *object;
+    UFORM_TRY(uform_shape_object(root, "image", &object));
+    if (object) {
+        UFORM_TRY(uform_shape_integer(object, "image", "patch_side", &g->image_patch_side));
+        if (g->image_patch_side) UFORM_TRY(uform_check_channels(object, "image"));
+        if (g->image_patch_side > UFORM_MAX_WIDTH ||
+            g->image_patch_side * g->image_patch_side * 3 > UFORM_MAX_WIDTH)
+            return uform_fail(UFORM_FORMAT, "checkpoint: image patch_side %llu is too large",
+                              (unsigned long long)g->image_patch_side);
+    }
+    UFORM_TRY(uform_shape_object(root, "video", &object));
+    if (object) {
+        UFORM_TRY(uform_shape_integer(object, "video", "patch_side", &g->video_patch_side));
+        UFORM_TRY(uform_shape_integer(object, "video", "tube_frames", &g->video_tube_frames));
+        UFORM_TRY(uform_shape_integer(object, "video", "frame_stride", &g->video_frame_stride));
+        if (g->video_patch_side) UFORM_TRY(uform_check_channels(object, "video"));
+        if (!g->video_tube_frames) g->video_tube_frames = UFORM_DERIVED_TUBE_FRAMES;
+        if (!g->video_frame_stride) g->video_frame_stride = UFORM_DERIVED_FRAME_STRIDE;
+        uint64_t p = g->video_patch_side;
+        if (p > UFORM_MAX_WIDTH || g->video_tube_frames > UFORM_MAX_WIDTH ||
+            p * p * 3 * g->video_tube_frames > UFORM_MAX_WIDTH)
+            return uform_fail(UFORM_FORMAT,
+                              "checkpoint: video patch_side %llu x tube_frames %llu is too large",
+                              (unsigned long long)p, (unsigned long long)g->video_tube_frames);
+        if (g->video_frame_stride > UFORM_MAX_FRAME_STRIDE)
+            return uform_fail(UFORM_FORMAT, "checkpoint: video frame_stride %llu is too large",
+                              (unsigned long long)g->video_frame_stride);
+    }
+    UFORM_TRY(uform_shape_object(root, "audio", &object));
+    if (object) {
+        UFORM_TRY(uform_shape_integer(object, "audio", "chunk_samples", &g->audio_chunk_samples));
+        UFORM_TRY(uform_shape_integer(object, "audio", "sample_rate", &g->audio_sample_rate));
+        if (!g->audio_sample_rate) g->audio_sample_rate = UFORM_DERIVED_SAMPLE_RATE;
+        if (g->audio_chunk_samples > UFORM_MAX_WIDTH)
+            return uform_fail(UFORM_FORMAT, "checkpoint: audio chunk_samples %llu is too large",
+                              (unsigned long long)g->audio_chunk_samples);
+        if (g->audio_sample_rate > UFORM_MAX_SAMPLE_RATE)
+            return uform_fail(UFORM_FORMAT, "checkpoint: audio sample_rate %llu is over %zu Hz",
+                              (unsigned long long)g->audio_sample_rate, UFORM_MAX_SAMPLE_RATE);
+    }
     return UFORM_OK;
 }
 
@@ -59,6 +151,7 @@ static uform_status_t uform_read_geometry(const uform_safetensors_t *file, uform
     if (status == UFORM_OK)
         status = uform_metadata_integer(&root, "choice_temperature_groups", false, &g->choice_groups);
     if (status == UFORM_OK) status = uform_metadata_integer(&root, "step", false, &g->step);
+    if (status == UFORM_OK) status = uform_read_media_shapes(&root, g);
     uform_json_free(&root);
     if (status != UFORM_OK) return status;
 
@@ -245,24 +338,69 @@ static uform_status_t uform_load_block(uform_loader_t *loader, size_t l, uform_b
     return UFORM_OK;
 }
 
-/* Tensors per model, for progress: 12 per block plus the rest (at most 10). */
-static size_t uform_tensor_total(size_t depth) { return 12 * depth + 10; }
+/* Tensors per model, for progress: 12 per block plus the rest (at most 19:
+ * 10 text and heads, 3 per media modality). */
+static size_t uform_tensor_total(size_t depth) { return 12 * depth + 19; }
+
+/* A media modality's parts, when its metadata object names it (width > 0):
+ * "<name>.<input>.weight" [H, width], its bias and "<name>.modality". Without
+ * the metadata object the projection must be absent too: a tensor the
+ * metadata does not describe cannot be used. */
+static uform_status_t uform_load_media_part(uform_loader_t *loader, const char *modality,
+                                            const char *input, size_t width,
+                                            const char *shape_key, uform_media_part_t *part) {
+    size_t hidden = loader->model->hidden;
+    char name[64];
+    snprintf(name, sizeof(name), "%s.%s.weight", modality, input);
+    if (!width) {
+        if (uform_safetensors_find(loader->file, name))
+            return uform_fail(UFORM_FORMAT,
+                              "checkpoint: tensor \"%s\" is present but the metadata has no \"%s\" "
+                              "object with a non-zero %s",
+                              name, modality, shape_key);
+        return UFORM_OK;
+    }
+    UFORM_TRY(uform_load_matrix(loader, name, hidden, width, true, &part->projection));
+    snprintf(name, sizeof(name), "%s.%s.bias", modality, input);
+    UFORM_TRY(uform_load_vector(loader, name, hidden, true, &part->bias));
+    snprintf(name, sizeof(name), "%s.modality", modality);
+    UFORM_TRY(uform_load_vector(loader, name, hidden, true, &part->modality));
+    part->width = width;
+    return UFORM_OK;
+}
+
+static uform_status_t uform_load_media_parts(uform_loader_t *loader, const uform_geometry_t *g) {
+    uform_model_t *model = loader->model;
+    size_t p = g->image_patch_side;
+    UFORM_TRY(uform_load_media_part(loader, "image", "patch", p * p * 3, "patch_side", &model->image));
+    model->image_patch_side = p;
+    p = g->video_patch_side;
+    UFORM_TRY(uform_load_media_part(loader, "video", "tube", g->video_tube_frames * p * p * 3,
+                                    "patch_side", &model->video));
+    model->video_patch_side = p;
+    model->video_tube_frames = p ? g->video_tube_frames : 0;
+    model->video_frame_stride = p ? g->video_frame_stride : 0;
+    UFORM_TRY(uform_load_media_part(loader, "audio", "chunk", g->audio_chunk_samples,
+                                    "chunk_samples", &model->audio));
+    model->audio_chunk_samples = g->audio_chunk_samples;
+    model->audio_sample_rate = g->audio_chunk_samples ? g->audio_sample_rate : 0;
+    return UFORM_OK;
+}
 
 static uform_status_t uform_load_parts(uform_loader_t *loader, const uform_geometry_t *g) {
     uform_model_t *model = loader->model;
     size_t hidden = model->hidden;
     uform_status_t status;
-    bool other_modality = uform_safetensors_find(loader->file, "image.patch.weight") ||
-                          uform_safetensors_find(loader->file, "video.tube.weight") ||
-                          uform_safetensors_find(loader->file, "audio.chunk.weight");
-    if (!uform_safetensors_find(loader->file, "text.bytes") && !other_modality)
-        return uform_fail(UFORM_FORMAT, "checkpoint: tensor \"text.bytes\" is missing");
-    if (!uform_safetensors_find(loader->file, "text.bytes"))
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "checkpoint: the model has no text part (\"text.bytes\"); image, video and "
-                          "audio encoders are not built in this version of libuform");
-    UFORM_TRY(uform_load_table(loader, "text.bytes", 257, hidden, &model->text_bytes));
-    UFORM_TRY(uform_load_vector(loader, "text.modality", hidden, true, &model->text_modality));
+    UFORM_TRY(uform_load_media_parts(loader, g));
+    bool has_media = model->image.width || model->video.width || model->audio.width;
+    bool has_text = uform_safetensors_find(loader->file, "text.bytes") != NULL;
+    if (!has_text && !has_media)
+        return uform_fail(UFORM_FORMAT, "checkpoint: tensor \"text.bytes\" is missing (and the "
+                                        "metadata names no image, video or audio parts)");
+    if (has_text) {
+        UFORM_TRY(uform_load_table(loader, "text.bytes", 257, hidden, &model->text_bytes));
+        UFORM_TRY(uform_load_vector(loader, "text.modality", hidden, true, &model->text_modality));
+    }
     model->blocks = uform_alloc_zeroed(model->depth, sizeof(uform_block_t), "blocks");
     if (!model->blocks) return UFORM_OUT_OF_MEMORY;
     for (size_t l = 0; l < model->depth; l++) UFORM_TRY(uform_load_block(loader, l, &model->blocks[l]));
@@ -322,6 +460,12 @@ void uform_model_free(uform_model_t *model) {
     }
     free(model->text_bytes);
     free(model->text_modality);
+    uform_media_part_t *parts[] = {&model->image, &model->video, &model->audio};
+    for (size_t i = 0; i < 3; i++) {
+        uform_packed_release(&parts[i]->projection);
+        free(parts[i]->bias);
+        free(parts[i]->modality);
+    }
     free(model->norm_weight);
     free(model->norm_bias);
     uform_packed_release(&model->embedding_head);
@@ -364,7 +508,7 @@ static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
     const uform_cpu_kernels_t *kernels = NULL;
     uform_scalar_t quantization = UFORM_SCALAR_BF16;
     UFORM_TRY(uform_check_load_options(options, &kernels, &quantization));
-    uform_geometry_t g;
+    uform_geometry_t g = {0};
     UFORM_TRY(uform_read_geometry(file, &g));
 
     uform_model_t *model = uform_alloc_zeroed(1, sizeof(*model), "model");

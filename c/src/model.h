@@ -20,6 +20,17 @@ typedef struct {
     float *down_bias;                                   /* [H] */
 } uform_block_t;
 
+/* One media modality's input parts (DESIGN section 5, docs/media.md): a
+ * token's `width` input values (a patch, a tube patch or a chunk) are
+ * projected to H and the modality vector added. width 0: the checkpoint has
+ * no such parts. */
+typedef struct {
+    size_t width;                     /* P*P*3, T*P*P*3 or S; 0 when absent */
+    uform_packed_t projection;        /* [H, width] */
+    float *bias;                      /* [H] */
+    float *modality;                  /* [H] */
+} uform_media_part_t;
+
 struct uform_model {
     size_t depth, hidden, heads;
     size_t dimensions, context, token_width, choice_temperature_groups;
@@ -30,8 +41,15 @@ struct uform_model {
     uform_executor_t *executor;       /* runs verbs given no executor */
     bool owns_executor;
 
-    float *text_bytes;                /* [257, H]: 256 bytes, then MASK */
+    float *text_bytes;                /* [257, H]: 256 bytes, then MASK; NULL without text */
     float *text_modality;             /* [H] */
+
+    /* Media parts and the shapes of the checkpoint's "image"/"video"/"audio"
+     * metadata objects, zeros derived at load (docs/media.md). */
+    uform_media_part_t image, video, audio;
+    size_t image_patch_side;
+    size_t video_patch_side, video_tube_frames, video_frame_stride;
+    size_t audio_chunk_samples, audio_sample_rate;
     uform_block_t *blocks;            /* [depth] */
     float *norm_weight, *norm_bias;   /* [H] */
     uform_packed_t embedding_head;    /* [D, H] */

@@ -1,107 +1,15 @@
 /* text.c: uform_text_encode, a byte per token.
  *
- * Texts are cut at `context` bytes and packed, in order, into forward batches
- * without padding (text_batches.c): the GEMMs see one flat matrix of every
- * token, attention stays within each text. An empty text has
- * no tokens: its embedding is the normalisation of a zero mean, all zeros, and
- * it has no token rows. */
-#include "text_batches.h"
+ * Texts are cut at `context` bytes; their rows go through the encoder every
+ * verb shares (encode_batches.c), packed in order without padding. An empty
+ * text has no tokens: its embedding is all zeros, and it has no token rows. */
+#include "encode_batches.h"
 
 #include <stdlib.h>
 
-static uform_status_t uform_check_encode_options(const uform_model_t *model,
-                                                 const uform_encode_options_t *options,
-                                                 uint32_t *outputs, uform_scalar_t *scalar) {
-    *outputs = options ? options->outputs : 0;
-    *scalar = options ? options->outputs_scalar : UFORM_SCALAR_F32;
-    if (*outputs == 0) *outputs = UFORM_OUTPUTS_EMBEDDINGS;
-    if (*outputs & ~(uint32_t)(UFORM_OUTPUTS_EMBEDDINGS | UFORM_OUTPUTS_TOKENS))
-        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs: unknown flags 0x%x", *outputs);
-    if ((*outputs & UFORM_OUTPUTS_TOKENS) && model->token_width == 0)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "outputs: TOKENS asked, but the checkpoint has no token head (token_width 0)");
-    switch (*scalar) {
-    case UFORM_SCALAR_F32: case UFORM_SCALAR_BF16: case UFORM_SCALAR_F16:
-    case UFORM_SCALAR_I8: case UFORM_SCALAR_B1:
-        return UFORM_OK;
-    case UFORM_SCALAR_E4M3: case UFORM_SCALAR_E5M2:
-        return uform_fail(UFORM_UNSUPPORTED, "outputs_scalar: FP8 outputs are not built yet");
-    default:
-        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar", (int)*scalar);
-    }
-}
-
-/* Per call: the forward batches, and the heads' scratch for the largest one. */
-typedef struct {
-    uform_text_batches_t batches;
-    float *pooled;        /* [items, H] */
-    float *projected;     /* [max(items, rows), max(D, W)] */
-} uform_text_buffers_t;
-
-static void uform_text_buffers_free(uform_text_buffers_t *b) {
-    uform_text_batches_free(&b->batches);
-    uform_free_aligned(b->pooled);
-    uform_free_aligned(b->projected);
-}
-
-static uform_status_t uform_text_buffers_init(uform_text_buffers_t *b, const uform_model_t *model,
-                                              uform_executor_t *executor, size_t total_tokens,
-                                              size_t count) {
-    memset(b, 0, sizeof(*b));
-    UFORM_TRY(uform_text_batches_init(&b->batches, model, executor, total_tokens, count));
-    size_t rows = b->batches.capacity;
-    size_t items = b->batches.max_items;
-    size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
-    size_t projected_rows = rows > items ? rows : items;
-    b->pooled = uform_alloc_aligned(items, model->hidden * sizeof(float), "pooled states");
-    b->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");
-    if (!b->pooled || !b->projected) {
-        uform_text_buffers_free(b);
-        return UFORM_OUT_OF_MEMORY;
-    }
-    return UFORM_OK;
-}
-
-/* text_encode's rows: the bytes cut at context, no MASK. */
-static uform_text_layout_t uform_encode_layout(const uform_model_t *model) {
-    return (uform_text_layout_t){model->context, false};
-}
-
-/* Runs texts [first, last) (together at most the batch rows) and writes their outputs. */
-static void uform_text_batch(const uform_model_t *model, uform_executor_t *executor,
-                             const uform_tape_t *texts, size_t first, size_t last,
-                             uint32_t outputs, const uform_encoded_t *encoded,
-                             uform_text_buffers_t *b) {
-    size_t hidden = model->hidden;
-    uform_text_layout_t layout = uform_encode_layout(model);
-    uform_text_batch_forward(model, executor, &layout, texts, first, last, &b->batches);
-    const float *states = b->batches.states;
-    const uform_segment_t *segments = b->batches.segments;
-    size_t rows = last > first ? segments[last - first - 1].begin + segments[last - first - 1].length : 0;
-
-    if (outputs & UFORM_OUTPUTS_EMBEDDINGS) {
-        for (size_t s = 0; s < last - first; s++) {
-            const uform_segment_t *segment = &segments[s];
-            float *pooled = b->pooled + s * hidden;
-            memset(pooled, 0, hidden * sizeof(float));
-            for (size_t r = segment->begin; r < segment->begin + segment->length; r++)
-                for (size_t h = 0; h < hidden; h++) pooled[h] += states[r * hidden + h];
-            float inverse = segment->length ? 1.0f / (float)segment->length : 0.0f;
-            for (size_t h = 0; h < hidden; h++) pooled[h] *= inverse;
-        }
-        uform_project_normalize(model, executor, &model->embedding_head, b->pooled, last - first,
-                                b->projected);
-        uform_convert_rows(b->projected, last - first, model->dimensions, encoded->scalar,
-                           (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
-                           encoded->embedding_row_bytes);
-    }
-    if ((outputs & UFORM_OUTPUTS_TOKENS) && rows) {
-        uform_project_normalize(model, executor, &model->token_head, states, rows, b->projected);
-        uform_convert_rows(b->projected, rows, model->token_width, encoded->scalar,
-                           (uint8_t *)encoded->tokens +
-                               encoded->token_offsets[first] * encoded->token_row_bytes,
-                           encoded->token_row_bytes);
-    }
+static size_t uform_text_tokens(const uform_model_t *model, const uform_tape_t *texts, size_t i) {
+    size_t length = texts->offsets[i + 1] - texts->offsets[i];
+    return length < model->context ? length : model->context;
 }
 
 static uform_status_t uform_text_encode_into(uform_model_t *model, uform_executor_t *executor,
@@ -112,55 +20,50 @@ static uform_status_t uform_text_encode_into(uform_model_t *model, uform_executo
     if (!model) return uform_fail(UFORM_INVALID_ARGUMENT, "model: NULL");
     if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL");
     if (!encoded) return uform_fail(UFORM_INVALID_ARGUMENT, "encoded: NULL");
+    if (!model->text_bytes)
+        return uform_fail(UFORM_UNSUPPORTED, "text_encode: the checkpoint has no text parts");
     UFORM_TRY(uform_check_tape(texts, "texts"));
     uint32_t outputs;
     uform_scalar_t scalar;
     UFORM_TRY(uform_check_encode_options(model, options, &outputs, &scalar));
     if (!executor) executor = model->executor;
 
-    uform_text_layout_t layout = uform_encode_layout(model);
-    uform_text_encode_stats_t counts;
-    uform_text_count(&layout, texts, &counts);
-    size_t count = texts->count, total_tokens = counts.tokens;
-
-    /* Outputs live in the arena: the previous call's outputs end here. */
-    uform_arena_rewind(arena);
-    memset(encoded, 0, sizeof(*encoded));
-    encoded->count = count;
-    encoded->scalar = scalar;
-    if (outputs & UFORM_OUTPUTS_EMBEDDINGS) {
-        encoded->dimensions = model->dimensions;
-        encoded->embedding_row_bytes = uform_output_row_bytes(scalar, model->dimensions);
-        encoded->embeddings = uform_arena_take(arena, count * encoded->embedding_row_bytes,
-                                               "embeddings");
-        if (!encoded->embeddings) return UFORM_OUT_OF_MEMORY;
-    }
-    if (outputs & UFORM_OUTPUTS_TOKENS) {
-        encoded->token_width = model->token_width;
-        encoded->token_row_bytes = uform_output_row_bytes(scalar, model->token_width);
-        encoded->token_offsets = uform_arena_take(arena, (count + 1) * sizeof(size_t), "token offsets");
-        encoded->tokens = uform_arena_take(arena, total_tokens * encoded->token_row_bytes, "tokens");
-        if (!encoded->token_offsets || !encoded->tokens) return UFORM_OUT_OF_MEMORY;
-        encoded->token_offsets[0] = 0;
-        for (size_t i = 0; i < count; i++)
-            encoded->token_offsets[i + 1] = encoded->token_offsets[i] + uform_text_rows(&layout, texts, i);
+    size_t count = texts->count, total_tokens = 0, truncated = 0, empty = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t length = texts->offsets[i + 1] - texts->offsets[i];
+        truncated += length > model->context;
+        empty += length == 0;
+        total_tokens += uform_text_tokens(model, texts, i);
     }
 
-    uform_text_buffers_t buffers;
-    UFORM_TRY(uform_text_buffers_init(&buffers, model, executor, total_tokens, count));
-
-    uform_progress_state_t progress;
-    uform_progress_begin(&progress, options ? &options->progress : NULL, count);
+    uform_encoder_t encoder;
+    UFORM_TRY(uform_encoder_begin(&encoder, model, executor, options, outputs, scalar, arena, encoded,
+                                  count, total_tokens, true));
+    size_t hidden = model->hidden;
+    const uint8_t *data = texts->data;
     uform_status_t status = UFORM_OK;
-    for (size_t first = 0; first < count && status == UFORM_OK;) {
-        size_t last = uform_text_batch_end(&buffers.batches, &layout, texts, first);
-        uform_text_batch(model, executor, texts, first, last, outputs, encoded, &buffers);
-        first = last;
-        status = uform_progress_update(&progress, first);
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        size_t n = uform_text_tokens(model, texts, i);
+        float *x;
+        uint32_t *positions;
+        status = uform_encoder_add(&encoder, n, 1, &x, &positions);
+        if (status != UFORM_OK) break;
+        const uint8_t *bytes = data ? data + texts->offsets[i] : NULL;
+        for (size_t t = 0; t < n; t++) {
+            const float *embedding = model->text_bytes + (size_t)bytes[t] * hidden;
+            for (size_t h = 0; h < hidden; h++) x[t * hidden + h] = embedding[h] + model->text_modality[h];
+            positions[3 * t] = (uint32_t)t;
+        }
     }
-    uform_text_buffers_free(&buffers);
+    if (status == UFORM_OK) status = uform_encoder_finish(&encoder);
+    uform_encoder_free(&encoder);
     if (status != UFORM_OK) return status;
-    if (stats) *stats = counts;
+    if (stats) {
+        stats->items = count;
+        stats->tokens = total_tokens;
+        stats->truncated = truncated;
+        stats->empty = empty;
+    }
     return UFORM_OK;
 }
 

@@ -1,5 +1,6 @@
-/* text_batches.c: the tape check, stats counts and forward batches the text
- * verbs share (text_batches.h).
+/* text_batches.c: the stats counts and forward batches of text_choose
+ * (text_batches.h); the tape check and the batch budget are the encoder's
+ * (encode_batches.h).
  *
  * Texts are packed, in order, into forward batches of about
  * uform_batch_rows tokens with no padding: the GEMMs see one flat matrix of
@@ -7,24 +8,6 @@
 #include "text_batches.h"
 
 #include <stdlib.h>
-
-uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name) {
-    if (!tape) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: NULL", name);
-    if (tape->count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: the batch is empty", name);
-    if (!tape->offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: offsets are NULL", name);
-    for (size_t i = 0; i < tape->count; i++)
-        if (tape->offsets[i + 1] < tape->offsets[i])
-            return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "%s: offsets decrease at item %zu (%zu then %zu)", name, i,
-                              tape->offsets[i], tape->offsets[i + 1]);
-    if (tape->size && !tape->data)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "%s: data is NULL but size is %zu", name, tape->size);
-    if (tape->offsets[tape->count] > tape->size)
-        return uform_fail(UFORM_INVALID_ARGUMENT,
-                          "%s: the last offset %zu is past the %zu bytes of data", name,
-                          tape->offsets[tape->count], tape->size);
-    return UFORM_OK;
-}
 
 void uform_text_count(const uform_text_layout_t *layout, const uform_tape_t *texts,
                       uform_text_encode_stats_t *counts) {
@@ -36,15 +19,6 @@ void uform_text_count(const uform_text_layout_t *layout, const uform_tape_t *tex
         counts->empty += length == 0;
         counts->tokens += uform_text_rows(layout, texts, i);
     }
-}
-
-/* Rows per forward batch: enough for efficient GEMMs, bounded so scratch stays
- * near 64 MiB at any width; never below context, so every text fits. */
-static size_t uform_batch_rows(const uform_model_t *model) {
-    size_t per_row = 10 * model->hidden + 64;
-    size_t rows = ((size_t)16 << 20) / per_row;
-    if (rows < 256) rows = 256;
-    return rows > model->context ? rows : model->context;
 }
 
 void uform_text_batches_free(uform_text_batches_t *batches) {

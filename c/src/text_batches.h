@@ -4,7 +4,7 @@
 #ifndef UFORM_TEXT_BATCHES_H
 #define UFORM_TEXT_BATCHES_H
 
-#include "model.h"
+#include "encode_batches.h"
 
 /* How a verb turns one text into rows: its first `limit` bytes, then MASK
  * (row 256 of text.bytes) at the next position when `mask` is set. */
@@ -28,7 +28,6 @@ static inline size_t uform_text_rows(const uform_text_layout_t *layout, const uf
 
 /* INVALID_ARGUMENT naming `name` unless the tape is non-empty, its offsets
  * non-decreasing and inside its data. */
-UFORM_INTERNAL uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name);
 
 /* items = count; tokens = every text's rows; truncated = texts longer than
  * layout->limit; empty = texts of no bytes. */
