@@ -111,14 +111,9 @@ uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t
 
 /* ---- files ------------------------------------------------------------------- */
 
-typedef struct {
-    const uform_model_t *model;
-    const uform_tape_t *files;
-} uform_audio_files_t;
-
-static uform_status_t uform_audio_file_tokenize(const void *source, size_t item,
+uform_status_t uform_audio_file_tokenize(const void *source, size_t item,
                                                 uform_media_tokens_t *tokens) {
-    const uform_audio_files_t *files = source;
+    const uform_media_files_t *files = source;
     const uform_tape_t *tape = files->files;
     const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
     uform_audio_t audio;
@@ -141,7 +136,7 @@ uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *execut
     UFORM_TRY(uform_check_tape(files, "files"));
     size_t bound;
     if (!uform_mul_ok(files->count, model->context, &bound)) bound = SIZE_MAX - 1;
-    uform_audio_files_t source = {model, files};
+    uform_media_files_t source = {model, files};
     uform_media_call_t call = {&model->audio, files->count, bound, uform_audio_file_tokenize, &source};
     uform_media_counts_t counts;
     UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));

@@ -118,14 +118,9 @@ uform_status_t uform_image_encode_pixels(uform_model_t *model, uform_executor_t 
 
 /* ---- files ------------------------------------------------------------------- */
 
-typedef struct {
-    const uform_model_t *model;
-    const uform_tape_t *files;
-} uform_image_files_t;
-
-static uform_status_t uform_image_file_tokenize(const void *source, size_t item,
+uform_status_t uform_image_file_tokenize(const void *source, size_t item,
                                                 uform_media_tokens_t *tokens) {
-    const uform_image_files_t *files = source;
+    const uform_media_files_t *files = source;
     const uform_tape_t *tape = files->files;
     const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
     uform_image_t image;
@@ -150,7 +145,7 @@ uform_status_t uform_image_encode(uform_model_t *model, uform_executor_t *execut
     UFORM_TRY(uform_check_tape(files, "files"));
     size_t bound;
     if (!uform_mul_ok(files->count, model->context, &bound)) bound = SIZE_MAX - 1;
-    uform_image_files_t source = {model, files};
+    uform_media_files_t source = {model, files};
     uform_media_call_t call = {&model->image, files->count, bound, uform_image_file_tokenize, &source};
     uform_media_counts_t counts;
     UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));

@@ -19,7 +19,7 @@ uform_status_t uform_media_tokens_alloc(uform_media_tokens_t *tokens, size_t row
     return UFORM_OK;
 }
 
-static void uform_media_tokens_free(uform_media_tokens_t *tokens) {
+void uform_media_tokens_free(uform_media_tokens_t *tokens) {
     uform_free_aligned(tokens->inputs);
     free(tokens->positions);
     tokens->inputs = NULL;

@@ -27,6 +27,8 @@ typedef struct {
 UFORM_INTERNAL uform_status_t uform_media_tokens_alloc(uform_media_tokens_t *tokens, size_t rows,
                                                        size_t width);
 
+UFORM_INTERNAL void uform_media_tokens_free(uform_media_tokens_t *tokens);
+
 /* Turns item `item` of `source` into tokens; runs on any pool thread, so it
  * must be safe to call concurrently. On failure its message names the item. */
 typedef uform_status_t (*uform_media_tokenize_fn_t)(const void *source, size_t item,
@@ -47,6 +49,23 @@ UFORM_INTERNAL uform_status_t uform_media_encode(const uform_model_t *model, ufo
                                                  const uform_encode_options_t *options,
                                                  uform_encoded_t *encoded,
                                                  uform_media_counts_t *counts);
+
+/* Encoded files of one modality for a model's geometry: the `source` of the
+ * file tokenizers below. The trainer passes a geometry-only model (context and
+ * the media shapes set, no weights). */
+typedef struct {
+    const uform_model_t *model;
+    const uform_tape_t *files;
+} uform_media_files_t;
+
+/* Decode file `item` of a uform_media_files_t and turn it into tokens;
+ * failures name "files[item]". */
+UFORM_INTERNAL uform_status_t uform_image_file_tokenize(const void *source, size_t item,
+                                                        uform_media_tokens_t *tokens);
+UFORM_INTERNAL uform_status_t uform_video_file_tokenize(const void *source, size_t item,
+                                                        uform_media_tokens_t *tokens);
+UFORM_INTERNAL uform_status_t uform_audio_file_tokenize(const void *source, size_t item,
+                                                        uform_media_tokens_t *tokens);
 
 /* Encodes decoded clips (frames already every frame_stride-th): the part of
  * uform_video_encode after decoding, for tests and callers holding frames.

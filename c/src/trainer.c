@@ -9,12 +9,17 @@
  * each replica packs its own rows, embeddings and token vectors gathered for
  * the world's contrastive and late-interaction terms, gradients summed in
  * replica order). Replicas share one copy of the weights and run one after
- * another on the executor's threads. Other modalities and GPUs answer
- * UFORM_UNSUPPORTED. */
+ * another on the executor's threads. Image, video and audio items (their
+ * file bytes) are decoded and tokenised as the encode verbs do, their rows
+ * projected (media_rows.c) and, when the objective masks, partly replaced by
+ * the modality's mask vector and reconstructed. GPUs answer UFORM_UNSUPPORTED. */
 #include "backward.h"
 #include "choices_loss.h"
 #include "cpu/sgemm.h"
 #include "late_interaction_loss.h"
+#include "media_encode.h"
+#include "media_objectives.h"
+#include "media_rows.h"
 #include "model.h"
 #include "objectives.h"
 #include "optimizer.h"
@@ -37,6 +42,13 @@ typedef struct {
     bool decay;                 /* AdamW weight decay (matrices but the byte table) */
     bool f32;                   /* saved as F32 (else BF16) */
 } uform_slot_t;
+
+/* One media modality of the run: slots of its parameters (0 width: absent). */
+typedef struct {
+    size_t width;                 /* values per token: P*P*3, T*P*P*3 or S */
+    size_t modality, projection, projection_bias, mask, head, head_bias;
+    float mask_ratio, weight;
+} uform_trainer_media_t;
 
 typedef struct {
     size_t norm1_weight, norm1_bias, qkv_weight, qkv_bias, out_weight, out_bias;
@@ -69,6 +81,8 @@ struct uform_trainer {
     size_t bytes_table, modality, norm_weight, norm_bias, embedding_head, bytes_bias;
     size_t log_inverse_temperature, contrastive_bias;
     size_t token_head, late_log_inverse_temperature, late_bias, choice_log_temperature;
+    uform_trainer_media_t media[4];    /* by uform_modality_t; [TEXT] unused */
+    uform_model_t geometry;            /* context and media shapes, for the tokenizers */
     /* Workspaces kept across steps, one per replica: a step allocates (and the
      * kernel zero-fills pages) only when it needs more than any step before. */
     void **workspaces;
@@ -134,6 +148,26 @@ static size_t uform_layout(uform_trainer_t *t) {
     if (t->chooses)
         t->choice_log_temperature =
             uform_add_slot(t, "choices.log_temperature", t->choice_groups, 0, false, true);
+    /* Media parts last, so a text run's initial weights do not depend on them. */
+    static const char *const modalities[4] = {NULL, "image", "video", "audio"};
+    static const char *const inputs[4] = {NULL, "patch", "tube", "chunk"};
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++) {
+        uform_trainer_media_t *media = &t->media[m];
+        if (!media->width) continue;
+        snprintf(name, sizeof(name), "%s.modality", modalities[m]);
+        media->modality = uform_add_slot(t, name, h, 0, false, false);
+        snprintf(name, sizeof(name), "%s.%s.weight", modalities[m], inputs[m]);
+        media->projection = uform_add_slot(t, name, h, media->width, true, false);
+        snprintf(name, sizeof(name), "%s.%s.bias", modalities[m], inputs[m]);
+        media->projection_bias = uform_add_slot(t, name, h, 0, false, false);
+        if (!t->masks_text) continue;
+        snprintf(name, sizeof(name), "%s.mask", modalities[m]);
+        media->mask = uform_add_slot(t, name, h, 0, false, false);
+        snprintf(name, sizeof(name), "heads.%s.weight", modalities[m]);
+        media->head = uform_add_slot(t, name, media->width, h, true, false);
+        snprintf(name, sizeof(name), "heads.%s.bias", modalities[m]);
+        media->head_bias = uform_add_slot(t, name, media->width, 0, false, false);
+    }
     return t->slots_count;
 }
 
@@ -158,7 +192,8 @@ static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, 
         bool norm_weight = length > 12 && strcmp(name + length - 12, ".norm.weight") == 0;
         if (norm_weight || strcmp(name, "norm.weight") == 0) {
             for (size_t i = 0; i < n; i++) p[slot->offset + i] = 1.0f;
-        } else if (slot->cols || strcmp(name, "text.modality") == 0) {
+        } else if (slot->cols || (length > 9 && strcmp(name + length - 9, ".modality") == 0) ||
+                   (length > 5 && strcmp(name + length - 5, ".mask") == 0)) {
             float scale = 0.02f;
             if (strstr(name, "out.weight") || strstr(name, "down.weight"))
                 scale /= sqrtf(2.0f * (float)t->depth);
@@ -245,11 +280,51 @@ static uform_status_t uform_choices_resolve(uform_trainer_t *t, const uform_choi
     return UFORM_OK;
 }
 
+/* The run's media shapes (BatchShape's image/video/audio slices; zero fields
+ * derive as the model loader derives them: channels 3, tube_frames 2,
+ * frame_stride 1, sample_rate 16000). Called once limits are known. */
+static uform_status_t uform_media_configure(uform_trainer_t *t, const uform_batch_shape_t *b) {
+    uform_model_t *g = &t->geometry;
+    g->context = t->limits.columns;
+    g->hidden = t->hidden;
+    const size_t channels[4] = {0, b->image.channels, b->video.channels, 0};
+    const char *const names[4] = {NULL, "batch.image", "batch.video", NULL};
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_VIDEO; m++)
+        if (channels[m] != 0 && channels[m] != 3)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "%s.channels: %zu; only 3 (RGB) is supported",
+                              names[m], channels[m]);
+    if (b->image.patch_side > 256 || b->video.patch_side > 256)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "batch: patch_side is more than 256");
+    if (b->video.tube_frames > 256 || b->audio.chunk_samples > (1u << 20))
+        return uform_fail(UFORM_INVALID_ARGUMENT, "batch: tube_frames or chunk_samples too large");
+    if (b->image.patch_side) {
+        g->image_patch_side = b->image.patch_side;
+        g->image.width = t->media[UFORM_MODALITY_IMAGE].width = 3 * b->image.patch_side * b->image.patch_side;
+    }
+    if (b->video.patch_side) {
+        g->video_patch_side = b->video.patch_side;
+        g->video_tube_frames = b->video.tube_frames ? b->video.tube_frames : 2;
+        g->video_frame_stride = b->video.frame_stride ? b->video.frame_stride : 1;
+        g->video.width = t->media[UFORM_MODALITY_VIDEO].width =
+            g->video_tube_frames * 3 * b->video.patch_side * b->video.patch_side;
+    }
+    if (b->audio.chunk_samples) {
+        g->audio_chunk_samples = b->audio.chunk_samples;
+        g->audio_sample_rate = b->audio.sample_rate ? b->audio.sample_rate : 16000;
+        g->audio.width = t->media[UFORM_MODALITY_AUDIO].width = b->audio.chunk_samples;
+    }
+    const float ratios[4] = {0, t->masking.image_mask_ratio, t->masking.video_mask_ratio,
+                             t->masking.audio_mask_ratio};
+    const float weights[4] = {0, t->masking.image_weight, t->masking.video_weight, t->masking.audio_weight};
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++) {
+        t->media[m].mask_ratio = ratios[m];
+        t->media[m].weight = weights[m];
+    }
+    return UFORM_OK;
+}
+
 static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_trainer_options_t *o,
                                               float *initial_log_temperature, float *initial_bias) {
-    if (o->batch.image.patch_side || o->batch.video.patch_side || o->batch.audio.chunk_samples)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "batch: image, video and audio training are not built in this version");
     if ((unsigned)o->objective > UFORM_OBJECTIVE_JOINT)
         return uform_fail(UFORM_INVALID_ARGUMENT, "objective: %d is not an objective", (int)o->objective);
     t->depth = o->depth ? o->depth : 4;
@@ -296,6 +371,7 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     }
     uform_masking_resolve(o->masking, &t->masking);
     UFORM_TRY(uform_masking_check(&t->masking));
+    UFORM_TRY(uform_media_configure(t, &o->batch));
     UFORM_TRY(uform_contrastive_resolve(o->contrastive, t->dimensions, &t->contrastive, t->widths,
                                         initial_log_temperature, initial_bias));
     t->schedule = o->schedule;
@@ -394,7 +470,7 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
         status = uform_trainer_configure(t, &resolved, &initial_log_temperature, &initial_bias);
     if (status == UFORM_OK) {
         t->blocks = uform_alloc_zeroed(t->depth, sizeof(uform_block_slots_t), "trainer blocks");
-        t->slots = uform_alloc_zeroed(12 * t->depth + 16, sizeof(uform_slot_t), "trainer tensors");
+        t->slots = uform_alloc_zeroed(12 * t->depth + 40, sizeof(uform_slot_t), "trainer tensors");
         status = t->blocks && t->slots ? UFORM_OK : UFORM_OUT_OF_MEMORY;
     }
     if (status == UFORM_OK) {
@@ -668,10 +744,10 @@ static uform_status_t uform_check_step_batch(const uform_trainer_t *t, const ufo
         if (b->modalities[i] > UFORM_MODALITY_AUDIO)
             return uform_fail(UFORM_INVALID_ARGUMENT, "modalities[%zu]: %u is not a modality", i,
                               b->modalities[i]);
-        if (b->modalities[i] != UFORM_MODALITY_TEXT)
+        if (b->modalities[i] != UFORM_MODALITY_TEXT && !t->media[b->modalities[i]].width)
             return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "modalities[%zu]: the run has no shape for this modality (image, video "
-                              "and audio training are not built in this version)", i);
+                              "modalities[%zu]: the run has no shape for this modality (set "
+                              "BatchShape.image, .video or .audio)", i);
         if (t->contrasts && b->temperature_groups && b->temperature_groups[i] >= t->contrastive.groups)
             return uform_fail(UFORM_INVALID_ARGUMENT,
                               "temperature_groups[%zu]: %u is not below the %zu contrastive groups", i,
@@ -751,11 +827,30 @@ static uform_status_t uform_remap_edges(const uform_edges_t *given, size_t count
     return UFORM_OK;
 }
 
-static void uform_forward_train(uform_trainer_t *t, uform_workspace_t *w, const uform_batch_t *batch) {
+/* A media modality's parameters and gradients, as media_rows.c takes them. */
+static uform_media_parameters_t uform_media_parameters(const uform_trainer_t *t, size_t m) {
+    const uform_trainer_media_t *md = &t->media[m];
+    const float *p = t->parameters;
+    float *g = t->gradients;
+    bool masks = t->masks_text;
+    return (uform_media_parameters_t){
+        md->width, p + md->projection, p + md->projection_bias, p + md->modality,
+        masks ? p + md->mask : NULL, masks ? p + md->head : NULL, masks ? p + md->head_bias : NULL,
+        g + md->projection, g + md->projection_bias, g + md->modality,
+        masks ? g + md->mask : NULL, masks ? g + md->head : NULL, masks ? g + md->head_bias : NULL};
+}
+
+static uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
+                                          const uform_batch_t *batch, const uform_media_rows_t *media) {
     size_t rows = w->rows, h = t->hidden;
     uform_executor_t *ex = t->executor;
     float *p = t->parameters;
     uform_embedding_forward(p + t->bytes_table, p + t->modality, w->ids, rows, h, w->layers[0].input);
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++) {
+        if (!t->media[m].width) continue;
+        uform_media_parameters_t parameters = uform_media_parameters(t, m);
+        UFORM_TRY(uform_media_input_forward(ex, &parameters, &media[m], h, w->layers[0].input));
+    }
     uform_rope_tables(ex, batch, w->cosines, w->sines);
     for (size_t l = 0; l < t->depth; l++) {
         const uform_block_slots_t *b = &t->blocks[l];
@@ -777,6 +872,7 @@ static void uform_forward_train(uform_trainer_t *t, uform_workspace_t *w, const 
     }
     uform_layer_norm_forward(ex, w->output, rows, h, p + t->norm_weight, p + t->norm_bias,
                              w->states, w->final_mean, w->final_rstd);
+    return UFORM_OK;
 }
 
 static void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w) {
@@ -901,7 +997,7 @@ static void uform_split_by_tokens(const size_t *lengths, size_t count, size_t co
  * positions, selected rows and their original bytes. */
 static void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept,
                                  const uint32_t *ids, const uint8_t *chosen, size_t row_base,
-                                 uform_replica_t *replica) {
+                                 const uform_media_tokens_t *tokens, uform_replica_t *replica) {
     uform_workspace_t *w = &replica->w;
     const uint8_t *data = batch->contents.data;
     const size_t *offsets = batch->contents.offsets;
@@ -910,6 +1006,13 @@ static void uform_replica_layout(const uform_trainer_batch_t *batch, const size_
     for (size_t i = replica->first; i < replica->last; i++) {
         if (kept[i] == SIZE_MAX) continue;
         w->spans[item] = (uform_span_t){r, kept[i]};
+        if (batch->modalities[i] != UFORM_MODALITY_TEXT) {  /* positions from the tokenizer */
+            w->segments[item] = (uform_segment_t){r, kept[i], tokens[i].axes};
+            memcpy(w->positions + 3 * r, tokens[i].positions, 3 * kept[i] * sizeof(uint32_t));
+            r += kept[i];
+            item++;
+            continue;
+        }
         w->segments[item] = (uform_segment_t){r, kept[i], 1};
         for (size_t k = 0; k < kept[i]; k++) {
             w->positions[3 * (r + k)] = (uint32_t)k;
@@ -1065,6 +1168,74 @@ static uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_ba
     return status;
 }
 
+static void uform_tokens_free(uform_media_tokens_t *tokens, size_t count) {
+    if (!tokens) return;
+    for (size_t i = 0; i < count; i++) uform_media_tokens_free(&tokens[i]);
+    free(tokens);
+}
+
+/* Decodes and tokenises the step's image, video and audio items as the encode
+ * verbs do (*out NULL when the step has none). */
+static uform_status_t uform_tokenize_media(const uform_trainer_t *t, const uform_trainer_batch_t *b,
+                                           uform_media_tokens_t **out) {
+    *out = NULL;
+    size_t count = b->contents.count;
+    bool any = false;
+    for (size_t i = 0; i < count; i++) any = any || b->modalities[i] != UFORM_MODALITY_TEXT;
+    if (!any) return UFORM_OK;
+    uform_media_tokens_t *tokens = uform_alloc_zeroed(count, sizeof(*tokens), "media tokens");
+    if (!tokens) return UFORM_OUT_OF_MEMORY;
+    uform_media_files_t files = {&t->geometry, &b->contents};
+    uform_status_t status = UFORM_OK;
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        if (b->modalities[i] == UFORM_MODALITY_IMAGE) status = uform_image_file_tokenize(&files, i, &tokens[i]);
+        if (b->modalities[i] == UFORM_MODALITY_VIDEO) status = uform_video_file_tokenize(&files, i, &tokens[i]);
+        if (b->modalities[i] == UFORM_MODALITY_AUDIO) status = uform_audio_file_tokenize(&files, i, &tokens[i]);
+    }
+    if (status != UFORM_OK) {
+        uform_tokens_free(tokens, count);
+        return uform_fail_context(status, "contents");
+    }
+    *out = tokens;
+    return UFORM_OK;
+}
+
+/* One replica's rows of modality m: fed rows with their token values, masked
+ * rows with their normalised targets. */
+static uform_status_t uform_replica_media(const uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                          const uform_replica_t *rep, const size_t *kept,
+                                          const size_t *first_row, const uint8_t *masked,
+                                          const uform_media_tokens_t *tokens, size_t m,
+                                          uform_media_rows_t *rows) {
+    size_t width = t->media[m].width, fed = 0, hidden = 0;
+    for (size_t i = rep->first; i < rep->last; i++) {
+        if (kept[i] == SIZE_MAX || batch->modalities[i] != m) continue;
+        for (size_t k = 0; k < kept[i]; k++) {
+            if (masked[rep->world_row_first + first_row[i] + k]) hidden++;
+            else fed++;
+        }
+    }
+    UFORM_TRY(uform_media_rows_alloc(rows, fed, hidden, width));
+    fed = hidden = 0;
+    for (size_t i = rep->first; i < rep->last; i++) {
+        if (kept[i] == SIZE_MAX || batch->modalities[i] != m) continue;
+        for (size_t k = 0; k < kept[i]; k++) {
+            size_t row = first_row[i] + k;
+            const float *values = tokens[i].inputs + k * width;
+            if (masked[rep->world_row_first + row]) {
+                rows->masked_rows[hidden] = row;
+                uform_patch_targets(values, 1, width, rows->targets + hidden * width);
+                hidden++;
+            } else {
+                rows->rows[fed] = row;
+                memcpy(rows->inputs + fed * width, values, width * sizeof(float));
+                fed++;
+            }
+        }
+    }
+    return UFORM_OK;
+}
+
 uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
                                   uform_arena_t *arena, uform_scalar_t outputs_scalar,
                                   uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
@@ -1077,6 +1248,8 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
                           (int)outputs_scalar);
     size_t count = batch->contents.count, replicas = 1;
     uform_executor_memory_domains(t->executor, &replicas);
+    uform_media_tokens_t *tokens;
+    UFORM_TRY(uform_tokenize_media(t, batch, &tokens));
     const uint8_t *data = batch->contents.data;
     const size_t *offsets = batch->contents.offsets;
     uint64_t step = t->step + 1;
@@ -1086,6 +1259,7 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     uform_replica_t *replica = uform_alloc_zeroed(replicas, sizeof(uform_replica_t), "replicas");
     if (!lengths || !replica) {
         free(lengths), free(replica);
+        uform_tokens_free(tokens, count);
         return UFORM_OUT_OF_MEMORY;
     }
     size_t *kept = lengths + count, *row = kept + count, *index = row + count;
@@ -1093,7 +1267,9 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     uint32_t *bags_seen = (uint32_t *)(row_used + t->limits.rows + 1); /* count words fit in count size_t */
     /* an item with choices carries MASK after its bytes (section 10) */
     for (size_t i = 0; i < count; i++)
-        lengths[i] = offsets[i + 1] - offsets[i] + (uform_has_choices(batch, i) ? 1 : 0);
+        lengths[i] = batch->modalities[i] != UFORM_MODALITY_TEXT
+                         ? tokens[i].rows
+                         : offsets[i + 1] - offsets[i] + (uform_has_choices(batch, i) ? 1 : 0);
 
     /* Items to replicas by token count, then each replica packs its own rows. */
     uform_split_by_tokens(lengths, count, t->limits.columns, replica, replicas);
@@ -1126,15 +1302,28 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     }
     uint32_t *ids = uform_alloc(rows ? rows : 1, sizeof(uint32_t), "token ids");
     uint8_t *chosen = uform_alloc(rows ? rows : 1, 1, "selected positions");
+    uint8_t *masked = uform_alloc_zeroed(rows ? rows : 1, 1, "masked media rows");
+    uform_media_rows_t *media_rows = uform_alloc_zeroed(4 * replicas, sizeof(uform_media_rows_t), "media rows");
+    size_t media_masked[4] = {0, 0, 0, 0};
     float *world = uform_alloc_aligned(2 * (items ? items : 1), d * sizeof(float), "world embeddings");
-    uform_status_t status = first_row && ids && chosen && world ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    uform_status_t status = first_row && ids && chosen && masked && media_rows && world ? UFORM_OK
+                                                                                     : UFORM_OUT_OF_MEMORY;
     float *d_world = world ? world + (items ? items : 1) * d : NULL;
     for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         for (size_t i = rep->first; i < rep->last; i++) {
             if (kept[i] == SIZE_MAX) continue;
             const uint8_t *bytes = data + offsets[i];
-            if (uform_has_choices(batch, i)) {  /* the question stays intact, then MASK */
+            uint32_t modality = batch->modalities[i];
+            if (modality != UFORM_MODALITY_TEXT) {  /* rows from tokens; some masked (section 11) */
+                for (size_t k = 0; k < kept[i]; k++) ids[base + k] = UFORM_NOT_TEXT, chosen[base + k] = 0;
+                size_t hidden = 0;
+                if (t->masks_text)
+                    status = uform_mask_patches(t->media[modality].mask_ratio, t->seed, step, i,
+                                                UFORM_STREAM_IMAGE_MASK + modality - UFORM_MODALITY_IMAGE,
+                                                kept[i], masked + base, &hidden);
+                media_masked[modality] += hidden;
+            } else if (uform_has_choices(batch, i)) {  /* the question stays intact, then MASK */
                 for (size_t k = 0; k + 1 < kept[i]; k++) ids[base + k] = bytes[k], chosen[base + k] = 0;
                 ids[base + kept[i] - 1] = UFORM_MASK_TOKEN;
                 chosen[base + kept[i] - 1] = 0;
@@ -1176,25 +1365,38 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
         status = uform_workspace_init(&rep->w, t, r, rep->rows ? rep->rows : 1,
                                       rep->items ? rep->items : 1, rep->selected);
         if (status != UFORM_OK) break;
-        uform_replica_layout(batch, kept, ids, chosen, base, rep);
+        uform_replica_layout(batch, kept, ids, chosen, base, tokens, rep);
         base += rep->rows;
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++)
+            if (t->media[m].width)
+                status = uform_replica_media(t, batch, rep, kept, first_row, masked, tokens, m,
+                                             &media_rows[4 * r + m]);
     }
     if (status != UFORM_OK) goto done;
 
     /* Forward and the masked loss, replica by replica; embeddings gathered. */
     memset(t->gradients, 0, t->count * sizeof(float));
     float masked_loss = 0, contrastive_loss = 0, late_loss = 0;
-    double choices_sum = 0;
-    for (size_t r = 0; r < replicas; r++) {
+    double choices_sum = 0, media_sums[4] = {0, 0, 0, 0};
+    for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         uform_workspace_t *w = &rep->w;
         memset(w->d_states, 0, (rep->rows ? rep->rows : 1) * t->hidden * sizeof(float));
         if (rep->rows) {
             uform_batch_t forward_batch = {rep->rows, rep->items, w->segments, w->positions};
-            uform_forward_train(t, w, &forward_batch);
+            status = uform_forward_train(t, w, &forward_batch, &media_rows[4 * r]);
+            if (status != UFORM_OK) break;
         }
         if (t->masks_text && rep->selected)
             masked_loss += uform_masked_text(t, w, t->masking.text_weight, selected);
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
+            if (!t->media[m].width || !media_masked[m]) continue;
+            uform_media_parameters_t parameters = uform_media_parameters(t, m);
+            status = uform_media_reconstruction(t->executor, &parameters, &media_rows[4 * r + m],
+                                                t->hidden, w->states,
+                                                t->media[m].weight / (float)media_masked[m],
+                                                &media_sums[m], w->d_states);
+        }
         if (choice_items && status == UFORM_OK)
             status = uform_replica_choices(t, batch, rep, kept, first_row,
                                            t->choices_weight / (float)choice_items, &choices_sum);
@@ -1231,8 +1433,17 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     }
     /* Backward per replica, summed into one gradient buffer in replica order:
      * the all-reduce of a data-parallel step. */
-    for (size_t r = 0; r < replicas; r++)
-        if (replica[r].rows) uform_backward_train(t, &replica[r].w);
+    for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
+        if (!replica[r].rows) continue;
+        uform_backward_train(t, &replica[r].w);
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
+            if (!t->media[m].width) continue;
+            uform_media_parameters_t parameters = uform_media_parameters(t, m);
+            status = uform_media_input_backward(t->executor, &parameters, &media_rows[4 * r + m],
+                                                t->hidden, replica[r].w.d_x);
+        }
+    }
+    if (status != UFORM_OK) goto done;
 
     /* The update: AdamW at this step's rate on the clipped gradients (the
      * gradient buffer keeps them unclipped, for inspection). */
@@ -1277,8 +1488,16 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
         float choices_loss = choice_items ? (float)(choices_sum / (double)choice_items) : 0.0f;
         stats->late_interaction_loss = t->late_config.weight * late_loss;
         stats->choices_loss = choices_loss;
+        float media_losses[4] = {0, 0, 0, 0};
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
+            if (media_masked[m]) media_losses[m] = (float)(media_sums[m] / (double)media_masked[m]);
+        stats->masked_image_loss = media_losses[UFORM_MODALITY_IMAGE];
+        stats->masked_video_loss = media_losses[UFORM_MODALITY_VIDEO];
+        stats->masked_audio_loss = media_losses[UFORM_MODALITY_AUDIO];
         stats->loss = t->masking.text_weight * masked_loss + contrastive_loss +
                       stats->late_interaction_loss + (t->chooses ? t->choices_weight * choices_loss : 0.0f);
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
+            stats->loss += t->media[m].weight * media_losses[m];
         stats->truncated = t->truncated;
         stats->dropped = t->dropped;
         t->truncated = t->dropped = 0;
@@ -1291,6 +1510,11 @@ done:
     uform_free_aligned(world);
     free(lengths);
     free(first_row);
+    free(masked);
+    if (media_rows)
+        for (size_t k = 0; k < 4 * replicas; k++) uform_media_rows_free(&media_rows[k]);
+    free(media_rows);
+    uform_tokens_free(tokens, count);
     free(ids);
     free(chosen);
     return status;
@@ -1362,13 +1586,27 @@ uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uf
             view->dtype = UFORM_DTYPE_F32;
             view->data = state[k] + slot->offset;
         }
-    char geometry[512], training[512];
+    char geometry[1024], training[512], media[512] = "";
+    const uform_model_t *g = &t->geometry;
+    size_t used = 0;
+    if (g->image_patch_side)
+        used += (size_t)snprintf(media + used, sizeof(media) - used,
+                                 ", \"image\": {\"patch_side\": %zu, \"channels\": 3}", g->image_patch_side);
+    if (g->video_patch_side)
+        used += (size_t)snprintf(media + used, sizeof(media) - used,
+                                 ", \"video\": {\"patch_side\": %zu, \"tube_frames\": %zu, "
+                                 "\"frame_stride\": %zu, \"channels\": 3}",
+                                 g->video_patch_side, g->video_tube_frames, g->video_frame_stride);
+    if (g->audio_chunk_samples)
+        snprintf(media + used, sizeof(media) - used,
+                 ", \"audio\": {\"chunk_samples\": %zu, \"sample_rate\": %zu}", g->audio_chunk_samples,
+                 g->audio_sample_rate);
     snprintf(geometry, sizeof(geometry),
              "{\"version\": 4, \"depth\": %zu, \"hidden\": %zu, \"dimensions\": %zu, \"context\": %zu, "
-             "\"token_width\": %zu, \"choice_temperature_groups\": %zu, \"step\": %llu}",
+             "\"token_width\": %zu, \"choice_temperature_groups\": %zu, \"step\": %llu%s}",
              t->depth, t->hidden, t->dimensions, t->context, t->late ? t->late_config.width : 0,
              t->chooses ? t->choice_groups : (t->byte_head ? (size_t)1 : 0),
-             (unsigned long long)t->step);
+             (unsigned long long)t->step, media);
     snprintf(training, sizeof(training),
              "{\"seed\": %llu, \"step\": %llu, \"objective\": %d, \"steps\": %zu, \"warmup_steps\": %zu, "
              "\"learning_rate\": %.9g, \"min_learning_rate\": %.9g}",

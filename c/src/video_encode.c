@@ -94,14 +94,9 @@ uform_status_t uform_video_encode_frames(uform_model_t *model, uform_executor_t 
 
 /* ---- files --------------------------------------------------------------------- */
 
-typedef struct {
-    const uform_model_t *model;
-    const uform_tape_t *files;
-} uform_video_files_t;
-
-static uform_status_t uform_video_file_tokenize(const void *source, size_t item,
+uform_status_t uform_video_file_tokenize(const void *source, size_t item,
                                                 uform_media_tokens_t *tokens) {
-    const uform_video_files_t *files = source;
+    const uform_media_files_t *files = source;
     const uform_tape_t *tape = files->files;
     const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
     uform_video_t clip;
@@ -123,7 +118,7 @@ uform_status_t uform_video_encode(uform_model_t *model, uform_executor_t *execut
                                   uform_encoded_t *encoded, uform_video_encode_stats_t *stats) {
     UFORM_TRY(uform_check_video_call(model, arena, encoded, "video_encode"));
     UFORM_TRY(uform_check_tape(files, "files"));
-    uform_video_files_t source = {model, files};
+    uform_media_files_t source = {model, files};
     uform_media_call_t call = {&model->video, files->count, uform_rows_bound(files->count, model->context),
                                uform_video_file_tokenize, &source};
     uform_media_counts_t counts;
