@@ -8,6 +8,11 @@
 #   make bench-training  one training step against PyTorch, writes docs/benchmarks-training.md
 #   make install PREFIX=/usr/local
 #   make clean
+#
+# Media decoders use system libraries found with pkg-config, each optional
+# (docs/decoding.md): `make UFORM_MEDIA=none` builds without any of them,
+# `make UFORM_MEDIA="png audio"` with only those; what was found is written to
+# c/build/media.txt, which build_ffi.py and `make install` read.
 
 PYTHON ?= python3
 CC ?= cc
@@ -28,6 +33,38 @@ LDLIBS := -lm -pthread
 
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
+# ---- media libraries: each optional, found with pkg-config --------------------
+# One decoder per name; a name is built when it is listed in UFORM_MEDIA and
+# pkg-config finds every one of its packages.
+PKG_CONFIG ?= pkg-config
+UFORM_MEDIA ?= jpeg png webp audio video
+MEDIA_PACKAGES_jpeg := libjpeg
+MEDIA_PACKAGES_png := libpng
+MEDIA_PACKAGES_webp := libwebp
+MEDIA_PACKAGES_audio := sndfile
+MEDIA_PACKAGES_video := libavformat libavcodec libswscale libavutil
+MEDIA_DEFINE_jpeg := -DUFORM_HAVE_JPEG
+MEDIA_DEFINE_png := -DUFORM_HAVE_PNG
+MEDIA_DEFINE_webp := -DUFORM_HAVE_WEBP
+MEDIA_DEFINE_audio := -DUFORM_HAVE_AUDIO
+MEDIA_DEFINE_video := -DUFORM_HAVE_VIDEO
+MEDIA_FOUND := $(foreach m,$(filter jpeg png webp audio video,$(UFORM_MEDIA)),\
+                 $(if $(shell $(PKG_CONFIG) --exists $(MEDIA_PACKAGES_$(m)) 2>/dev/null && echo y),$(m)))
+MEDIA_REQUIRES := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_PACKAGES_$(m))))
+MEDIA_CFLAGS := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_DEFINE_$(m))) \
+                  $(if $(MEDIA_REQUIRES),$(shell $(PKG_CONFIG) --cflags $(MEDIA_REQUIRES))))
+MEDIA_LIBS := $(strip $(if $(MEDIA_REQUIRES),$(shell $(PKG_CONFIG) --libs $(MEDIA_REQUIRES))))
+# Rewritten only when it changes, so objects that depend on it rebuild exactly
+# when the set of libraries does.
+MEDIA_FILE := $(BUILD)/media.txt
+$(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build found with pkg-config (written by make)' \
+  'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' 'libs=$(MEDIA_LIBS)' \
+  > $(MEDIA_FILE).new && (cmp -s $(MEDIA_FILE).new $(MEDIA_FILE) && rm -f $(MEDIA_FILE).new || mv $(MEDIA_FILE).new $(MEDIA_FILE)))
+MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/%,$(OBJECTS))
+SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/%,$(SANITIZED_OBJECTS))
+$(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): $(MEDIA_FILE)
+$(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLAGS)
+
 .SECONDARY:
 
 .PHONY: all lib python test test-c test-fuzz test-example test-python demo bench bench-pytest bench-training install clean deps fuzz
@@ -38,18 +75,18 @@ lib: $(BUILD)/libuform.a $(BUILD)/libuform.so
 
 $(BUILD)/obj/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_LIB) -c $< -o $@
+	$(CC) $(CFLAGS_LIB) $(MEDIA_OBJECT_CFLAGS) -c $< -o $@
 
 $(BUILD)/asan/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ASAN) -c $< -o $@
+	$(CC) $(CFLAGS_ASAN) $(MEDIA_OBJECT_CFLAGS) -c $< -o $@
 
-$(BUILD)/libuform.a: $(OBJECTS)
+$(BUILD)/libuform.a: $(OBJECTS) $(MEDIA_FILE)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(OBJECTS)
 
-$(BUILD)/libuform.so: $(OBJECTS)
-	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $^ $(LDLIBS)
+$(BUILD)/libuform.so: $(OBJECTS) $(MEDIA_FILE)
+	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $(OBJECTS) $(MEDIA_LIBS) $(LDLIBS)
 
 # The cffi module, built in place next to uform/__init__.py.
 python: $(BUILD)/libuform.a
@@ -62,7 +99,12 @@ deps:
 # ---- tests ------------------------------------------------------------------
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(SANITIZED_OBJECTS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)
+
+# The decoders on the command line, for tests/test_decode.py (under ASan/UBSan;
+# only error.c and the media sources, so a UFORM_MEDIA=none build is quick).
+$(BUILD)/decode_tool: tests/c/decode_tool.c $(BUILD)/asan/error.o $(SANITIZED_MEDIA_OBJECTS)
+	$(CC) $(CFLAGS_ASAN) $^ -o $@ $(MEDIA_LIBS) $(LDLIBS)
 
 test-c: $(addprefix $(BUILD)/tests/,$(C_TESTS))
 	@set -e; for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; $(BUILD)/tests/$$t; done
@@ -133,7 +175,8 @@ install: lib
 	install -m 644 $(BUILD)/libuform.a $(DESTDIR)$(PREFIX)/lib/libuform.a
 	install -m 755 $(BUILD)/libuform.so $(DESTDIR)$(PREFIX)/lib/libuform.so.4
 	ln -sf libuform.so.4 $(DESTDIR)$(PREFIX)/lib/libuform.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' c/uform.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES_PRIVATE@|$(MEDIA_REQUIRES)|' c/uform.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
 
 clean:
 	rm -rf $(BUILD) uform/_uform*.so uform/_uform.c uform/_uform.o build *.egg-info
