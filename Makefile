@@ -37,18 +37,20 @@ C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 # One decoder per name; a name is built when it is listed in UFORM_MEDIA and
 # pkg-config finds every one of its packages.
 PKG_CONFIG ?= pkg-config
-UFORM_MEDIA ?= jpeg png webp audio video
+UFORM_MEDIA ?= jpeg png webp audio mp3 video
 MEDIA_PACKAGES_jpeg := libjpeg
 MEDIA_PACKAGES_png := libpng
 MEDIA_PACKAGES_webp := libwebp
 MEDIA_PACKAGES_audio := sndfile
+MEDIA_PACKAGES_mp3 := libmpg123
 MEDIA_PACKAGES_video := libavformat libavcodec libswscale libavutil
 MEDIA_DEFINE_jpeg := -DUFORM_HAVE_JPEG
 MEDIA_DEFINE_png := -DUFORM_HAVE_PNG
 MEDIA_DEFINE_webp := -DUFORM_HAVE_WEBP
 MEDIA_DEFINE_audio := -DUFORM_HAVE_AUDIO
+MEDIA_DEFINE_mp3 := -DUFORM_HAVE_MPG123
 MEDIA_DEFINE_video := -DUFORM_HAVE_VIDEO
-MEDIA_FOUND := $(foreach m,$(filter jpeg png webp audio video,$(UFORM_MEDIA)),\
+MEDIA_FOUND := $(foreach m,$(filter jpeg png webp audio mp3 video,$(UFORM_MEDIA)),\
                  $(if $(shell $(PKG_CONFIG) --exists $(MEDIA_PACKAGES_$(m)) 2>/dev/null && echo y),$(m)))
 MEDIA_REQUIRES := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_PACKAGES_$(m))))
 MEDIA_CFLAGS := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_DEFINE_$(m))) \

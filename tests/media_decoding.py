@@ -4,7 +4,8 @@ small C program instead of growing the library's interface.
 
 Failures come back as the library's own exceptions (uform.FormatError, ...)
 carrying the library's message. A crash, a sanitizer report or a leak makes
-the tool exit nonzero, which fails the test with its stderr."""
+the tool exit nonzero, and anything written to stderr (the library never
+prints, nor may the libraries under it) fails the test too."""
 from __future__ import annotations
 
 import os
@@ -37,7 +38,9 @@ def build_tool(build: str = "c/build", media: str | None = None) -> str:
     if media is not None:
         command.append(f"UFORM_MEDIA={media}")
     target = f"{build}/decode_tool"
-    subprocess.run(command + [target], check=True, capture_output=True)
+    result = subprocess.run(command + [target], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"make {target} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
     return os.path.join(ROOT, target)
 
 
@@ -49,9 +52,10 @@ class Tool:
         result = subprocess.run(
             [self.path, *map(str, arguments)], capture_output=True, env={**os.environ, **SANITIZER_OPTIONS}, timeout=300
         )
-        if result.returncode != 0:
+        if result.returncode != 0 or result.stderr:
+            # A sanitizer report, or the library (or a library under it) printing.
             raise AssertionError(
-                f"decode_tool {' '.join(map(str, arguments))} exited {result.returncode}:\n"
+                f"decode_tool {' '.join(map(str, arguments))} exited {result.returncode}, stderr:\n"
                 + result.stderr.decode("utf-8", "replace")[-4000:]
             )
         return result.stdout

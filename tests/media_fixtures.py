@@ -182,6 +182,13 @@ def with_flac_total_samples(flac: bytes, total: int) -> bytes:
     return flac[:at] + struct.pack(">Q", fields) + flac[at + 8 :]
 
 
+def wav_with_mpeg_payload(mp3: bytes, channels: int, rate: int) -> bytes:
+    """A WAV whose fmt chunk says MPEG Layer 3 (MPEGLAYER3WAVEFORMAT) around an MP3 stream."""
+    fmt = struct.pack("<HHIIHHHHIHHH", 0x55, channels, rate, 16000, 1, 0, 12, 1, 2, 144, 1, 1393)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(mp3)) + mp3
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
 # ---- sound ------------------------------------------------------------------------
 
 
