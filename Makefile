@@ -121,18 +121,51 @@ test-example: lib
 	$(PYTHON) examples/make_checkpoint.py $(BUILD)/example.safetensors
 	$(BUILD)/encode $(BUILD)/example.safetensors "hello, world"
 
-# The safetensors fuzz target under ASan/UBSan: deterministic mutations with
-# gcc everywhere, plus a timed libFuzzer run where clang is installed.
-test-fuzz: $(SANITIZED_OBJECTS)
+# The fuzz targets under ASan/UBSan: deterministic mutations with gcc
+# everywhere, plus timed libFuzzer runs where clang is installed. The media
+# seeds are written at run time by Pillow, soundfile and PyAV.
+FUZZ_MEDIA := image audio video
+FUZZ_MEDIA_MUTATIONS_image := 6000
+FUZZ_MEDIA_MUTATIONS_audio := 3000
+FUZZ_MEDIA_MUTATIONS_video := 1500
+# Leaks inside system libraries' error paths (see the file) are not ours to fix.
+FUZZ_ENVIRONMENT := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/c/lsan-system-libraries.supp:print_suppressions=0
+
+# Mutates every seed of one kind; a crash, a sanitizer report or anything the
+# decoders print (they never may) fails it.
+define fuzz_media_mutations
+@set -e; for seed in $(BUILD)/fuzz-media-seeds/$(1)/*; do \
+	  $(FUZZ_ENVIRONMENT) $(BUILD)/fuzz_media_$(1) --mutate $(FUZZ_MEDIA_MUTATIONS_$(1)) 1 $$seed \
+	    2>$(BUILD)/fuzz-stderr.txt || { cat $(BUILD)/fuzz-stderr.txt; exit 1; }; \
+	  if [ -s $(BUILD)/fuzz-stderr.txt ]; then echo "decoding mutations of $$seed printed:"; \
+	    head -n 5 $(BUILD)/fuzz-stderr.txt; exit 1; fi; done
+endef
+
+$(BUILD)/fuzz_media_%: fuzz/fuzz_%.c fuzz/fuzz_media_main.c fuzz/fuzz_media.h $(BUILD)/asan/error.o \
+                       $(SANITIZED_MEDIA_OBJECTS)
+	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_$*.c fuzz/fuzz_media_main.c $(BUILD)/asan/error.o \
+	  $(SANITIZED_MEDIA_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)
+
+test-fuzz: $(SANITIZED_OBJECTS) $(addprefix $(BUILD)/fuzz_media_,$(FUZZ_MEDIA))
 	@mkdir -p $(BUILD)/fuzz-seeds
 	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_safetensors.c fuzz/fuzz_main.c $(BUILD)/asan/error.o \
 	  $(BUILD)/asan/json.o $(BUILD)/asan/safetensors.o -o $(BUILD)/fuzz_main $(LDLIBS)
 	$(BUILD)/fuzz_main --write-seeds $(BUILD)/fuzz-seeds
 	@set -e; for seed in $(BUILD)/fuzz-seeds/*; do $(BUILD)/fuzz_main --mutate 20000 1 $$seed; done
+	@rm -rf $(BUILD)/fuzz-media-seeds
+	$(PYTHON) fuzz/make_media_seeds.py $(BUILD)/fuzz-media-seeds
+	$(call fuzz_media_mutations,image)
+	$(call fuzz_media_mutations,audio)
+	$(call fuzz_media_mutations,video)
 	@if command -v clang >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory fuzz && \
-	  $(BUILD)/fuzz_safetensors -max_total_time=20 -print_final_stats=0 $(BUILD)/fuzz-seeds 2>&1 | tail -n 2; \
-	else echo "clang not installed: the libFuzzer run is skipped (the mutation driver above ran)"; fi
+	  for target in safetensors $(FUZZ_MEDIA); do \
+	    corpus=$(BUILD)/fuzz-media-seeds/$$target; seconds=5; \
+	    if [ $$target = safetensors ]; then corpus=$(BUILD)/fuzz-seeds; seconds=20; fi; \
+	    $(FUZZ_ENVIRONMENT) $(BUILD)/fuzz_$$target -max_total_time=$$seconds -timeout=10 -print_final_stats=0 \
+	      $$corpus >$(BUILD)/fuzz-$$target.log 2>&1 || { tail -n 40 $(BUILD)/fuzz-$$target.log; exit 1; }; \
+	    tail -n 2 $(BUILD)/fuzz-$$target.log; done; \
+	else echo "clang not installed: the libFuzzer runs are skipped (the mutation drivers above ran)"; fi
 
 test-python: all
 	$(PYTHON) -m pytest -q tests
@@ -163,12 +196,19 @@ bench-pytest: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) -m pytest -q bench --benchmark-columns=min,mean,rounds
 
-# libFuzzer target of the safetensors parser (needs clang).
+# libFuzzer targets of the safetensors parser and the media decoders (needs clang).
+MEDIA_SOURCES := $(wildcard c/src/media/*.c)
+FUZZ_CLANG := clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src
 fuzz:
 	@mkdir -p $(BUILD)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src \
-	  fuzz/fuzz_safetensors.c c/src/safetensors.c c/src/json.c c/src/error.c -lm -o $(BUILD)/fuzz_safetensors
+	$(FUZZ_CLANG) fuzz/fuzz_safetensors.c c/src/safetensors.c c/src/json.c c/src/error.c -lm \
+	  -o $(BUILD)/fuzz_safetensors
+	@set -e; for kind in $(FUZZ_MEDIA); do \
+	  echo "$(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c (media sources) -o $(BUILD)/fuzz_$$kind"; \
+	  $(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c $(MEDIA_SOURCES) c/src/error.c $(MEDIA_LIBS) -lm -pthread \
+	    -o $(BUILD)/fuzz_$$kind; done
 	@echo "run: $(BUILD)/fuzz_safetensors -max_total_time=60"
+	@echo "     $(BUILD)/fuzz_image|fuzz_audio|fuzz_video -max_total_time=60 CORPUS (seeds: fuzz/make_media_seeds.py)"
 
 # ---- install ----------------------------------------------------------------
 install: lib
