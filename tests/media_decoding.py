@@ -92,6 +92,12 @@ class Tool:
         """Decodes every prefix data[:n] of the file, n = 0 .. size."""
         return self._statuses([kind, *([] if argument is None else [argument]), "--prefixes", path])
 
+    def threads(self, kind: str, argument, path, threads: int, rounds: int) -> list:
+        """(status, hash) of each distinct answer of `threads` threads decoding the file `rounds` times."""
+        lines = self._run([kind, *([] if argument is None else [argument]), "--threads", threads, rounds, path])
+        words = lines.decode().split()
+        return [(int(words[i]), words[i + 1]) for i in range(0, len(words), 2)]
+
     def flips(self, kind: str, argument, path, seed: int, count: int) -> list:
         """Decodes `count` copies of the file with 1 to 8 random bytes replaced."""
         return self._statuses([kind, *([] if argument is None else [argument]), "--flips", seed, count, path])

@@ -189,6 +189,21 @@ def wav_with_mpeg_payload(mp3: bytes, channels: int, rate: int) -> bytes:
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
+def with_webm_size(webm: bytes, width: int, height: int, new_width: int, new_height: int) -> bytes:
+    """The WebM with its track's PixelWidth/PixelHeight elements (IDs B0, BA,
+    two-byte values) changed from width x height to new_width x new_height."""
+    old = b"\xb0\x82" + struct.pack(">H", width), b"\xba\x82" + struct.pack(">H", height)
+    assert webm.count(old[0]) == 1 and webm.count(old[1]) == 1, "pick sizes of 256 to 65535"
+    webm = webm.replace(old[0], b"\xb0\x82" + struct.pack(">H", new_width))
+    return webm.replace(old[1], b"\xba\x82" + struct.pack(">H", new_height))
+
+
+def with_avc1_size(mp4: bytes, width: int, height: int) -> bytes:
+    """The MP4 with its avc1 sample entry declaring width x height."""
+    at = mp4.find(b"avc1", mp4.find(b"stsd")) + 4 + 24  # reserved, data reference index, predefined
+    return mp4[:at] + struct.pack(">HH", width, height) + mp4[at + 4 :]
+
+
 # ---- sound ------------------------------------------------------------------------
 
 

@@ -527,6 +527,25 @@ def test_other_containers_are_refused(tool, media, container):
         tool.video(path)
 
 
+def test_huge_declared_video_is_refused_before_probing(tool, media):
+    """Sizes the container declares are checked before FFmpeg probes (decodes)
+    anything; the sanitizer makes any allocation over 1 GiB fatal."""
+    require(tool, "video")
+    webm = media / "declared.webm"
+    fixtures.write_clip(webm, "libvpx", "webm", frames=2, height=272, width=320)
+    assert len(tool.video(webm)) == 2
+    huge = media / "declared-huge.webm"
+    huge.write_bytes(fixtures.with_webm_size(webm.read_bytes(), 320, 272, 65535, 65535))
+    with pytest.raises(uform.FormatError, match="over the limit of 67108864 pixels"):
+        tool.video(huge)
+    mp4 = media / "declared.mp4"
+    fixtures.write_clip(mp4, "libx264", "mp4", frames=2, height=32, width=48)
+    huge = media / "declared-huge.mp4"
+    huge.write_bytes(fixtures.with_avc1_size(mp4.read_bytes(), 65535, 65535))
+    with pytest.raises(uform.FormatError, match="over the limit of 67108864 pixels"):
+        tool.video(huge)
+
+
 @pytest.mark.parametrize("data", [b"", bytes(4096), b"\x1a\x45\xdf\xa3" + bytes(60), b"\x00\x00\x00\x18ftypmp42" + bytes(64)],
                          ids=["empty", "zeros", "ebml-magic", "ftyp-only"])
 def test_not_video_is_refused(tool, tmp_path, data):
@@ -564,3 +583,29 @@ def test_corrupt_video(tool, media, codec, container, extension):
     results = tool.flips("video", 2, path, seed=len(codec), count=150)
     # UnsupportedError is a clear answer too: a flip can name a codec this FFmpeg lacks.
     assert len(results) == 150 and {status for _, status, _ in results} <= {OK, FORMAT, UNSUPPORTED}
+
+
+# ---- threads ----------------------------------------------------------------------------
+
+
+THREADED = [
+    ("image", None, "jpeg", lambda path: fixtures.write_image(path, "jpeg-420", fixtures.test_picture(40, 30))),
+    ("image", None, "png", lambda path: fixtures.write_image(path, "png-p", fixtures.test_picture(40, 30))),
+    ("image", None, "webp", lambda path: fixtures.write_image(path, "webp-lossy-alpha", fixtures.test_picture(40, 30))),
+    ("audio", 0, "audio", lambda path: fixtures.write_sound(path, "OGG", "VORBIS", 2, frames=3000)),
+    ("audio", 0, "mp3", lambda path: fixtures.write_sound(path, "MP3", "MPEG_LAYER_III", 2, frames=3000)),
+    ("video", 2, "video", lambda path: fixtures.write_clip(path, "libx264", "mp4", frames=6, height=32, width=48)),
+    ("video", 1, "video", lambda path: fixtures.write_clip(path, "libvpx-vp9", "webm", frames=4, height=32, width=48)),
+]
+
+
+@pytest.mark.parametrize("kind,argument,decoder,write", THREADED,
+                         ids=["jpeg", "png", "webp", "vorbis", "mp3", "h264", "vp9"])
+def test_decoding_on_many_threads_at_once(tool, media, kind, argument, decoder, write):
+    """Eight threads decoding one file ten times each all get the single-threaded answer."""
+    require(tool, decoder)
+    path = media / f"threads-{decoder}-{argument}"
+    write(path)
+    single = tool.threads(kind, argument, path, 1, 1)
+    assert len(single) == 1 and single[0][0] == OK
+    assert tool.threads(kind, argument, path, 8, 10) == single

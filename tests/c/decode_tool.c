@@ -9,6 +9,8 @@
  *   decode_tool audio RATE FILE              "audio COUNT", then float32 samples
  *   decode_tool KIND [ARG] --prefixes FILE   one line "LENGTH STATUS HASH" per prefix
  *   decode_tool KIND [ARG] --flips SEED N FILE  one line "I STATUS HASH" per mutated copy
+ *   decode_tool KIND [ARG] --threads T N FILE   T threads decode N times each; one line
+ *                                               "STATUS HASH" per distinct answer
  *
  * A refusal prints "error STATUS MESSAGE". The exit status is 0 whenever the
  * decoder returned, whatever it answered, so a crash or a sanitizer report is
@@ -19,6 +21,7 @@
 #include "media/decode.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -157,9 +160,57 @@ static void print_flips(const request_t *request, const uint8_t *data, size_t si
     free(copy);
 }
 
+/* The same file decoded on several threads at once: every answer should be
+ * the single-threaded one (the caller compares). */
+typedef struct {
+    const request_t *request;
+    const uint8_t *data;
+    size_t size, rounds;
+    uform_status_t statuses[64];
+    uint64_t hashes[64];
+    size_t distinct;
+} worker_t;
+
+static void *decode_rounds(void *argument) {
+    worker_t *worker = argument;
+    for (size_t r = 0; r < worker->rounds; r++) {
+        result_t result = decode(worker->request, worker->data, worker->size);
+        uint64_t hash = hash_of(&result);
+        size_t i = 0;
+        while (i < worker->distinct && !(worker->statuses[i] == result.status && worker->hashes[i] == hash)) i++;
+        if (i == worker->distinct && i < 64) worker->statuses[i] = result.status, worker->hashes[i] = hash, worker->distinct++;
+        release(&result);
+    }
+    return NULL;
+}
+
+static void print_threads(const request_t *request, const uint8_t *data, size_t size, size_t threads,
+                          size_t rounds) {
+    if (threads > 64) threads = 64;
+    worker_t workers[64];
+    pthread_t ids[64];
+    for (size_t t = 0; t < threads; t++) {
+        workers[t] = (worker_t){request, data, size, rounds, {0}, {0}, 0};
+        if (pthread_create(&ids[t], NULL, decode_rounds, &workers[t]) != 0) exit(2);
+    }
+    uform_status_t statuses[64 * 64];
+    uint64_t hashes[64 * 64];
+    size_t distinct = 0;
+    for (size_t t = 0; t < threads; t++) {
+        pthread_join(ids[t], NULL);
+        for (size_t i = 0; i < workers[t].distinct; i++) {
+            size_t j = 0;
+            while (j < distinct && !(statuses[j] == workers[t].statuses[i] && hashes[j] == workers[t].hashes[i])) j++;
+            if (j == distinct) statuses[j] = workers[t].statuses[i], hashes[j] = workers[t].hashes[i], distinct++;
+        }
+    }
+    for (size_t j = 0; j < distinct; j++) printf("%d %016" PRIx64 "\n", (int)statuses[j], hashes[j]);
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: decode_tool formats | image FILE | video STRIDE FILE | audio RATE FILE\n"
-                    "       decode_tool KIND [ARG] --prefixes FILE | KIND [ARG] --flips SEED N FILE\n");
+                    "       decode_tool KIND [ARG] --prefixes FILE | KIND [ARG] --flips SEED N FILE\n"
+                    "       decode_tool KIND [ARG] --threads T N FILE\n");
     return 2;
 }
 
@@ -194,6 +245,14 @@ int main(int argc, char **argv) {
         uint8_t *data = read_file(argv[next + 3], &size);
         print_flips(&request, data, size, strtoull(argv[next + 1], NULL, 10),
                     (size_t)strtoull(argv[next + 2], NULL, 10));
+        free(data);
+        return 0;
+    }
+    if (next + 4 == argc && strcmp(argv[next], "--threads") == 0) {
+        size_t size;
+        uint8_t *data = read_file(argv[next + 3], &size);
+        print_threads(&request, data, size, (size_t)strtoull(argv[next + 1], NULL, 10),
+                      (size_t)strtoull(argv[next + 2], NULL, 10));
         free(data);
         return 0;
     }

@@ -169,6 +169,18 @@ static uform_status_t drain(video_state_t *state) {
     }
 }
 
+/* The sizes the container declares for its video streams, before probing
+ * decodes anything. */
+static uform_status_t check_declared_sizes(const AVFormatContext *format) {
+    for (unsigned i = 0; i < format->nb_streams; i++) {
+        const AVCodecParameters *parameters = format->streams[i]->codecpar;
+        if (parameters->codec_type != AVMEDIA_TYPE_VIDEO || parameters->width <= 0 || parameters->height <= 0)
+            continue;
+        UFORM_TRY(uform_check_image_size((size_t)parameters->width, (size_t)parameters->height, "video"));
+    }
+    return UFORM_OK;
+}
+
 static uform_status_t open_clip(video_state_t *state) {
     uint8_t *buffer = av_malloc(UFORM_VIDEO_IO_BUFFER);
     if (buffer)
@@ -188,7 +200,15 @@ static uform_status_t open_clip(video_state_t *state) {
     int code = avformat_open_input(&state->format, NULL, NULL, &options); /* frees it on failure */
     av_dict_free(&options);
     if (code < 0) return ffmpeg_fail(UFORM_FORMAT, "not an MP4 or WebM clip, or corrupt", code);
-    code = avformat_find_stream_info(state->format, NULL);
+    UFORM_TRY(check_declared_sizes(state->format));
+    /* Probing decodes a few frames; its decoders get our pixel limit too. */
+    unsigned streams = state->format->nb_streams;
+    AVDictionary **probe = uform_alloc_zeroed(streams ? streams : 1, sizeof(AVDictionary *), "video probe options");
+    if (!probe) return UFORM_OUT_OF_MEMORY;
+    for (unsigned i = 0; i < streams; i++) av_dict_set_int(&probe[i], "max_pixels", UFORM_MAX_IMAGE_PIXELS, 0);
+    code = avformat_find_stream_info(state->format, probe);
+    for (unsigned i = 0; i < streams; i++) av_dict_free(&probe[i]);
+    free(probe);
     if (code < 0) return ffmpeg_fail(UFORM_FORMAT, "cannot read the streams", code);
 
     state->stream = -1;
