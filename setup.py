@@ -3,6 +3,7 @@
 UFORM_MEDIA in the environment reaches make (e.g. UFORM_MEDIA=none pip install .)."""
 import os
 import subprocess
+import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -16,6 +17,7 @@ class BuildWithMake(build_ext):
     def run(self):
         subprocess.check_call(["make", "-C", ROOT, "lib", f"-j{os.cpu_count() or 1}"])
         # The media libraries make found are known only now (c/build/media.txt).
+        sys.path.insert(0, ROOT)
         from build_ffi import media_link_arguments
 
         media = media_link_arguments()
