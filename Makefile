@@ -8,6 +8,11 @@
 #   make bench-training  one training step against PyTorch, writes docs/benchmarks-training.md
 #   make install PREFIX=/usr/local
 #   make clean
+#
+# Media decoders use system libraries found with pkg-config, each optional
+# (docs/decoding.md): `make UFORM_MEDIA=none` builds without any of them,
+# `make UFORM_MEDIA="png audio"` with only those; what was found is written to
+# c/build/media.txt, which build_ffi.py and `make install` read.
 
 PYTHON ?= python3
 CC ?= cc
@@ -28,6 +33,40 @@ LDLIBS := -lm -pthread
 
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
+# ---- media libraries: each optional, found with pkg-config --------------------
+# One decoder per name; a name is built when it is listed in UFORM_MEDIA and
+# pkg-config finds every one of its packages.
+PKG_CONFIG ?= pkg-config
+UFORM_MEDIA ?= jpeg png webp audio mp3 video
+MEDIA_PACKAGES_jpeg := libjpeg
+MEDIA_PACKAGES_png := libpng
+MEDIA_PACKAGES_webp := libwebp
+MEDIA_PACKAGES_audio := sndfile
+MEDIA_PACKAGES_mp3 := libmpg123
+MEDIA_PACKAGES_video := libavformat libavcodec libswscale libavutil
+MEDIA_DEFINE_jpeg := -DUFORM_HAVE_JPEG
+MEDIA_DEFINE_png := -DUFORM_HAVE_PNG
+MEDIA_DEFINE_webp := -DUFORM_HAVE_WEBP
+MEDIA_DEFINE_audio := -DUFORM_HAVE_AUDIO
+MEDIA_DEFINE_mp3 := -DUFORM_HAVE_MPG123
+MEDIA_DEFINE_video := -DUFORM_HAVE_VIDEO
+MEDIA_FOUND := $(foreach m,$(filter jpeg png webp audio mp3 video,$(UFORM_MEDIA)),\
+                 $(if $(shell $(PKG_CONFIG) --exists $(MEDIA_PACKAGES_$(m)) 2>/dev/null && echo y),$(m)))
+MEDIA_REQUIRES := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_PACKAGES_$(m))))
+MEDIA_CFLAGS := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_DEFINE_$(m))) \
+                  $(if $(MEDIA_REQUIRES),$(shell $(PKG_CONFIG) --cflags $(MEDIA_REQUIRES))))
+MEDIA_LIBS := $(strip $(if $(MEDIA_REQUIRES),$(shell $(PKG_CONFIG) --libs $(MEDIA_REQUIRES))))
+# Rewritten only when it changes, so objects that depend on it rebuild exactly
+# when the set of libraries does.
+MEDIA_FILE := $(BUILD)/media.txt
+$(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build found with pkg-config (written by make)' \
+  'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' 'libs=$(MEDIA_LIBS)' \
+  > $(MEDIA_FILE).new && (cmp -s $(MEDIA_FILE).new $(MEDIA_FILE) && rm -f $(MEDIA_FILE).new || mv $(MEDIA_FILE).new $(MEDIA_FILE)))
+MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/%,$(OBJECTS))
+SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/%,$(SANITIZED_OBJECTS))
+$(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): $(MEDIA_FILE)
+$(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLAGS)
+
 .SECONDARY:
 
 .PHONY: all lib python test test-c test-fuzz test-example test-python demo bench bench-pytest bench-training install clean deps fuzz
@@ -38,18 +77,18 @@ lib: $(BUILD)/libuform.a $(BUILD)/libuform.so
 
 $(BUILD)/obj/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_LIB) -c $< -o $@
+	$(CC) $(CFLAGS_LIB) $(MEDIA_OBJECT_CFLAGS) -c $< -o $@
 
 $(BUILD)/asan/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ASAN) -c $< -o $@
+	$(CC) $(CFLAGS_ASAN) $(MEDIA_OBJECT_CFLAGS) -c $< -o $@
 
-$(BUILD)/libuform.a: $(OBJECTS)
+$(BUILD)/libuform.a: $(OBJECTS) $(MEDIA_FILE)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(OBJECTS)
 
-$(BUILD)/libuform.so: $(OBJECTS)
-	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $^ $(LDLIBS)
+$(BUILD)/libuform.so: $(OBJECTS) $(MEDIA_FILE)
+	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $(OBJECTS) $(MEDIA_LIBS) $(LDLIBS)
 
 # The cffi module, built in place next to uform/__init__.py.
 python: $(BUILD)/libuform.a
@@ -62,7 +101,12 @@ deps:
 # ---- tests ------------------------------------------------------------------
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(SANITIZED_OBJECTS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)
+
+# The decoders on the command line, for tests/test_decode.py (under ASan/UBSan;
+# only error.c and the media sources, so a UFORM_MEDIA=none build is quick).
+$(BUILD)/decode_tool: tests/c/decode_tool.c $(BUILD)/asan/error.o $(SANITIZED_MEDIA_OBJECTS)
+	$(CC) $(CFLAGS_ASAN) $^ -o $@ $(MEDIA_LIBS) $(LDLIBS)
 
 test-c: $(addprefix $(BUILD)/tests/,$(C_TESTS))
 	@set -e; for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; $(BUILD)/tests/$$t; done
@@ -77,18 +121,51 @@ test-example: lib
 	$(PYTHON) examples/make_checkpoint.py $(BUILD)/example.safetensors
 	$(BUILD)/encode $(BUILD)/example.safetensors "hello, world"
 
-# The safetensors fuzz target under ASan/UBSan: deterministic mutations with
-# gcc everywhere, plus a timed libFuzzer run where clang is installed.
-test-fuzz: $(SANITIZED_OBJECTS)
+# The fuzz targets under ASan/UBSan: deterministic mutations with gcc
+# everywhere, plus timed libFuzzer runs where clang is installed. The media
+# seeds are written at run time by Pillow, soundfile and PyAV.
+FUZZ_MEDIA := image audio video
+FUZZ_MEDIA_MUTATIONS_image := 6000
+FUZZ_MEDIA_MUTATIONS_audio := 3000
+FUZZ_MEDIA_MUTATIONS_video := 1500
+# Leaks inside system libraries' error paths (see the file) are not ours to fix.
+FUZZ_ENVIRONMENT := LSAN_OPTIONS=suppressions=$(CURDIR)/tests/c/lsan-system-libraries.supp:print_suppressions=0
+
+# Mutates every seed of one kind; a crash, a sanitizer report or anything the
+# decoders print (they never may) fails it.
+define fuzz_media_mutations
+@set -e; for seed in $(BUILD)/fuzz-media-seeds/$(1)/*; do \
+	  $(FUZZ_ENVIRONMENT) $(BUILD)/fuzz_media_$(1) --mutate $(FUZZ_MEDIA_MUTATIONS_$(1)) 1 $$seed \
+	    2>$(BUILD)/fuzz-stderr.txt || { cat $(BUILD)/fuzz-stderr.txt; exit 1; }; \
+	  if [ -s $(BUILD)/fuzz-stderr.txt ]; then echo "decoding mutations of $$seed printed:"; \
+	    head -n 5 $(BUILD)/fuzz-stderr.txt; exit 1; fi; done
+endef
+
+$(BUILD)/fuzz_media_%: fuzz/fuzz_%.c fuzz/fuzz_media_main.c fuzz/fuzz_media.h $(BUILD)/asan/error.o \
+                       $(SANITIZED_MEDIA_OBJECTS)
+	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_$*.c fuzz/fuzz_media_main.c $(BUILD)/asan/error.o \
+	  $(SANITIZED_MEDIA_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)
+
+test-fuzz: $(SANITIZED_OBJECTS) $(addprefix $(BUILD)/fuzz_media_,$(FUZZ_MEDIA))
 	@mkdir -p $(BUILD)/fuzz-seeds
 	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_safetensors.c fuzz/fuzz_main.c $(BUILD)/asan/error.o \
 	  $(BUILD)/asan/json.o $(BUILD)/asan/safetensors.o -o $(BUILD)/fuzz_main $(LDLIBS)
 	$(BUILD)/fuzz_main --write-seeds $(BUILD)/fuzz-seeds
 	@set -e; for seed in $(BUILD)/fuzz-seeds/*; do $(BUILD)/fuzz_main --mutate 20000 1 $$seed; done
+	@rm -rf $(BUILD)/fuzz-media-seeds
+	$(PYTHON) fuzz/make_media_seeds.py $(BUILD)/fuzz-media-seeds
+	$(call fuzz_media_mutations,image)
+	$(call fuzz_media_mutations,audio)
+	$(call fuzz_media_mutations,video)
 	@if command -v clang >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory fuzz && \
-	  $(BUILD)/fuzz_safetensors -max_total_time=20 -print_final_stats=0 $(BUILD)/fuzz-seeds 2>&1 | tail -n 2; \
-	else echo "clang not installed: the libFuzzer run is skipped (the mutation driver above ran)"; fi
+	  for target in safetensors $(FUZZ_MEDIA); do \
+	    corpus=$(BUILD)/fuzz-media-seeds/$$target; seconds=5; \
+	    if [ $$target = safetensors ]; then corpus=$(BUILD)/fuzz-seeds; seconds=20; fi; \
+	    $(FUZZ_ENVIRONMENT) $(BUILD)/fuzz_$$target -max_total_time=$$seconds -timeout=10 -print_final_stats=0 \
+	      $$corpus >$(BUILD)/fuzz-$$target.log 2>&1 || { tail -n 40 $(BUILD)/fuzz-$$target.log; exit 1; }; \
+	    tail -n 2 $(BUILD)/fuzz-$$target.log; done; \
+	else echo "clang not installed: the libFuzzer runs are skipped (the mutation drivers above ran)"; fi
 
 test-python: all
 	$(PYTHON) -m pytest -q tests
@@ -119,12 +196,19 @@ bench-pytest: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) -m pytest -q bench --benchmark-columns=min,mean,rounds
 
-# libFuzzer target of the safetensors parser (needs clang).
+# libFuzzer targets of the safetensors parser and the media decoders (needs clang).
+MEDIA_SOURCES := $(wildcard c/src/media/*.c)
+FUZZ_CLANG := clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src
 fuzz:
 	@mkdir -p $(BUILD)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src \
-	  fuzz/fuzz_safetensors.c c/src/safetensors.c c/src/json.c c/src/error.c -lm -o $(BUILD)/fuzz_safetensors
+	$(FUZZ_CLANG) fuzz/fuzz_safetensors.c c/src/safetensors.c c/src/json.c c/src/error.c -lm \
+	  -o $(BUILD)/fuzz_safetensors
+	@set -e; for kind in $(FUZZ_MEDIA); do \
+	  echo "$(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c (media sources) -o $(BUILD)/fuzz_$$kind"; \
+	  $(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c $(MEDIA_SOURCES) c/src/error.c $(MEDIA_LIBS) -lm -pthread \
+	    -o $(BUILD)/fuzz_$$kind; done
 	@echo "run: $(BUILD)/fuzz_safetensors -max_total_time=60"
+	@echo "     $(BUILD)/fuzz_image|fuzz_audio|fuzz_video -max_total_time=60 CORPUS (seeds: fuzz/make_media_seeds.py)"
 
 # ---- install ----------------------------------------------------------------
 install: lib
@@ -133,7 +217,8 @@ install: lib
 	install -m 644 $(BUILD)/libuform.a $(DESTDIR)$(PREFIX)/lib/libuform.a
 	install -m 755 $(BUILD)/libuform.so $(DESTDIR)$(PREFIX)/lib/libuform.so.4
 	ln -sf libuform.so.4 $(DESTDIR)$(PREFIX)/lib/libuform.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' c/uform.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES_PRIVATE@|$(MEDIA_REQUIRES)|' c/uform.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
 
 clean:
 	rm -rf $(BUILD) uform/_uform*.so uform/_uform.c uform/_uform.o build *.egg-info

@@ -12,6 +12,13 @@ command -v cc >/dev/null 2>&1 || missing_apt+=(build-essential)
 command -v make >/dev/null 2>&1 || missing_apt+=(make)
 command -v pkg-config >/dev/null 2>&1 || missing_apt+=(pkg-config)
 command -v "$PYTHON" >/dev/null 2>&1 || missing_apt+=(python3 python3-dev python3-pip)
+# The media decoders' libraries (each optional for the build, all used by the
+# tests), by the pkg-config name the Makefile asks for.
+for pair in libjpeg:libjpeg-dev libpng:libpng-dev libwebp:libwebp-dev sndfile:libsndfile1-dev \
+            libmpg123:libmpg123-dev libavformat:libavformat-dev libavcodec:libavcodec-dev \
+            libswscale:libswscale-dev libavutil:libavutil-dev; do
+    pkg-config --exists "${pair%%:*}" 2>/dev/null || missing_apt+=("${pair#*:}")
+done
 if [ ${#missing_apt[@]} -gt 0 ]; then
     echo "installing Debian packages: ${missing_apt[*]}"
     $SUDO apt-get update -qq
@@ -37,6 +44,10 @@ need_pip=()
 "$PYTHON" -c "import setuptools" 2>/dev/null || need_pip+=("setuptools")
 "$PYTHON" -c "import torch; assert torch.__version__.startswith('2.13.0')" 2>/dev/null \
     || need_pip+=("torch==2.13.0")
+# The decoders' test oracles.
+"$PYTHON" -c "import PIL" 2>/dev/null || need_pip+=("pillow")
+"$PYTHON" -c "import soundfile" 2>/dev/null || need_pip+=("soundfile")
+"$PYTHON" -c "import av" 2>/dev/null || need_pip+=("av")
 if [ ${#need_pip[@]} -gt 0 ]; then
     echo "installing Python packages: ${need_pip[*]}"
     "$PYTHON" -m pip install -q "${need_pip[@]}"

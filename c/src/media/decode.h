@@ -1,4 +1,5 @@
-/* decode.h: media decoding against system libraries (docs/media.md).
+/* decode.h: media decoding against system libraries (docs/media.md; the
+ * decoders themselves: docs/decoding.md).
  *
  * Each decoder takes a whole encoded file in memory and answers owned buffers
  * (free them with the matching *_free). Formats whose library this build was
@@ -29,7 +30,8 @@ UFORM_INTERNAL uform_status_t uform_decode_image(const void *data, size_t size, 
 UFORM_INTERNAL void uform_image_free(uform_image_t *image);
 
 /* Frames 0, stride, 2 stride, ... of a clip in presentation order, each RGB8
- * height x width (every frame converted to the first frame's size). */
+ * height x width (every frame converted to the first frame's size).
+ * frame_stride 0 is UFORM_INVALID_ARGUMENT. */
 typedef struct {
     uint8_t *pixels;              /* [frames][height][width][3] */
     size_t frames, height, width;
@@ -40,7 +42,8 @@ UFORM_INTERNAL uform_status_t uform_decode_video(const void *data, size_t size, 
 UFORM_INTERNAL void uform_video_free(uform_video_t *video);
 
 /* Mono float32 samples: channels averaged, then resampled to sample_rate with
- * uform_resample. */
+ * uform_resample (not called when the rates are equal; sample_rate 0 keeps
+ * the file's own rate). */
 typedef struct {
     float *samples;
     size_t count;
