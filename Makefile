@@ -14,6 +14,7 @@
 # `make UFORM_MEDIA="png audio"` with only those; what was found is written to
 # c/build/media.txt, which build_ffi.py and `make install` read.
 
+.DEFAULT_GOAL := all
 PYTHON ?= python3
 CC ?= cc
 PREFIX ?= /usr/local
