@@ -53,8 +53,9 @@ Mixed training: a sequence of modalities deals them out in turn (repeats set the
 
 Tokens per item (docs: DESIGN section 5) for the defaults, from the *_tokens methods: a 48 x 48
 image is 36 patches of 8 (9 of 16); a 12-frame 32 x 32 video is 48 tubes with patch 8,
-tube_frames 4, frame_stride 1 (12 with patch 16; 6 with patch 16, stride 2, tube 2); 0.5 s at
-8 kHz is 4000 samples, 16 chunks of 256; captions are at most 60 bytes.
+tube_frames 4, frame_stride 1 (12 with patch 16; 8 with patch 16, tube_frames 4, stride 2);
+0.5 s at 8 kHz is 4000 samples, 16 chunks of 256. Captions are at most 49 bytes for images,
+71 for videos, 37 for sounds.
 """
 from __future__ import annotations
 
