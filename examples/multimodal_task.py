@@ -6,7 +6,8 @@ A world of simple things, each described by a short caption in one of three word
   green, blue, yellow, purple, cyan), small or large, in one cell of a 3 x 3 grid, on a gray
   background with light pixel noise:
 
-      a small red circle at the top left  |  top-left: small red circle  |  small red round shape, upper left corner
+      a small red circle at the top left  |  top-left: small red circle
+      small red round shape, upper left corner
 
 - videos (VIDEO): a shape of a color sliding across the frame in one of 8 directions:
 
@@ -27,13 +28,15 @@ sizes=False), 6 x 5 x 8 directions = 240 for videos, 5 patterns x 3 pitches x 2 
 for sounds. The vocabulary is shared by every split; a held-out split (distinct=True, one item
 per combination) holds combinations that the training split (exclude=held_out) never shows, so
 a model that retrieves well on it has learnt to read each attribute, not memorised pairs.
-Items of one combination still differ (background noise, colour and position jitter, the
-path's offset, pitch and loudness jitter), so no two media files are alike.
+Items of one combination still differ: background noise, color and position jitter, the
+path's offset along its still axis, pitch and loudness jitter.
 
 Chance level of held-out recall@1 is 1 / N for N held-out pairs. Near misses abound: an image
 combination has 18 others that differ in one attribute only (5 colors, 4 shapes, 8 positions,
 1 size), so among 100 held-out images each has about 18 * 99 / 539 = 3.3 of them; a video has
-16 (5 + 4 + 7), about 3.3 among 50; a sound has 7 (4 + 2 + 1), about 1.7 among 8.
+16 (5 + 4 + 7), about 3.3 among 50; a sound has 7 (4 + 2 + 1), about 1.7 among 8. Shape is
+the subtlest attribute (a small shape is 9 pixels across); an easier world keeps fewer of
+them (shapes=3: circle, square, triangle), fewer colors, or no sizes (sizes=False).
 
 Everything is a pure function of the seeds:
 
@@ -51,18 +54,22 @@ Mixed training: a sequence of modalities deals them out in turn (repeats set the
     train = task.split(8000, 1, modality=("image", "image", "video", "audio"),
                        exclude=held_out, distinct=False)
 
-Tokens per item (docs: DESIGN section 5) for the defaults, from the *_tokens methods: a 48 x 48
+Tokens per item with the default sizes (chosen so that no patch side in 8, 16 resizes), as
+the *_tokens methods count them after the model's gridding (docs/architecture.md): a 48 x 48
 image is 36 patches of 8 (9 of 16); a 12-frame 32 x 32 video is 48 tubes with patch 8,
 tube_frames 4, frame_stride 1 (12 with patch 16; 8 with patch 16, tube_frames 4, stride 2);
 0.5 s at 8 kHz is 4000 samples, 16 chunks of 256. Captions are at most 49 bytes for images,
 71 for videos, 37 for sounds.
+
+Bytes repeat exactly for one set of library builds (Pillow, FFmpeg and its encoders,
+libsndfile); other builds may encode the same pixels and samples to other bytes.
 """
 from __future__ import annotations
 
 import io
-from fractions import Fraction
 from collections import deque
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -415,7 +422,7 @@ def _modalities(modality: Union[int, str, Sequence[Union[int, str]]]) -> List[in
     names = [modality] if isinstance(modality, (int, str)) else list(modality)
     out = [MODALITY_NAMES.get(m, m) if isinstance(m, str) else int(m) for m in names]
     if not out or any(m not in (IMAGE, VIDEO, AUDIO) for m in out):
-        raise ValueError(f"modality: {modality!r} is not image, video, audio (or 1, 2, 3) or a sequence of them")
+        raise ValueError(f"modality: {modality!r} is not image, video or audio (1, 2, 3) nor a sequence of them")
     return out
 
 
@@ -447,8 +454,10 @@ class MultimodalTask:
             raise ValueError(f"video_format: {video_format!r} is none of {sorted(VIDEO_FORMATS)}")
         if audio_format not in AUDIO_FORMATS:
             raise ValueError(f"audio_format: {audio_format!r} is none of {sorted(AUDIO_FORMATS)}")
-        if image_size < 24 or video_size < 16 or video_size % 2:
-            raise ValueError("image_size must be at least 24, video_size even and at least 16")
+        if image_size < 24 or video_size < 16 or video_size % 2 or frames < 2:
+            raise ValueError("image_size: at least 24; video_size: even, at least 16; frames: at least 2")
+        if not (1 <= colors <= len(COLORS) and 1 <= shapes <= len(SHAPES)):
+            raise ValueError(f"colors: 1 to {len(COLORS)}, shapes: 1 to {len(SHAPES)}")
         self.seed = seed
         self.image_size, self.image_format, self.sizes, self.noise = image_size, image_format, sizes, noise
         self.video_size, self.frames, self.fps = video_size, frames, fps
@@ -469,7 +478,8 @@ class MultimodalTask:
         (modality,) = _modalities(modality)
         if modality == IMAGE:
             sizes = SIZES if self.sizes else ("large",)
-            return [Scene(c, s, p, z) for c in self.colors for s in self.shapes for p in POSITIONS for z in sizes]
+            return [Scene(color, shape, position, size) for color in self.colors for shape in self.shapes
+                    for position in POSITIONS for size in sizes]
         if modality == VIDEO:
             return [Motion(c, s, d) for c in self.colors for s in self.shapes for d in DIRECTIONS]
         return [Sound(p, h, t) for p in PATTERNS for h in PITCHES for t in TIMBRES]
@@ -571,7 +581,8 @@ class MultimodalTask:
             pool = [a for a in self.combinations(kind) if (kind, a) not in excluded]
             need = per_item.count(kind)
             if not pool or (distinct and need > len(pool)):
-                raise ValueError(f"{need} distinct items of modality {kind} asked, {len(pool)} combinations left")
+                raise ValueError(f"{need} distinct items of modality {kind} asked for, "
+                                 f"{len(pool)} combinations left")
             picks = rng.permutation(len(pool))[:need] if distinct else rng.integers(len(pool), size=need)
             drawn[kind] = deque(pool[j] for j in picks)
         attributes = [drawn[kind].popleft() for kind in per_item]
