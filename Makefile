@@ -181,6 +181,7 @@ test: deps
 demo: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) examples/demo.py
+	$(PYTHON) examples/demo_multimodal.py
 
 # Side by side with PyTorch on the same weights; writes docs/benchmarks.md.
 bench: deps
