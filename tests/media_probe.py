@@ -31,15 +31,26 @@ def _build() -> str:
     directory = tempfile.mkdtemp(prefix="uform-probe-")
     binary = os.path.join(directory, "media_probe")
     command = [compiler, "-std=c11", "-D_GNU_SOURCE", "-O2", "-pthread", f"-I{ROOT}/c/include",
-               f"-I{ROOT}/c/src", SOURCE, ARCHIVE, "-lm", "-pthread", "-o", binary]
+               f"-I{ROOT}/c/src", SOURCE, ARCHIVE, *_media_libraries(), "-lm", "-pthread", "-o", binary]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"building the media probe failed:\n{result.stderr}")
+        raise AssertionError(f"building the media probe failed:\n{result.stderr}")
     return binary
 
 
+def _media_libraries() -> list:
+    """The decoders' link flags this build found (c/build/media.txt, written by make)."""
+    path = os.path.join(ROOT, "c", "build", "media.txt")
+    with open(path) as file:
+        for line in file:
+            if line.startswith("libs="):
+                return line[len("libs="):].split()
+    return []
+
+
 def probe() -> str:
-    """The probe's path; skips the calling test when it cannot be built."""
+    """The probe's path; skips the calling test when there is no C compiler or no build, and
+    fails it when the probe does not compile."""
     try:
         return _build()
     except RuntimeError as error:
