@@ -47,6 +47,7 @@ import torch
 
 import uform
 from reference import ReferenceModel, safetensors_io
+from reference.checkpoint import reference_from_trainer
 from reference import late_choices as lc
 
 TEXT = uform.Modality.TEXT
@@ -90,12 +91,7 @@ IGNORE = csr({1: [(0, 1.0)], 7: [(5, 1.0)], 4: [(8, 1.0)]}, N)
 
 def reference_from(trainer, tmp_path) -> ReferenceModel:
     """The trainer's FP32 masters as a float64 reference model (through its own save)."""
-    path = os.path.join(tmp_path, "start.safetensors")
-    trainer.save(path)
-    tensors, metadata = safetensors_io.read(path)
-    masters = {name[len("train.master."):]: value.astype(np.float64)
-               for name, (_, value) in tensors.items() if name.startswith("train.master.")}
-    return ReferenceModel(masters, json.loads(metadata["uform"]), dtype=torch.float64)
+    return reference_from_trainer(trainer, tmp_path)
 
 
 def late_keywords(late: uform.LateInteraction) -> dict:

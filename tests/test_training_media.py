@@ -11,8 +11,6 @@ tensor's largest reference gradient; the trainer computes in FP32 over chains of
 few hundred terms, so a wrong formula is off by O(1) of that scale, rounding by 1e-6.
 """
 import io
-import json
-import os
 
 import numpy as np
 import pytest
@@ -20,7 +18,8 @@ import torch
 
 import uform
 import media_fixtures as fixtures
-from reference import ReferenceModel, safetensors_io
+from reference import ReferenceModel
+from reference.checkpoint import reference_from_trainer
 from reference import media_training as mt
 from reference import training as ref
 from reference.model import BYTE_VALUES
@@ -74,12 +73,8 @@ def make_trainer(objective):
 
 
 def reference_from(trainer, tmp_path) -> ReferenceModel:
-    path = os.path.join(tmp_path, "start.safetensors")
-    trainer.save(path)
-    tensors, metadata = safetensors_io.read(path)
-    masters = {name[len("train.master."):]: value.astype(np.float64)
-               for name, (_, value) in tensors.items() if name.startswith("train.master.")}
-    return ReferenceModel(masters, json.loads(metadata["uform"]), dtype=torch.float64)
+    """The trainer's FP32 masters as a float64 reference model (through its own save)."""
+    return reference_from_trainer(trainer, tmp_path)
 
 
 def reference_losses(model, modalities, contents, bags, objective):

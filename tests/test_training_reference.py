@@ -7,15 +7,14 @@ error is a few units of 2^-24 times the magnitudes involved, amplified by the de
 compare each tensor's gradient with atol = 2e-4 * max|reference gradient of that tensor|
 (and losses to 1e-5 relative): errors of a wrong formula are O(1) of that scale.
 """
-import json
-import os
 
 import numpy as np
 import pytest
 import torch
 
 import uform
-from reference import ReferenceModel, safetensors_io
+from reference import ReferenceModel
+from reference.checkpoint import reference_from_trainer
 from reference import training as ref
 
 TEXT = uform.Modality.TEXT
@@ -27,12 +26,7 @@ BAGS = [0, 0, 1, 1, 2, 3, 4, 3]
 
 def reference_from(trainer, tmp_path) -> ReferenceModel:
     """The trainer's FP32 masters as a float64 reference model (through its own save)."""
-    path = os.path.join(tmp_path, "start.safetensors")
-    trainer.save(path)
-    tensors, metadata = safetensors_io.read(path)
-    masters = {name[len("train.master."):]: value.astype(np.float64)
-               for name, (_, value) in tensors.items() if name.startswith("train.master.")}
-    return ReferenceModel(masters, json.loads(metadata["uform"]), dtype=torch.float64)
+    return reference_from_trainer(trainer, tmp_path)
 
 
 def reference_loss(model, *, step, objective, contrastive, relations_kw, text_weight=1.0, groups=None):

@@ -93,3 +93,18 @@ def write_random_checkpoint(path: Union[str, os.PathLike], *, depth: int, hidden
     specs = {name: ("F32" if name in F32_TENSORS else "BF16", value.astype(np.float32))
              for name, value in tensors.items()}
     safetensors_io.write(path, specs, {"uform": json.dumps(config)})
+
+
+def reference_from_trainer(trainer, directory) -> "ReferenceModel":
+    """A uform.Trainer's FP32 master weights as a float64 ReferenceModel, through the
+    trainer's own save (its train.master.* tensors and its metadata)."""
+    import torch
+
+    from .model import ReferenceModel
+
+    path = os.path.join(directory, "start.safetensors")
+    trainer.save(path)
+    tensors, metadata = safetensors_io.read(path)
+    masters = {name[len("train.master."):]: value.astype(np.float64)
+               for name, (_, value) in tensors.items() if name.startswith("train.master.")}
+    return ReferenceModel(masters, json.loads(metadata["uform"]), dtype=torch.float64)
