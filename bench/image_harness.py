@@ -81,7 +81,8 @@ def rounds() -> int:
 
 def make_image(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     """[height, width, 3] uint8 with photo-like statistics: a smooth colour gradient and
-    low-frequency waves, a dozen filled shapes, a slight blur and Gaussian noise."""
+    low-frequency waves, a dozen filled shapes, a slight blur, smooth luminance texture at
+    two scales and Gaussian noise."""
     y = np.linspace(0.0, 1.0, height)[:, None, None]
     x = np.linspace(0.0, 1.0, width)[None, :, None]
     low, high = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
@@ -109,7 +110,13 @@ def make_image(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
                       for _ in range(3)]
             draw.polygon(points, fill=colour)
     image = image.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(0.5, 1.5))))
-    pixels = np.asarray(image, dtype=np.float64) + rng.normal(0.0, 4.0, (height, width, 3))
+    pixels = np.asarray(image, dtype=np.float64)
+    for cell, amplitude in ((24, 12.0), (6, 8.0)):     # texture: smooth noise at two scales
+        field = rng.normal(0.0, amplitude, (height // cell + 2, width // cell + 2)).astype(np.float32)
+        field = Image.fromarray(field, mode="F").resize((width, height), Image.BICUBIC,
+                                                        box=(0, 0, width / cell, height / cell))
+        pixels = pixels + np.asarray(field)[:, :, None]
+    pixels = pixels + rng.normal(0.0, 4.0, (height, width, 3))     # sensor-like noise
     return np.clip(pixels + 0.5, 0, 255).astype(np.uint8)
 
 
