@@ -413,21 +413,37 @@ def breakdown(case: dict) -> dict:
     return out
 
 
-def _case_lines(case: dict, n: int) -> list[str]:
-    """A case's table (images/s, best round, decode + resize, the rest), its ratios and
-    where each side's time goes."""
+def image_flops(inputs: Inputs, shape: dict) -> dict:
+    """Useful FLOPs of one round (no padding): GEMMs per patch per layer 2 x 12 x H^2 (qkv,
+    out, MLP up and down) plus the projection 2 x P^2 x 3 x H, the embedding head 2 x D x H
+    per image; attention (QK^T and PV) 4 x L^2 x H per image per layer."""
+    H, D, depth = shape["hidden"], shape["dimensions"], shape["depth"]
+    lengths = np.array([g.shape[0] * g.shape[1] // (PATCH * PATCH) for g in inputs.gridded], dtype=np.float64)
+    gemm = lengths.sum() * (depth * 24.0 * H * H + 2.0 * PATCH * PATCH * 3 * H) + len(lengths) * 2.0 * D * H
+    attention = depth * 4.0 * H * (lengths ** 2).sum()
+    return {"gemm": gemm, "attention": attention}
+
+
+def _case_lines(case: dict, n: int, flops: dict) -> list[str]:
+    """A case's table (images/s, best round, decode + resize, the rest, useful GEMM rate of
+    the rest), its ratios and where each side's time goes."""
     rate = {k: n / _best(r)[0] for k, r in case.items()}
     split = breakdown(case)
-    out = ["| implementation | images per second | best round (s) | decode + resize (s) | the rest (s) |",
-           "|---|---:|---:|---:|---:|"]
+    out = ["| implementation | images per second | best round (s) | decode + resize (s) | the rest (s) "
+           "| GEMM GFLOP/s in the rest |",
+           "|---|---:|---:|---:|---:|---:|"]
     for key, r in case.items():
         seconds, pre = _best(r)
         if "uform" in split and key in ("uform", "uform-pixels", "uform-gridded"):
             u = split["uform"]
             pre = {"uform": u["decode"] + u["resize"], "uform-pixels": u["resize"], "uform-gridded": 0.0}[key]
-        cells = (f"{pre:.2f}", f"{seconds - pre:.2f}") if pre is not None else ("", "")
-        out.append(f"| {r['label']} | {rate[key]:.1f} | {seconds:.2f} | {cells[0]} | {cells[1]} |")
-    out += ["", "Ratios (uform `image_encode` images/s divided by the other's; above 1: uform is faster):\n",
+        cells = ((f"{pre:.2f}", f"{seconds - pre:.2f}", f"{flops['gemm'] / (seconds - pre) * 1e-9:.0f}")
+                 if pre is not None else ("", "", ""))
+        out.append(f"| {r['label']} | {rate[key]:.1f} | {seconds:.2f} | {' | '.join(cells)} |")
+    out += ["", f"Useful work of a round: {flops['gemm'] * 1e-9:.0f} GFLOP of GEMMs (no padding; per patch "
+            "per layer 2 x 12 x H^2, the projection 2 x 768 x H per patch, the head 2 x D x H per "
+            f"image), attention another {flops['attention'] * 1e-9:.0f} GFLOP (4 x L^2 x H per image "
+            "per layer).\n", "Ratios (uform `image_encode` images/s divided by the other's; above 1: uform is faster):\n",
             "| against | ratio |", "|---|---:|"]
     for key in ("torch-bf16", "torch-fp32"):
         if key in case:
@@ -490,7 +506,7 @@ def report_section(results: dict, threads: int) -> str:
            f"({os.cpu_count()} logical CPUs: near 0 before and near {threads} after on an otherwise "
            "idle machine; more means other work shared the cores, which hurts torch's OpenMP "
            "threads far more than uform's pool).\n"]
-    out += _case_lines(main, n)
+    out += _case_lines(main, n, image_flops(inputs, shape))
     if "torch-bf16" in main:
         fastest = max((k for k in ("torch-bf16", "torch-fp32") if k in main), key=lambda k: rate[k])
         ratio = rate["uform"] / rate[fastest]
@@ -510,7 +526,7 @@ def report_section(results: dict, threads: int) -> str:
         out.append(f"### Information, not a goal: a depth-{lshape['depth']}, hidden-{lshape['hidden']} model\n")
         out.append("The same files through a model so small that decoding and resizing are most "
                    "of the work: this compares the two preprocessing pipelines more than the encoders.\n")
-        out += _case_lines(results["light"], n)
+        out += _case_lines(results["light"], n, image_flops(inputs, lshape))
     return "\n".join(out) + "\n"
 
 
