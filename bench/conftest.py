@@ -1,5 +1,5 @@
 """Fixtures of the text_encode benchmarks: thread setup, the checkpoint, the contenders,
-and a summary of texts per second and ratios at the end of the run."""
+and a summary of texts (pairs, images) per second and ratios at the end of the run."""
 import os
 import sys
 
@@ -7,6 +7,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
 import choose_harness  # noqa: E402
+import image_harness  # noqa: E402
 import pytest  # noqa: E402
 
 THREADS = harness.thread_count()
@@ -18,6 +19,8 @@ RESULTS: dict = {}
 CHOOSE_RESULTS: dict = {}
 # contender key -> (label, query-document pairs per second), filled by test_maxsim_bench.py.
 MAXSIM_RESULTS: dict = {}
+# contender key -> (label, images per second), filled by test_image_bench.py.
+IMAGE_RESULTS: dict = {}
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +46,15 @@ def pytest_terminal_summary(terminalreporter):
             ratio = (f"x{rate / MAXSIM_RESULTS['torch'][1]:.2f} vs torch"
                      if key != "torch" and "torch" in MAXSIM_RESULTS else "")
             write(f"  {label:<48} {rate:12.0f}   {ratio}")
+    if IMAGE_RESULTS:
+        write = terminalreporter.write_line
+        shape = image_harness.SHAPE
+        terminalreporter.section(f"image_encode, JPEG files decoded and encoded per second (depth "
+                                 f"{shape['depth']}, hidden {shape['hidden']}, {THREADS} threads, best round)")
+        for key, (label, rate) in IMAGE_RESULTS.items():
+            ratios = [f"x{rate / IMAGE_RESULTS[other][1]:.2f} vs {other}"
+                      for other in ("torch-bf16", "torch-fp32") if key == "uform" and other in IMAGE_RESULTS]
+            write(f"  {label:<66} {rate:10.2f}   {', '.join(ratios)}")
 
 
 def summarise(terminalreporter, verb: str, results: dict, workloads: list) -> None:

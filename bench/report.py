@@ -1,11 +1,12 @@
-"""Runs the text_encode, text_choose and MaxSim comparisons with PyTorch and writes docs/benchmarks.md.
+"""Runs the text_encode, text_choose, MaxSim and image_encode comparisons with PyTorch and writes docs/benchmarks.md.
 
     make bench                                                # make all, then this: writes docs/benchmarks.md
     make all && python3 bench/report.py                       # the same
     UFORM_BENCH_QUICK=1 python3 bench/report.py               # smoke run, prints to stdout
 
 The same contenders, texts and thread setup as bench/test_text_encode_bench.py and
-bench/test_choose_bench.py (see bench/harness.py and bench/choose_harness.py), timed directly with time.perf_counter (best of a few rounds after a
+bench/test_choose_bench.py (see bench/harness.py and bench/choose_harness.py; MaxSim and
+image_encode: bench/maxsim_harness.py, bench/image_harness.py), timed directly with time.perf_counter (best of a few rounds after a
 warm-up), plus the machine's BF16 and FP32 peaks from bench/gemm_bench.c, so that the
 report can say what share of the peak text_encode's GEMMs reach. It writes whatever it
 measures, goals met or not.
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (puts tests/ and the repository root on sys.path)
 import choose_harness  # noqa: E402
 import maxsim_harness  # noqa: E402
+import image_harness  # noqa: E402
 
 THREADS = harness.thread_count()
 harness.configure_torch(THREADS)    # before any torch work
@@ -198,7 +200,8 @@ def fmt_rate(value: float) -> str:
 
 
 def write_report(contenders, results, peaks, peak_source, gemm_output, torch_peak, elapsed,
-                 loads, choose_contenders=None, choose_results=None, maxsim_section: str = "") -> str:
+                 loads, choose_contenders=None, choose_results=None, maxsim_section: str = "",
+                 image_section: str = "") -> str:
     workloads = harness.WORKLOADS
     one_key, big_key, query_key = harness.BATCH1.key, harness.BIG.key, harness.QUERY.key
     big = harness.BIG_BATCH
@@ -354,13 +357,16 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
             out(line)
     if maxsim_section:
         out(maxsim_section)
+    if image_section:
+        out(image_section)
 
     out("## Reproduce\n")
     out("```sh\n"
         "make bench          # make all, then python3 bench/report.py: this page (docs/benchmarks.md)\n"
         "make bench-pytest   # make all, then the same comparison under pytest-benchmark\n"
         "UFORM_BENCH_QUICK=1 python3 bench/report.py   # smoke run: depth 2, hidden 128, batch 32; "
-        "prints the page, writes nothing\n```\n")
+        "prints the page, writes nothing\n"
+        "python3 bench/image_harness.py   # the image_encode comparison alone: prints its section\n```\n")
     out("Run it on an otherwise idle machine: both contenders use every core this process may use.")
     return "\n".join(lines) + "\n"
 
@@ -401,10 +407,11 @@ def main() -> None:
         choose_path = choose_harness.write_checkpoint(directory)
         choose_contenders = choose_harness.contenders(choose_path, THREADS)
         choose_results = choose_harness.measure(choose_contenders, log)
+        image_section = image_harness.report_section(image_harness.measure(THREADS, log, directory), THREADS)
     maxsim_section = maxsim_harness.report_section(maxsim_harness.measure(THREADS, log), THREADS)
     report = write_report(contenders, results, peaks, message, gemm_output, torch_peak,
                           time.perf_counter() - started, (load_before, os.getloadavg()[0]),
-                          choose_contenders, choose_results, maxsim_section)
+                          choose_contenders, choose_results, maxsim_section, image_section)
     if output == "-":
         sys.stdout.write(report)
     else:
