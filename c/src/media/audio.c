@@ -2,6 +2,7 @@
  * decode through libmpg123 or libsndfile into mono (channels averaged), then
  * resample with uform_resample when the asked rate differs. */
 #include "audio_formats.h"
+#include "resample.h"
 
 #include <stdlib.h>
 
@@ -96,6 +97,12 @@ uform_status_t uform_decode_audio(const void *data, size_t size, size_t sample_r
         return UFORM_OK;
     }
 
+    /* A rate the resampler cannot take is the file's fault, not the caller's. */
+    if (rate == 0 || rate > UFORM_MAX_SAMPLE_RATE) {
+        free(mono.samples);
+        return uform_fail(UFORM_FORMAT, "audio: the file declares a sample rate of %zu Hz (not in 1 .. %zu)",
+                          rate, UFORM_MAX_SAMPLE_RATE);
+    }
     /* Refuse before resampling what would come out over the limit. */
     unsigned __int128 resampled = ((unsigned __int128)mono.count * sample_rate + rate - 1) / rate;
     if (resampled > UFORM_MAX_AUDIO_SAMPLES) {
