@@ -142,7 +142,7 @@ define fuzz_media_mutations
 	    head -n 5 $(BUILD)/fuzz-stderr.txt; exit 1; fi; done
 endef
 
-$(BUILD)/fuzz_media_%: fuzz/fuzz_%.c fuzz/fuzz_media_main.c fuzz/fuzz_media.h $(BUILD)/asan/error.o \
+$(BUILD)/fuzz_media_%: fuzz/fuzz_%.c fuzz/fuzz_media_main.c fuzz/fuzz_media.h fuzz/fuzz_driver.h $(BUILD)/asan/error.o \
                        $(SANITIZED_MEDIA_OBJECTS)
 	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_$*.c fuzz/fuzz_media_main.c $(BUILD)/asan/error.o \
 	  $(SANITIZED_MEDIA_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)

@@ -16,6 +16,7 @@
  * The same N and SEED always produce the same inputs, so a crash reproduces.
  * Every input is a heap block of exactly its size, so ASan sees overreads.
  */
+#include "fuzz_driver.h"
 #include "safetensors.h"
 
 #include <inttypes.h>
@@ -25,36 +26,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* ---- inputs ------------------------------------------------------------------- */
-
-typedef struct {
-    uint8_t *data;
-    size_t size;
-} input_t;
-
-static void *checked(void *pointer) {
-    if (!pointer) {
-        fprintf(stderr, "fuzz_main: out of memory\n");
-        exit(2);
-    }
-    return pointer;
-}
-
-static bool read_file(const char *path, input_t *input) {
-    FILE *stream = fopen(path, "rb");
-    if (!stream) return false;
-    size_t capacity = 4096;
-    input->data = checked(malloc(capacity));
-    input->size = 0;
-    size_t count;
-    while ((count = fread(input->data + input->size, 1, capacity - input->size, stream)) > 0) {
-        input->size += count;
-        if (input->size == capacity) input->data = checked(realloc(input->data, capacity *= 2));
-    }
-    fclose(stream);
-    return true;
-}
-
 /* Runs the target over an exact-size copy. */
 static void run_target(const uint8_t *data, size_t size) {
     uint8_t *copy = checked(malloc(size ? size : 1));
@@ -62,19 +33,6 @@ static void run_target(const uint8_t *data, size_t size) {
     LLVMFuzzerTestOneInput(copy, size);
     free(copy);
 }
-
-/* ---- deterministic randomness (splitmix64) ------------------------------------- */
-
-static uint64_t rng_state;
-
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static size_t rng_below(size_t bound) { return bound ? (size_t)(rng_next() % bound) : 0; }
 
 /* ---- mutations -------------------------------------------------------------------- */
 
@@ -89,19 +47,6 @@ static const char *const tokens[] = {
 
 static const uint8_t interesting_bytes[] = {0,   0xff, 0x80, 0x7f, '"', '\\', '{', '}', '[', ']',
                                             ',', ':',  '0',  '1',  '9', '-',  'e', ' ', 'u', 0x1f};
-
-/* Replaces buffer bytes [at, at + remove) with insert[0, count). */
-static void splice(input_t *input, size_t *capacity, size_t at, size_t remove,
-                   const uint8_t *insert, size_t count) {
-    size_t size = input->size - remove + count;
-    if (size > *capacity) {
-        *capacity = size * 2;
-        input->data = checked(realloc(input->data, *capacity));
-    }
-    memmove(input->data + at + count, input->data + at + remove, input->size - at - remove);
-    if (count) memcpy(input->data + at, insert, count);
-    input->size = size;
-}
 
 static uint64_t header_length_of(const input_t *input) {
     uint64_t length = 0;

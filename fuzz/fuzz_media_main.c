@@ -13,36 +13,12 @@
  * Inputs that still decode are pooled and mutated further, so checks past
  * the headers get exercised. The same N and SEED give the same inputs, so a
  * crash reproduces; every input is a heap block of exactly its size. */
+#include "fuzz_driver.h"
 #include "fuzz_media.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-typedef struct {
-    uint8_t *data;
-    size_t size;
-} input_t;
-
-static void *checked(void *pointer) {
-    if (!pointer) {
-        fprintf(stderr, "fuzz_media: out of memory\n");
-        exit(2);
-    }
-    return pointer;
-}
-
-static bool read_file(const char *path, input_t *input) {
-    FILE *stream = fopen(path, "rb");
-    if (!stream) return false;
-    size_t capacity = 4096, count;
-    input->data = checked(malloc(capacity));
-    input->size = 0;
-    while ((count = fread(input->data + input->size, 1, capacity - input->size, stream)) > 0)
-        if ((input->size += count) == capacity) input->data = checked(realloc(input->data, capacity *= 2));
-    fclose(stream);
-    return true;
-}
 
 /* Runs the target over an exact-size copy; answers whether it decoded. */
 static bool run_target(const uint8_t *data, size_t size) {
@@ -53,32 +29,7 @@ static bool run_target(const uint8_t *data, size_t size) {
     return fuzz_last_status == UFORM_OK;
 }
 
-/* ---- deterministic randomness (splitmix64) --------------------------------------- */
-
-static uint64_t rng_state;
-
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static size_t rng_below(size_t bound) { return bound ? (size_t)(rng_next() % bound) : 0; }
-
 /* ---- mutations ---------------------------------------------------------------------- */
-
-static void splice(input_t *input, size_t *capacity, size_t at, size_t remove, const uint8_t *insert,
-                   size_t count) {
-    size_t size = input->size - remove + count;
-    if (size > *capacity) {
-        *capacity = size * 2;
-        input->data = checked(realloc(input->data, *capacity));
-    }
-    memmove(input->data + at + count, input->data + at + remove, input->size - at - remove);
-    if (count) memcpy(input->data + at, insert, count);
-    input->size = size;
-}
 
 /* An offset, half the time inside the headers. */
 static size_t somewhere(size_t size) { return rng_below(2) ? rng_below(size < 512 ? size : 512) : rng_below(size); }
