@@ -235,10 +235,15 @@ typedef struct {
     uform_text_encode_stats_t *stats;
 } uform_choose_job_t;
 
+/* The arena was taken at submission (so no other call can write into it while
+ * the job waits in the queue); it is given back when the job has run. */
 static uform_status_t uform_choose_job_run(void *context) {
     uform_choose_job_t *job = context;
-    return uform_text_choose(job->model, job->executor, &job->texts, &job->choices, job->arena,
-                             job->has_options ? &job->options : NULL, job->chosen, job->stats);
+    uform_status_t status =
+        uform_text_choose_into(job->model, job->executor, &job->texts, &job->choices, job->arena,
+                               job->has_options ? &job->options : NULL, job->chosen, job->stats);
+    uform_arena_release(job->arena);
+    return status;
 }
 
 uform_status_t uform_text_choose_submit(uform_model_t *model, uform_executor_t *executor,
@@ -251,11 +256,18 @@ uform_status_t uform_text_choose_submit(uform_model_t *model, uform_executor_t *
     if (!model) return uform_fail(UFORM_INVALID_ARGUMENT, "model: NULL");
     if (!texts) return uform_fail(UFORM_INVALID_ARGUMENT, "texts: NULL");
     if (!choices) return uform_fail(UFORM_INVALID_ARGUMENT, "choices: NULL");
+    if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL");
+    UFORM_TRY(uform_arena_acquire(arena));
     uform_choose_job_t *context = uform_alloc_zeroed(1, sizeof(*context), "choose job");
-    if (!context) return UFORM_OUT_OF_MEMORY;
+    if (!context) {
+        uform_arena_release(arena);
+        return UFORM_OUT_OF_MEMORY;
+    }
     *context = (uform_choose_job_t){model, executor, *texts, *choices, arena, {0}, options != NULL,
                                     chosen, stats};
     if (options) context->options = *options;
-    return uform_executor_submit(executor ? executor : model->executor, uform_choose_job_run,
-                                 context, free, job);
+    uform_status_t status = uform_executor_submit(executor ? executor : model->executor,
+                                                  uform_choose_job_run, context, free, job);
+    if (status != UFORM_OK) uform_arena_release(arena); /* the job will never run */
+    return status;
 }

@@ -26,6 +26,10 @@ struct uform_job {
     pthread_mutex_t lock;
     pthread_cond_t finished;
     atomic_int done;
+    /* Freed from its own submission thread while pending (a progress handler
+     * dropping it): the submission thread frees it once it has run. */
+    bool orphaned;
+    uform_executor_t *executor;
     struct uform_job *next;   /* queue link, owned by the executor while queued */
 };
 
@@ -61,6 +65,10 @@ struct uform_executor {
 };
 
 static _Thread_local int uform_inside_loop;
+/* The executor whose submission thread this is; NULL on every other thread. A
+ * job of that executor waited for here would wait forever: it is queued behind
+ * the job running on this very thread. */
+static _Thread_local uform_executor_t *uform_submitting_for;
 
 static void uform_run_tasks(uform_executor_t *executor, size_t thread) {
     uform_inside_loop++;
@@ -243,6 +251,7 @@ uform_status_t uform_executor_memory_domains(const uform_executor_t *executor, s
 
 static void *uform_submitter_main(void *argument) {
     uform_executor_t *executor = argument;
+    uform_submitting_for = executor;
     pthread_mutex_lock(&executor->queue_lock);
     for (;;) {
         while (!executor->queue_head && !executor->submitter_stopping)
@@ -262,7 +271,9 @@ static void *uform_submitter_main(void *argument) {
             snprintf(job->message, sizeof(job->message), "%s", uform_last_error());
         atomic_store(&job->done, 1);
         pthread_cond_broadcast(&job->finished);
-        pthread_mutex_unlock(&job->lock); /* the last touch of the job */
+        bool orphaned = job->orphaned;
+        pthread_mutex_unlock(&job->lock); /* the last touch of the job, unless orphaned */
+        if (orphaned) uform_job_free(job);
 
         pthread_mutex_lock(&executor->queue_lock);
         executor->submitter_running_job = false;
@@ -282,6 +293,7 @@ uform_status_t uform_executor_submit(uform_executor_t *executor, uform_job_fn_t 
     job->run = run;
     job->context = context;
     job->free_context = free_context;
+    job->executor = executor;
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->finished, NULL);
 
@@ -307,6 +319,12 @@ int uform_job_done(const uform_job_t *job) { return job ? atomic_load(&job->done
 
 uform_status_t uform_job_wait(uform_job_t *job) {
     if (!job) return uform_fail(UFORM_INVALID_ARGUMENT, "job: NULL");
+    if (!atomic_load(&job->done) && uform_submitting_for == job->executor)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "job: waited for on its executor's own submission thread (from a progress "
+                          "handler of a deferred call?), where it would wait forever: it runs after "
+                          "the call running on this thread. Wait for it after that call returns, or "
+                          "submit it to another executor");
     pthread_mutex_lock(&job->lock);
     while (!atomic_load(&job->done)) pthread_cond_wait(&job->finished, &job->lock);
     pthread_mutex_unlock(&job->lock);
@@ -318,6 +336,12 @@ void uform_job_free(uform_job_t *job) {
     if (!job) return;
     if (job->run) {
         pthread_mutex_lock(&job->lock);
+        if (!atomic_load(&job->done) && uform_submitting_for == job->executor) {
+            /* waiting here would never end: the submission thread frees it later */
+            job->orphaned = true;
+            pthread_mutex_unlock(&job->lock);
+            return;
+        }
         while (!atomic_load(&job->done)) pthread_cond_wait(&job->finished, &job->lock);
         pthread_mutex_unlock(&job->lock);
     }

@@ -1399,16 +1399,22 @@ static void test_submission_failures(void) {
     uform_job_t *failing = NULL;
     CHECK_OK(uform_text_encode_submit(model_a, executor, &empty, arena, NULL, &encoded, &stats,
                                       &failing));
-    /* TOKENS on a model without a token head, and a NULL arena. */
+    /* TOKENS on a model without a token head (its own arena: a queued job
+     * holds its arena from submission on). A NULL arena is refused at once. */
     uform_tape_t tape_b = tape_of(&texts_b);
     uform_encode_options_t tokens = {UFORM_OUTPUTS_TOKENS, UFORM_SCALAR_F32, {NULL, NULL, 0}};
     uform_job_t *unsupported = NULL;
-    CHECK_OK(uform_text_encode_submit(model_b, executor, &tape_b, arena, &tokens, &encoded, &stats,
+    uform_arena_t *arena3 = NULL;
+    CHECK_OK(uform_arena_init_ram(&arena3));
+    uform_encoded_t encoded3;
+    CHECK_OK(uform_text_encode_submit(model_b, executor, &tape_b, arena3, &tokens, &encoded3, &stats,
                                       &unsupported));
-    uform_job_t *no_arena = NULL;
+    uform_job_t *no_arena = (uform_job_t *)&no_arena;
     uform_tape_t tape_a = tape_of(&texts_a);
-    CHECK_OK(uform_text_encode_submit(model_a, executor, &tape_a, NULL, NULL, &encoded, &stats,
-                                      &no_arena));
+    EXPECT_FAIL(uform_text_encode_submit(model_a, executor, &tape_a, NULL, NULL, &encoded, &stats,
+                                         &no_arena),
+                UFORM_INVALID_ARGUMENT, "arena");
+    CHECK(no_arena == NULL);
     /* A cancelled one. */
     progress_log_t cancel = {0};
     cancel.cancel_at = 1;
@@ -1427,15 +1433,15 @@ static void test_submission_failures(void) {
     EXPECT_FAIL(uform_executor_threads(NULL, NULL), UFORM_INVALID_ARGUMENT, "executor_threads");
     EXPECT_FAIL(uform_job_wait(unsupported), UFORM_UNSUPPORTED, "token head");
     EXPECT_FAIL(uform_executor_threads(NULL, NULL), UFORM_INVALID_ARGUMENT, "executor_threads");
-    EXPECT_FAIL(uform_job_wait(no_arena), UFORM_INVALID_ARGUMENT, "arena");
-    EXPECT_FAIL(uform_executor_threads(NULL, NULL), UFORM_INVALID_ARGUMENT, "executor_threads");
     EXPECT_FAIL(uform_job_wait(cancelled), UFORM_CANCELLED, "cancel");
-    CHECK(uform_job_done(failing) && uform_job_done(unsupported) && uform_job_done(no_arena) &&
-          uform_job_done(cancelled));
+    CHECK(uform_job_done(failing) && uform_job_done(unsupported) && uform_job_done(cancelled));
     uform_job_free(failing);
     uform_job_free(unsupported);
-    uform_job_free(no_arena);
     uform_job_free(cancelled);
+    /* Each failed job gave its arena back. */
+    CHECK_OK(uform_arena_reset(arena));
+    CHECK_OK(uform_arena_reset(arena2));
+    CHECK_OK(uform_arena_reset(arena3));
 
     /* The executor still runs good jobs after failed ones. */
     submission_t s;
@@ -1448,6 +1454,120 @@ static void test_submission_failures(void) {
 
     uform_arena_free(arena);
     uform_arena_free(arena2);
+    uform_arena_free(arena3);
+    uform_executor_free(executor);
+}
+
+/* A queued job holds its arena from submission on: a call into that arena
+ * while the job waits in the queue is refused, and would otherwise have its
+ * results overwritten when the job runs (reliability item 5). */
+static void test_submission_holds_arena(void) {
+    uform_executor_t *executor = NULL;
+    CHECK_OK(uform_executor_for_ram(2, NULL, 0, &executor));
+    if (!executor) return;
+    submission_t first, queued;
+    submission_init(&first, model_a, &texts_a, 0, 200, BOTH, UFORM_SCALAR_F32);
+    submission_init(&queued, model_b, &texts_b, 0, 40, UFORM_OUTPUTS_EMBEDDINGS, UFORM_SCALAR_F32);
+    CHECK_OK(uform_text_encode_submit(model_a, executor, &first.tape, first.arena, &first.options,
+                                      &first.encoded, &first.stats, &first.job));
+    CHECK_OK(uform_text_encode_submit(model_b, executor, &queued.tape, queued.arena, &queued.options,
+                                      &queued.encoded, &queued.stats, &queued.job));
+    /* Whether the queued job has started or not, its arena is taken. */
+    uform_encoded_t encoded;
+    uform_tape_t tape = tape_of(&texts_b);
+    if (!uform_job_done(queued.job))
+        EXPECT_FAIL(uform_text_encode(model_b, NULL, &tape, queued.arena, NULL, &encoded, NULL),
+                    UFORM_INVALID_ARGUMENT, "in use");
+    uform_job_t *again = (uform_job_t *)&again;
+    if (!uform_job_done(queued.job)) {
+        EXPECT_FAIL(uform_text_encode_submit(model_b, executor, &tape, queued.arena, NULL, &encoded,
+                                             NULL, &again),
+                    UFORM_INVALID_ARGUMENT, "in use");
+        CHECK(again == NULL);
+    }
+    CHECK_OK(uform_job_wait(first.job));
+    CHECK_OK(uform_job_wait(queued.job));
+    CHECK(submission_matches(&first));
+    CHECK(submission_matches(&queued));
+    /* Given back once the job has run. */
+    CHECK_OK(uform_text_encode(model_b, NULL, &tape, queued.arena, NULL, &encoded, NULL));
+    submission_free(&first);
+    submission_free(&queued);
+    uform_executor_free(executor);
+}
+
+/* A progress handler of a deferred call runs on the submission thread: a wait
+ * there for another job of the same executor would never end (that job is
+ * queued behind the running one), so it is refused; freeing such a job there
+ * hands it to the submission thread (reliability item 4). */
+typedef struct {
+    uform_executor_t *executor;
+    submission_t *inner;
+    uform_status_t wait_status;
+    char message[512];
+    bool submitted, freed_inner_job;
+} waiting_handler_t;
+
+static int wait_in_handler(void *user, size_t done, size_t total) {
+    (void)done, (void)total;
+    waiting_handler_t *h = user;
+    if (h->submitted) return 0;
+    h->submitted = true;
+    submission_t *s = h->inner;
+    if (uform_text_encode_submit(model_b, h->executor, &s->tape, s->arena, &s->options, &s->encoded,
+                                 &s->stats, &s->job) != UFORM_OK)
+        return 1;
+    h->wait_status = uform_job_wait(s->job);
+    snprintf(h->message, sizeof(h->message), "%s", uform_last_error());
+    return 0;
+}
+
+static int free_in_handler(void *user, size_t done, size_t total) {
+    (void)done, (void)total;
+    waiting_handler_t *h = user;
+    if (h->submitted) return 0;
+    h->submitted = true;
+    submission_t *s = h->inner;
+    if (uform_text_encode_submit(model_b, h->executor, &s->tape, s->arena, &s->options, &s->encoded,
+                                 &s->stats, &s->job) != UFORM_OK)
+        return 1;
+    uform_job_free(s->job); /* pending: the submission thread frees it after it runs */
+    s->job = NULL;
+    h->freed_inner_job = true;
+    return 0;
+}
+
+static void test_wait_on_submission_thread(void) {
+    uform_executor_t *executor = NULL;
+    CHECK_OK(uform_executor_for_ram(2, NULL, 0, &executor));
+    if (!executor) return;
+    for (int freeing = 0; freeing <= 1; freeing++) {
+        submission_t outer, inner;
+        submission_init(&outer, model_a, &texts_a, 0, 100, BOTH, UFORM_SCALAR_F32);
+        submission_init(&inner, model_b, &texts_b, 0, 30, UFORM_OUTPUTS_EMBEDDINGS, UFORM_SCALAR_F32);
+        waiting_handler_t handler = {executor, &inner, UFORM_OK, "", false, false};
+        outer.options.progress = (uform_progress_t){freeing ? free_in_handler : wait_in_handler, &handler, 4};
+        CHECK_OK(uform_text_encode_submit(model_a, executor, &outer.tape, outer.arena, &outer.options,
+                                          &outer.encoded, &outer.stats, &outer.job));
+        CHECK_OK(uform_job_wait(outer.job)); /* returns: no deadlock */
+        CHECK(submission_matches(&outer));
+        CHECK(handler.submitted);
+        if (freeing) {
+            CHECK(handler.freed_inner_job);
+            uform_executor_free(executor); /* drains the queue, the orphaned job included */
+            executor = NULL;
+            CHECK_OK(uform_executor_for_ram(2, NULL, 0, &executor));
+            CHECK(submission_matches(&inner));
+        } else {
+            CHECK(handler.wait_status == UFORM_INVALID_ARGUMENT);
+            CHECK(strstr(handler.message, "submission thread") != NULL);
+            CHECK_OK(uform_job_wait(inner.job)); /* from here it can be waited for */
+            CHECK(submission_matches(&inner));
+        }
+        submission_free(&outer);
+        submission_free(&inner);
+        if (!executor) return;
+    }
     uform_executor_free(executor);
 }
 
@@ -1634,6 +1754,8 @@ int main(int argc, char **argv) {
         {"bad_files", test_bad_files},
         {"submission", test_submission},
         {"submission_failures", test_submission_failures},
+        {"submission_holds_arena", test_submission_holds_arena},
+        {"wait_on_submission_thread", test_wait_on_submission_thread},
         {"executor_free_with_queue", test_executor_free_with_queue},
         {"concurrent_encode", test_concurrent_encode},
     };
