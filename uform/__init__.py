@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._buffers import Arena, ArenaBuffer, RowsTape
 from ._enums import (CPUClass, GPUClass, LateInteractionSide, Modality, MultimemTier, Negatives,
                      Objective, Outputs, PairLossForm, Scalar)
-from ._errors import (CancelledError, DeviceError, Error, FileError, FormatError,
+from ._errors import (CancelledError, DeviceError, DivergedError, Error, FileError, FormatError,
                       InvalidArgumentError, MeshError, OutOfMemoryError, UnsupportedError)
 from ._executor import Executor
 from ._late_interaction import late_interaction_scores
@@ -27,7 +27,7 @@ library_version: int = int(_lib.uform_version())
 __all__ = [
     "Arena", "ArenaBuffer", "AudioEncodeStats", "AudioShape", "BatchShape", "Choices", "Contrastive", "Edges",
     "ImageShape", "LateInteraction", "Masking", "MeshOptions", "Relations", "Schedule",
-    "TrainerStepStats", "VideoShape", "CPUClass", "CancelledError", "Deferred", "DeferredOn", "DeviceError",
+    "TrainerStepStats", "VideoShape", "CPUClass", "CancelledError", "DivergedError", "Deferred", "DeferredOn", "DeviceError",
     "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "ImageEncodeStats", "InvalidArgumentError",
     "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",

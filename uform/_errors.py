@@ -40,6 +40,11 @@ class CancelledError(Error):
     """A progress handler asked to stop."""
 
 
+class DivergedError(Error, FloatingPointError):
+    """A training step's loss or gradients were not finite: the step was not applied, and the
+    weights, moments and step counter are those of the last good step."""
+
+
 _BY_STATUS: dict[int, type[Error]] = {
     1: InvalidArgumentError,
     2: UnsupportedError,
@@ -49,6 +54,7 @@ _BY_STATUS: dict[int, type[Error]] = {
     6: DeviceError,
     7: MeshError,
     8: CancelledError,
+    9: DivergedError,
 }
 
 

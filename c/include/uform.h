@@ -43,7 +43,8 @@ typedef enum {
     UFORM_OUT_OF_MEMORY = 5,    /* an allocation failed or a size overflowed */
     UFORM_DEVICE = 6,           /* a GPU runtime failure */
     UFORM_MESH = 7,             /* a multi-host rendezvous failure */
-    UFORM_CANCELLED = 8         /* a progress handler asked to stop */
+    UFORM_CANCELLED = 8,        /* a progress handler asked to stop */
+    UFORM_DIVERGED = 9          /* a training step's loss or gradients are not finite; not applied */
 } uform_status_t;
 
 /* The last failure's message on the calling thread; never NULL, "" when none.

@@ -21,10 +21,13 @@
 #define UFORM_EXP_P4 1.6666665459e-1f
 #define UFORM_EXP_P5 5.0000001201e-1f
 
-/* Branch-free, so loops over it vectorise. */
-static inline float uform_fast_exp(float x) {
-    if (x < UFORM_EXP_LOW) x = UFORM_EXP_LOW;
-    if (x > UFORM_EXP_HIGH) x = UFORM_EXP_HIGH;
+/* Branch-free, so loops over it vectorise. A NaN input answers NaN: the
+ * clamps send it to the low end first, so the integer conversion and shift
+ * below stay defined (a NaN cast to int32 and shifted is undefined behaviour,
+ * which UBSan caught in a diverged training step). */
+static inline float uform_fast_exp(float input) {
+    float x = input > UFORM_EXP_LOW ? input : UFORM_EXP_LOW; /* NaN and -inf: low */
+    x = x < UFORM_EXP_HIGH ? x : UFORM_EXP_HIGH;
     const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to integer */
     float n = (x * UFORM_EXP_LOG2E + round_magic) - round_magic;
     float r = x - n * UFORM_EXP_LN2_HIGH;
@@ -36,10 +39,11 @@ static inline float uform_fast_exp(float x) {
     p = p * r + UFORM_EXP_P4;
     p = p * r + UFORM_EXP_P5;
     p = p * r * r + r + 1.0f;
-    int32_t exponent = ((int32_t)n + 127) << 23;
+    uint32_t exponent = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &exponent, sizeof(scale));
-    return p * scale;
+    float result = p * scale;
+    return input == input ? result : input;
 }
 
 #if defined(__x86_64__)

@@ -265,6 +265,7 @@ void uform_convert_rows(const float *rows_f32, size_t rows, size_t width, uform_
             /* Unit vectors: every component is in [-1, 1]; a fixed scale of 127. */
             for (size_t i = 0; i < width; i++) {
                 float scaled = nearbyintf(x[i] * 127.0f);
+                if (scaled != scaled) scaled = 0.0f; /* NaN: a cast of it would be undefined */
                 if (scaled > 127.0f) scaled = 127.0f;
                 if (scaled < -127.0f) scaled = -127.0f;
                 row[i] = (uint8_t)(int8_t)scaled;

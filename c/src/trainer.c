@@ -27,6 +27,7 @@
 #include "safetensors.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -88,7 +89,24 @@ struct uform_trainer {
     void **workspaces;
     size_t *workspace_bytes;
     size_t workspaces_count;
+    /* Set while a call uses the trainer: a trainer is used by one thread at a
+     * time (DESIGN section 3), and a second concurrent call is refused. */
+    atomic_flag busy;
 };
+
+/* Takes the trainer for one call, or refuses when another call holds it. */
+static uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what) {
+    /* busy is the one mutable field of a trainer read through a const handle */
+    if (atomic_flag_test_and_set(&((uform_trainer_t *)t)->busy))
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "%s: the trainer is in use by another call (a step, save or read running "
+                          "on another thread); a trainer is used by one thread at a time", what);
+    return UFORM_OK;
+}
+
+static void uform_trainer_leave(const uform_trainer_t *t) {
+    atomic_flag_clear(&((uform_trainer_t *)t)->busy);
+}
 
 static size_t uform_add_slot(uform_trainer_t *t, const char *name, size_t rows, size_t cols,
                              bool decay, bool f32) {
@@ -218,7 +236,7 @@ static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, 
 
 void uform_trainer_free(uform_trainer_t *t) {
     if (!t) return;
-    for (size_t r = 0; r < t->workspaces_count; r++) free(t->workspaces[r]);
+    for (size_t r = 0; r < t->workspaces_count; r++) uform_free_aligned(t->workspaces[r]);
     free(t->workspaces);
     free(t->workspace_bytes);
     uform_free_aligned(t->parameters);
@@ -394,8 +412,25 @@ static uform_status_t uform_resume_tensor(const uform_safetensors_t *file, const
         (rank == 2 && tensor->shape[1] != slot->cols))
         return uform_fail(UFORM_FORMAT, "resume: tensor \"%s\" is not F32 of this run's shape", name);
     memcpy(buffer + slot->offset, tensor->data, tensor->bytes);
+    /* As strict as loading weights: one NaN here would spread through every
+     * later step. Second moments are running means of squares, never negative. */
+    bool second = strcmp(kind, "second_moment") == 0;
+    const float *values = buffer + slot->offset;
+    for (size_t i = 0, n = tensor->bytes / sizeof(float); i < n; i++) {
+        if (!isfinite(values[i]))
+            return uform_fail(UFORM_FORMAT, "resume: tensor \"%s\" holds a non-finite value (%g) at %zu",
+                              name, (double)values[i], i);
+        if (second && values[i] < 0)
+            return uform_fail(UFORM_FORMAT, "resume: tensor \"%s\" holds a negative second moment (%g) at %zu",
+                              name, (double)values[i], i);
+    }
     return UFORM_OK;
 }
+
+/* Step counters past this are refused on resume: the schedule and AdamW's bias
+ * corrections compute with the step in a double, exact up to 2^53, and the
+ * next step's counter must not wrap. */
+#define UFORM_MAX_RESUMED_STEP ((uint64_t)1 << 53)
 
 static uform_status_t uform_resume_geometry(const uform_safetensors_t *file, const char *key,
                                             const char *field, uint64_t *value) {
@@ -439,6 +474,9 @@ static uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_
     uint64_t step = 0, seed = 0;
     uform_status_t status = uform_resume_geometry(&file, "uform.train", "step", &step);
     if (status == UFORM_OK) status = uform_resume_geometry(&file, "uform.train", "seed", &seed);
+    if (status == UFORM_OK && step > UFORM_MAX_RESUMED_STEP)
+        status = uform_fail(UFORM_FORMAT, "resume: the step counter %llu is more than 2^53, the most a run can have taken",
+                            (unsigned long long)step);
     if (status == UFORM_OK && given_seed && given_seed != seed)
         status = uform_fail(UFORM_INVALID_ARGUMENT, "seed: %llu, but the run was seeded %llu",
                             (unsigned long long)given_seed, (unsigned long long)seed);
@@ -462,6 +500,7 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
     uform_trainer_t *t = uform_alloc_zeroed(1, sizeof(*t), "trainer");
     if (!t) return UFORM_OUT_OF_MEMORY;
+    atomic_flag_clear(&t->busy);
     t->executor = executor;
     float initial_log_temperature = 0, initial_bias = 0;
     uform_trainer_options_t resolved = *options;
@@ -536,48 +575,27 @@ typedef struct {
     void *block;              /* everything above: one block the trainer keeps across steps */
 } uform_workspace_t;
 
-static uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t, size_t replica,
-                                           size_t rows, size_t items, size_t selected) {
+/* The one list of the workspace's buffers. Walked twice: with base NULL it only
+ * measures (the returned end is the size in bytes), then over the allocated
+ * block it points every buffer, so the size can never drift from the layout.
+ * Each buffer starts 64-byte aligned relative to the block, which is itself
+ * 64-byte aligned. */
+static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t *t, uint8_t *base,
+                                     size_t rows, size_t items, size_t selected) {
     size_t h = t->hidden, d = t->dimensions, heads = t->heads, depth = t->depth;
-    size_t per_layer = 2 * rows * h + 4 * rows + 3 * rows * h + rows * h + rows * heads +
-                       2 * rows * h + 2 * rows * 4 * h;
-    size_t floats = depth * per_layer + 3 * rows * h + 2 * rows + 2 * rows * UFORM_PAIRS +
-                    items * h + 3 * items * d + selected * (UFORM_BYTES + 2) +
-                    /* backward */ 4 * rows * h + 2 * rows * 4 * h + rows * h + rows * 3 * h +
-                    items * h + 2 * items * d + selected * UFORM_BYTES + 64 * 64;
-    size_t words = rows + selected + 3 * rows;  /* ids, targets, positions */
-    size_t bytes = floats * sizeof(float) + words * sizeof(uint32_t) + selected * sizeof(size_t) +
-                   items * (sizeof(uform_span_t) + sizeof(uform_segment_t)) +
-                   depth * sizeof(uform_layer_saved_t) + 64 * 16;
-    memset(w, 0, sizeof(*w));
-    if (replica >= t->workspaces_count) {
-        size_t count = replica + 1;
-        void **blocks = realloc(t->workspaces, count * sizeof(void *));
-        if (blocks) t->workspaces = blocks;
-        size_t *sizes = blocks ? realloc(t->workspace_bytes, count * sizeof(size_t)) : NULL;
-        if (!blocks || !sizes) return uform_fail(UFORM_OUT_OF_MEMORY, "training workspaces");
-        t->workspace_bytes = sizes;
-        for (size_t r = t->workspaces_count; r < count; r++) blocks[r] = NULL, sizes[r] = 0;
-        t->workspaces_count = count;
-    }
-    if (t->workspace_bytes[replica] < bytes) {
-        free(t->workspaces[replica]);
-        t->workspace_bytes[replica] = 0;
-        t->workspaces[replica] = uform_alloc(1, bytes, "training activations");
-        if (!t->workspaces[replica]) return UFORM_OUT_OF_MEMORY;
-        t->workspace_bytes[replica] = bytes;
-    }
-    w->block = t->workspaces[replica];
-    uint8_t *cursor = w->block;
+    size_t offset = 0;
+    /* A measuring walk still needs layer records to point into: a small
+     * stand-in, rewritten for each layer (only offsets matter then). */
+    uform_layer_saved_t measuring;
 #define UFORM_TAKE(pointer, count)                                                             \
     do {                                                                                       \
-        cursor = (uint8_t *)(((uintptr_t)cursor + 63) & ~(uintptr_t)63);                       \
-        (pointer) = (void *)cursor;                                                            \
-        cursor += (count) * sizeof(*(pointer));                                                \
+        offset = (offset + 63) & ~(size_t)63;                                                  \
+        (pointer) = base ? (void *)(base + offset) : NULL;                                     \
+        offset += (count) * sizeof(*(pointer));                                                \
     } while (0)
     UFORM_TAKE(w->layers, depth);
     for (size_t l = 0; l < depth; l++) {
-        uform_layer_saved_t *s = &w->layers[l];
+        uform_layer_saved_t *s = base ? &w->layers[l] : &measuring;
         UFORM_TAKE(s->input, rows * h);
         UFORM_TAKE(s->normed1, rows * h);
         UFORM_TAKE(s->mean1, rows);
@@ -624,6 +642,34 @@ static uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t
     UFORM_TAKE(w->d_logits, selected * UFORM_BYTES);
     UFORM_TAKE(w->scale, selected);
 #undef UFORM_TAKE
+    return offset;
+}
+
+static uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t, size_t replica,
+                                           size_t rows, size_t items, size_t selected) {
+    memset(w, 0, sizeof(*w));
+    /* Every count above is bounded by the packing limits checked at init, so
+     * the measured size cannot overflow. */
+    size_t bytes = uform_workspace_layout(w, t, NULL, rows, items, selected);
+    if (replica >= t->workspaces_count) {
+        size_t count = replica + 1;
+        void **blocks = realloc(t->workspaces, count * sizeof(void *));
+        if (blocks) t->workspaces = blocks;
+        size_t *sizes = blocks ? realloc(t->workspace_bytes, count * sizeof(size_t)) : NULL;
+        if (!blocks || !sizes) return uform_fail(UFORM_OUT_OF_MEMORY, "training workspaces");
+        t->workspace_bytes = sizes;
+        for (size_t r = t->workspaces_count; r < count; r++) blocks[r] = NULL, sizes[r] = 0;
+        t->workspaces_count = count;
+    }
+    if (t->workspace_bytes[replica] < bytes) {
+        uform_free_aligned(t->workspaces[replica]);
+        t->workspace_bytes[replica] = 0;
+        t->workspaces[replica] = uform_alloc_aligned(1, bytes, "training activations");
+        if (!t->workspaces[replica]) return UFORM_OUT_OF_MEMORY;
+        t->workspace_bytes[replica] = bytes;
+    }
+    w->block = t->workspaces[replica];
+    uform_workspace_layout(w, t, w->block, rows, items, selected);
     w->rows = rows;
     w->items = items;
     w->selected = selected;
@@ -1236,10 +1282,25 @@ static uform_status_t uform_replica_media(const uform_trainer_t *t, const uform_
     return UFORM_OK;
 }
 
-uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                  uform_arena_t *arena, uform_scalar_t outputs_scalar,
-                                  uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
-    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
+/* Values the step computed (not the caller's) that must be finite for the
+ * objectives: a NaN there means the run has diverged, reported as such. */
+static uform_status_t uform_check_diverged(const float *values, size_t count, const char *what,
+                                           uint64_t step) {
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(values[i]))
+            return uform_fail(UFORM_DIVERGED,
+                              "step %llu: %s hold a non-finite value (%g at %zu); the step was not "
+                              "applied (weights, moments and the step counter are unchanged). The run "
+                              "has diverged: a lower learning rate or a resume from the last good "
+                              "checkpoint may help",
+                              (unsigned long long)step, what, (double)values[i], i);
+    return UFORM_OK;
+}
+
+static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                             uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                             uform_encoded_t *embeddings_out,
+                                             uform_trainer_step_stats_t *stats) {
     UFORM_TRY(uform_check_step_batch(t, batch));
     if (embeddings_out && !arena)
         return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
@@ -1415,6 +1476,14 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
     }
     /* The contrastive term over the whole world; gradients go back to their owners. */
     if (t->contrasts && items) {
+        status = uform_check_diverged(world, items * d, "the embeddings", step);
+        if (status == UFORM_OK)
+            status = uform_check_diverged(t->parameters + t->log_inverse_temperature,
+                                          t->contrastive.groups, "contrastive.log_inverse_temperature", step);
+        if (status == UFORM_OK && t->contrastive.pair_loss == UFORM_PAIR_LOSS_SIGMOID)
+            status = uform_check_diverged(t->parameters + t->contrastive_bias, t->contrastive.groups,
+                                          "contrastive.bias", step);
+        if (status != UFORM_OK) goto done;
         uform_contrastive_batch_t cb = {items, d, world, batch->bags ? bags : NULL, groups,
                                         batch->relations ? &relations : NULL};
         memset(d_world, 0, items * d * sizeof(float));
@@ -1447,9 +1516,30 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
 
     /* The update: AdamW at this step's rate on the clipped gradients (the
      * gradient buffer keeps them unclipped, for inspection). */
+    float choices_loss = choice_items ? (float)(choices_sum / (double)choice_items) : 0.0f;
+    float weighted_late_loss = t->late_config.weight * late_loss;
+    float media_losses[4] = {0, 0, 0, 0};
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
+        if (media_masked[m]) media_losses[m] = (float)(media_sums[m] / (double)media_masked[m]);
+    float loss = t->masking.text_weight * masked_loss + contrastive_loss + weighted_late_loss +
+                 (t->chooses ? t->choices_weight * choices_loss : 0.0f);
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
+        loss += t->media[m].weight * media_losses[m];
     double norm;
     float factor = uform_clip_factor(t->gradients, t->count, UFORM_CLIP_NORM, &norm);
     float rate = (float)uform_schedule_rate(&t->schedule, step);
+    /* A diverged step is refused before it touches the weights: AdamW would
+     * spread one NaN into every parameter and moment, and a later save would
+     * write a checkpoint no load accepts. */
+    if (!isfinite(loss) || !isfinite(norm)) {
+        status = uform_fail(UFORM_DIVERGED,
+                            "step %llu: the loss is %g and the gradients' global norm is %g; a "
+                            "non-finite step was not applied (weights, moments and the step counter "
+                            "are unchanged). The run has diverged: a lower learning rate (%g at this "
+                            "step) or a resume from the last good checkpoint may help",
+                            (unsigned long long)step, (double)loss, norm, (double)rate);
+        goto done;
+    }
     uform_adamw(t->executor, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
                 t->decay, t->count, step, rate);
     t->step = step;
@@ -1485,19 +1575,12 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
         stats->learning_rate = rate;
         stats->masked_text_loss = masked_loss;
         stats->contrastive_loss = contrastive_loss;
-        float choices_loss = choice_items ? (float)(choices_sum / (double)choice_items) : 0.0f;
-        stats->late_interaction_loss = t->late_config.weight * late_loss;
+        stats->late_interaction_loss = weighted_late_loss;
         stats->choices_loss = choices_loss;
-        float media_losses[4] = {0, 0, 0, 0};
-        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
-            if (media_masked[m]) media_losses[m] = (float)(media_sums[m] / (double)media_masked[m]);
         stats->masked_image_loss = media_losses[UFORM_MODALITY_IMAGE];
         stats->masked_video_loss = media_losses[UFORM_MODALITY_VIDEO];
         stats->masked_audio_loss = media_losses[UFORM_MODALITY_AUDIO];
-        stats->loss = t->masking.text_weight * masked_loss + contrastive_loss +
-                      stats->late_interaction_loss + (t->chooses ? t->choices_weight * choices_loss : 0.0f);
-        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
-            stats->loss += t->media[m].weight * media_losses[m];
+        stats->loss = loss;
         stats->truncated = t->truncated;
         stats->dropped = t->dropped;
         t->truncated = t->dropped = 0;
@@ -1520,6 +1603,16 @@ done:
     return status;
 }
 
+uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                  uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                  uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
+    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
+    UFORM_TRY(uform_trainer_enter(t, "step"));
+    uform_status_t status = uform_trainer_step_held(t, batch, arena, outputs_scalar, embeddings_out, stats);
+    uform_trainer_leave(t);
+    return status;
+}
+
 /* ---- inspection and saving ---------------------------------------------------------- */
 
 static const uform_slot_t *uform_find_slot(const uform_trainer_t *t, const char *name) {
@@ -1528,9 +1621,8 @@ static const uform_slot_t *uform_find_slot(const uform_trainer_t *t, const char 
     return NULL;
 }
 
-uform_status_t uform_trainer_tensor(const uform_trainer_t *t, const char *name, uint32_t which,
-                                    float *values, size_t *count) {
-    if (!t || !name || !count) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer_tensor: NULL argument");
+static uform_status_t uform_trainer_tensor_held(const uform_trainer_t *t, const char *name, uint32_t which,
+                                               float *values, size_t *count) {
     const uform_slot_t *slot = uform_find_slot(t, name);
     if (!slot) return uform_fail(UFORM_INVALID_ARGUMENT, "name: the run has no tensor \"%s\"", name);
     if (which > 3) return uform_fail(UFORM_INVALID_ARGUMENT, "which: %u is not 0..3", which);
@@ -1546,9 +1638,17 @@ uform_status_t uform_trainer_tensor(const uform_trainer_t *t, const char *name, 
     return UFORM_OK;
 }
 
-uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uform_progress_t *progress) {
-    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
-    if (!path) return uform_fail(UFORM_INVALID_ARGUMENT, "path: NULL");
+uform_status_t uform_trainer_tensor(const uform_trainer_t *t, const char *name, uint32_t which,
+                                    float *values, size_t *count) {
+    if (!t || !name || !count) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer_tensor: NULL argument");
+    UFORM_TRY(uform_trainer_enter(t, "trainer_tensor"));
+    uform_status_t status = uform_trainer_tensor_held(t, name, which, values, count);
+    uform_trainer_leave(t);
+    return status;
+}
+
+static uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
+                                             const uform_progress_t *progress) {
     size_t views_count = 4 * t->slots_count;
     uform_tensor_view_t *views = uform_alloc_zeroed(views_count, sizeof(*views), "save");
     uint16_t *bf16 = uform_alloc(t->count, sizeof(uint16_t), "save");
@@ -1618,5 +1718,14 @@ uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uf
     free(views);
     free(bf16);
     free(names);
+    return status;
+}
+
+uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uform_progress_t *progress) {
+    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
+    if (!path) return uform_fail(UFORM_INVALID_ARGUMENT, "path: NULL");
+    UFORM_TRY(uform_trainer_enter(t, "save"));
+    uform_status_t status = uform_trainer_save_held(t, path, progress);
+    uform_trainer_leave(t);
     return status;
 }

@@ -8,6 +8,8 @@
 #include "uform.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,13 +224,172 @@ static void test_bad_input_changes_nothing(void) {
     uform_executor_free(executor);
 }
 
+/* ---- reliability: workspace extremes, concurrency, divergence ----------------------- */
+
+/* Steps `count` texts of `length` bytes each (bags of two) three times. */
+static void step_texts(uform_trainer_t *trainer, size_t count, size_t length, bool bags) {
+    char *data = malloc(count * length + 1);
+    size_t *offsets = malloc((count + 1) * sizeof(size_t));
+    uint32_t *modalities = malloc(count * sizeof(uint32_t));
+    uint32_t *bag_ids = malloc(count * sizeof(uint32_t));
+    offsets[0] = 0;
+    for (size_t i = 0; i < count; i++) {
+        for (size_t k = 0; k < length; k++) data[i * length + k] = (char)('a' + (i * 5 + k * 3) % 26);
+        offsets[i + 1] = offsets[i] + length;
+        modalities[i] = UFORM_MODALITY_TEXT;
+        bag_ids[i] = (uint32_t)(i / 2);
+    }
+    uform_trainer_batch_t batch = {.modalities = modalities,
+                                   .contents = {data, count * length, offsets, count},
+                                   .bags = bags ? bag_ids : NULL};
+    uform_trainer_step_stats_t stats;
+    for (int step = 0; step < 3; step++) {
+        uform_status_t status = uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+        CHECK(status == UFORM_OK);
+        if (status != UFORM_OK) break;
+        CHECK(isfinite(stats.loss) && stats.step == (uint64_t)step + 1);
+    }
+    free(data), free(offsets), free(modalities), free(bag_ids);
+}
+
+/* The workspace was sized by a formula that left out each buffer's alignment
+ * padding: deep and narrow trainers overran it (depth 64 hidden 64 one byte:
+ * SIGSEGV; depth 256 in the layout below: "free(): invalid size"). Now it is
+ * measured from the list that carves it; under ASan any overrun fails here. */
+static void test_workspace_extremes(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
+    struct {
+        size_t depth, rows, columns, segments, bags, count, length;
+        uform_objective_t objective;
+    } cases[] = {
+        {64, 0, 0, 0, 0, 1, 1, UFORM_OBJECTIVE_JOINT},            /* issue 9's repro */
+        {256, 1, 16, 2, 2, 2, 2, UFORM_OBJECTIVE_CONTRASTIVE},    /* issue 10's repro */
+        {1024, 1, 16, 2, 2, 1, 1, UFORM_OBJECTIVE_JOINT},         /* the deepest accepted, one row */
+        {1024, 1, 16, 2, 2, 3, 2, UFORM_OBJECTIVE_MASKED},
+        {1, 4096, 4, 4096, 4096, 4096, 4, UFORM_OBJECTIVE_JOINT}, /* many rows, depth 1 */
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uform_trainer_options_t options;
+        memset(&options, 0, sizeof(options));
+        options.depth = cases[c].depth;
+        options.hidden = 64;
+        options.objective = cases[c].objective;
+        options.batch.max_rows_per_device = cases[c].rows;
+        options.batch.max_columns_per_row = cases[c].columns;
+        options.batch.max_segments_per_device = cases[c].segments;
+        options.batch.max_bags_per_device = cases[c].bags;
+        uform_trainer_t *trainer = NULL;
+        CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+        if (trainer) step_texts(trainer, cases[c].count, cases[c].length, true);
+        uform_trainer_free(trainer);
+    }
+    uform_executor_free(executor);
+}
+
+typedef struct {
+    uform_trainer_t *trainer;
+    uform_trainer_batch_t batch;
+    size_t ok, refused, other;
+} stepper_t;
+
+static void *step_thread(void *argument) {
+    stepper_t *s = argument;
+    for (int round = 0; round < 6; round++) {
+        uform_trainer_step_stats_t stats;
+        uform_status_t status = uform_trainer_step(s->trainer, &s->batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+        if (status == UFORM_OK) s->ok++;
+        else if (status == UFORM_INVALID_ARGUMENT && strstr(uform_last_error(), "in use")) s->refused++;
+        else s->other++;
+    }
+    return NULL;
+}
+
+/* A trainer is used by one thread at a time: a second concurrent call is
+ * refused with a clear error (two threads stepping one trainer segfaulted). */
+static void test_concurrent_steps_refused(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(2, NULL, 0, &executor) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL, 32);
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+    texts_t texts;
+    texts_make(&texts, 2, 30);
+    stepper_t steppers[3];
+    pthread_t threads[3];
+    for (size_t i = 0; i < 3; i++) {
+        steppers[i] = (stepper_t){trainer, {.modalities = texts.modalities, .contents = texts.tape,
+                                            .bags = texts.bags}, 0, 0, 0};
+        CHECK(pthread_create(&threads[i], NULL, step_thread, &steppers[i]) == 0);
+    }
+    size_t ok = 0;
+    for (size_t i = 0; i < 3; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(steppers[i].other == 0);
+        ok += steppers[i].ok;
+    }
+    CHECK(ok >= 1);
+    /* The step counter counts exactly the steps that ran. */
+    uform_trainer_step_stats_t stats;
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape, .bags = texts.bags};
+    CHECK(uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK);
+    CHECK(stats.step == ok + 1);
+    texts_free(&texts);
+    uform_trainer_free(trainer);
+    uform_executor_free(executor);
+}
+
+/* A step whose loss or gradients are not finite is refused before the update,
+ * so the weights, moments and counter stay those of the last good step. */
+static void test_diverged_step_refused(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL, 32);
+    options.schedule.learning_rate = 1e30f;
+    options.schedule.warmup_steps = 1;
+    options.schedule.steps = 10;
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+    if (!trainer) return;
+    texts_t texts;
+    texts_make(&texts, 4, 20);
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape, .bags = texts.bags};
+    uform_trainer_step_stats_t stats;
+    size_t count = 0;
+    CHECK(uform_trainer_tensor(trainer, "text.bytes", 0, NULL, &count) == UFORM_OK);
+    float *before = malloc(count * sizeof(float)), *after = malloc(count * sizeof(float));
+    size_t diverged = 0;
+    for (int round = 0; round < 5; round++) {
+        CHECK(uform_trainer_tensor(trainer, "text.bytes", 0, before, &count) == UFORM_OK);
+        uform_status_t status = uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+        CHECK(status == UFORM_OK || status == UFORM_DIVERGED);
+        CHECK(uform_trainer_tensor(trainer, "text.bytes", 0, after, &count) == UFORM_OK);
+        if (status == UFORM_DIVERGED) {
+            diverged++;
+            CHECK(strstr(uform_last_error(), "not finite") || strstr(uform_last_error(), "non-finite"));
+            CHECK(memcmp(before, after, count * sizeof(float)) == 0);
+        }
+        size_t finite = 0;
+        for (size_t i = 0; i < count; i++) finite += isfinite(after[i]) != 0;
+        CHECK(finite == count);
+    }
+    CHECK(diverged > 0);
+    free(before), free(after);
+    texts_free(&texts);
+    uform_trainer_free(trainer);
+    uform_executor_free(executor);
+}
+
 int main(void) {
     struct {
         const char *name;
         void (*run)(void);
     } tests[] = {{"every objective and form", test_every_objective_and_form},
                  {"replicas, save and resume", test_replicas_save_and_resume},
-                 {"bad input changes nothing", test_bad_input_changes_nothing}};
+                 {"bad input changes nothing", test_bad_input_changes_nothing},
+                 {"workspace extremes", test_workspace_extremes},
+                 {"concurrent steps refused", test_concurrent_steps_refused},
+                 {"diverged step refused", test_diverged_step_refused}};
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
         failures_in_test = 0;
         tests[i].run();
