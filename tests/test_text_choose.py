@@ -401,7 +401,11 @@ def test_bad_choices(small, choices, pattern):
     ([0, 1.0], r"temperature_groups\[1\]"),
     ([True, 0], r"temperature_groups\[0\]"),
     ("01", "temperature_groups: expected uint32 values"),
-    (np.array([0, 1], dtype=np.int64), "temperature_groups: a buffer must hold uint32"),
+    # Integer arrays of any dtype convert (one converter for every id buffer); their
+    # values must be in range, and float arrays are refused.
+    (np.array([0, 1], dtype=np.int64), None),
+    (np.array([0, -1], dtype=np.int64), r"temperature_groups\[1\]: -1 is not in"),
+    (np.array([0.0, 1.0]), "temperature_groups: expected integer ids, got a numpy array of float64"),
     (np.array([1, 2], dtype=np.uint32), None),                            # a uint32 buffer: fine
     (np.arange(4, dtype=np.uint32)[::2], "temperature_groups: the buffer must be contiguous"),
     (3, "temperature_groups: expected a uint32 buffer or a sequence"),

@@ -250,13 +250,36 @@ def choices_tape(choices: Any, name: str = "choices") -> Tape:
     return _tape_from_buffers(data, offsets, name)
 
 
-def words_buffer(values: Any, count: int, name: str) -> tuple:
-    """(cdata const uint32_t * or NULL, keepalive) for _Words of exactly `count`
-    values: a contiguous uint32 buffer, or a sequence of ints in [0, 2**32)."""
+def words_buffer(values: Any, count: int | None, name: str, what: str = "items") -> tuple:
+    """(cdata const uint32_t * or NULL, keepalive) for _Words (see words_with_length)."""
+    pointer, _length, keep = words_with_length(values, count, name, what)
+    return pointer, keep
+
+
+def words_with_length(values: Any, count: int | None, name: str, what: str = "items") -> tuple:
+    """(cdata const uint32_t * or NULL, length, keepalive) for _Words: the one converter of every
+    id buffer of the package (bags, groups, relation ids, devices, memory domains).
+
+    Accepted: a contiguous uint32 buffer (borrowed as is); a 1-D numpy array of any
+    integer dtype with every value in [0, 2**32) (converted); a sequence of Python ints or
+    numpy integers in [0, 2**32). Anything else (floats, bools, strings, numeric strings)
+    is refused naming the first bad value: ids are never coerced. `count` None accepts
+    any length; otherwise the length must equal it."""
     if values is None:
-        return ffi.NULL, None
+        return ffi.NULL, 0, None
     if isinstance(values, (str, bytes, bytearray)):
         raise InvalidArgumentError(f"{name}: expected uint32 values, got {type(values).__name__}")
+    keep: Any
+    if isinstance(values, np.ndarray) and values.dtype != np.uint32:
+        if values.dtype == np.bool_ or not np.issubdtype(values.dtype, np.integer):
+            raise InvalidArgumentError(f"{name}: expected integer ids, got a numpy array of {values.dtype}")
+        if values.ndim != 1:
+            raise InvalidArgumentError(f"{name}: expected a 1-D array, got shape {values.shape}")
+        bad = np.flatnonzero((values < 0) | (values >= 1 << 32)) if values.size else ()
+        if len(bad):
+            raise InvalidArgumentError(
+                f"{name}[{int(bad[0])}]: {int(values[bad[0]])} is not in [0, 2**32)")
+        values = values.astype(np.uint32)
     try:
         view = memoryview(values)
     except TypeError:
@@ -269,22 +292,23 @@ def words_buffer(values: Any, count: int, name: str) -> tuple:
             if not view.c_contiguous:
                 raise InvalidArgumentError(f"{name}: the buffer must be contiguous")
             length = view.nbytes // 4
-        keep: Any = values
+        keep = values
     else:
         if not isinstance(values, Sequence):
             raise InvalidArgumentError(
                 f"{name}: expected a uint32 buffer or a sequence of ints, got {type(values).__name__}")
         for index, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+            if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+                    or not 0 <= value < 1 << 32):
                 raise InvalidArgumentError(f"{name}[{index}]: expected an int in [0, 2**32), got {value!r}")
-        keep = array("I", values)
+        keep = array("I", [int(value) for value in values])
         length = len(keep)
-    if length != count:
-        raise InvalidArgumentError(f"{name}: {length} values for {count} texts")
-    if count == 0:
-        return ffi.NULL, keep
+    if count is not None and length != count:
+        raise InvalidArgumentError(f"{name}: {length} values for {count} {what}")
+    if length == 0:
+        return ffi.NULL, 0, keep
     raw = ffi.from_buffer(keep)    # holds the buffer export while the pointer is in use
-    return ffi.cast("const uint32_t *", raw), (keep, raw)
+    return ffi.cast("const uint32_t *", raw), length, (keep, raw)
 
 
 def _tape_from_buffers(data: Any, offsets: Any, name: str) -> Tape:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ._errors import InvalidArgumentError
+from ._buffers import words_with_length
 from ._native import as_count, check, ffi, lib
 
 
@@ -21,9 +21,9 @@ class Executor:
 
         memory_domains lists NUMA nodes, recorded for one replica per domain."""
         threads = as_count(threads, "threads")
-        domains = _words(memory_domains, "memory_domains")
+        domains, domains_count, _keep = _words(memory_domains, "memory_domains")
         pointer = ffi.new("uform_executor_t **")
-        check(lib.uform_executor_for_ram(threads, domains, len(domains) if domains else 0, pointer))
+        check(lib.uform_executor_for_ram(threads, domains, domains_count, pointer))
         self = cls.__new__(cls)
         self._executor = ffi.gc(pointer[0], lib.uform_executor_free)
         return self
@@ -31,9 +31,9 @@ class Executor:
     @classmethod
     def for_vram(cls, devices: Sequence[int] | None = None) -> "Executor":
         """The GPUs to run on; this build has no GPU backend and raises UnsupportedError."""
-        listed = _words(devices, "devices")
+        listed, listed_count, _keep = _words(devices, "devices")
         pointer = ffi.new("uform_executor_t **")
-        check(lib.uform_executor_for_vram(listed, len(listed) if listed else 0, pointer))
+        check(lib.uform_executor_for_vram(listed, listed_count, pointer))
         raise AssertionError("unreachable: for_vram succeeded without a GPU backend")
 
     @property
@@ -53,16 +53,6 @@ class Executor:
         return f"uform.Executor.for_ram(threads={self.threads})"
 
 
-def _words(values: Sequence[int] | None, name: str):  # -> cdata uint32_t[] | NULL
-    if values is None:
-        return ffi.NULL
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise InvalidArgumentError(f"{name}: expected a sequence of ints, got {type(values).__name__}")
-    checked = []
-    for index, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
-            raise InvalidArgumentError(f"{name}[{index}]: expected an int in [0, 2**32), got {value!r}")
-        checked.append(value)
-    if not checked:
-        return ffi.NULL
-    return ffi.new("uint32_t[]", checked)
+def _words(values: Sequence[int] | None, name: str) -> tuple:
+    """(cdata const uint32_t * or NULL, count, keepalive) for an optional list of ids."""
+    return words_with_length(values, None, name)

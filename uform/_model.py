@@ -1,6 +1,9 @@
 """Model: a loaded encoder, its description, and the encode verbs."""
 from __future__ import annotations
 
+import atexit
+import itertools
+import threading
 from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar, Union
 
 from . import _media
@@ -63,10 +66,48 @@ class Encoded:
         return f"Encoded(embeddings={shape(self.embeddings)}, tokens={shape(self.tokens)}, scalar={self.scalar.name})"
 
 
+# Jobs still owned by the C submission thread, each with everything it borrows. The
+# registry is a module global, so no garbage-collection order (cycles, interpreter exit)
+# can free a model, arena, executor or input buffer while its job may still read or
+# write it: an entry leaves only once its job has finished. Finished entries are
+# pruned at each submission and wait; at exit, pending jobs are waited for.
+_pending: dict[int, tuple] = {}
+_pending_lock = threading.Lock()
+_pending_keys = itertools.count()
+_pending_prune_at = 64  # prune when the registry reaches this size: amortised O(1) a job
+
+
+def _prune_pending() -> None:
+    global _pending_prune_at
+    with _pending_lock:
+        if len(_pending) < _pending_prune_at:
+            return
+        finished = [key for key, (job, _keep) in _pending.items() if lib.uform_job_done(job)]
+        released = [_pending.pop(key) for key in finished]
+        _pending_prune_at = max(64, 2 * len(_pending))
+    del released  # their finalizers run outside the lock
+
+
+def _wait_pending_at_exit() -> None:
+    """Waits for jobs still queued at interpreter exit, before modules are torn down."""
+    while True:
+        with _pending_lock:
+            if not _pending:
+                return
+            key, (job, _keep) = next(iter(_pending.items()))
+        lib.uform_job_wait(job)  # the GIL is released while it waits
+        with _pending_lock:
+            _pending.pop(key, None)
+
+
+atexit.register(_wait_pending_at_exit)
+
+
 class Deferred(Generic[T]):
     """A verb submitted to an executor's submission thread, answered later.
 
-    The buffers the call borrows stay alive (and must stay unchanged) until it completes."""
+    The buffers the call borrows stay alive (and must stay unchanged) until it completes,
+    even when the Deferred itself is dropped or collected first."""
 
     def __init__(self, job: Any, finish: Callable[[], T], keep: tuple) -> None:
         self._job = job
@@ -75,6 +116,11 @@ class Deferred(Generic[T]):
         self._result: Any = None
         self._error: BaseException | None = None
         self._complete = False
+        self._key = next(_pending_keys)
+        if job is not None:
+            _prune_pending()
+            with _pending_lock:
+                _pending[self._key] = (job, keep)
 
     @classmethod
     def _ran(cls, call: Callable[[], T]) -> "Deferred[T]":
@@ -95,6 +141,10 @@ class Deferred(Generic[T]):
         """Blocks until the call finishes; raises its error, if any."""
         if not self._complete:
             status = lib.uform_job_wait(self._job)
+            if status != 0 and not lib.uform_job_done(self._job):
+                # Refused without waiting (on the executor's own submission thread):
+                # the job is still pending, so it keeps what it borrows.
+                check(status)
             try:
                 check(status, self._keep[0])
                 self._result = self._finish()
@@ -102,6 +152,8 @@ class Deferred(Generic[T]):
                 self._error = error
             self._complete = True
             self._keep = (None,)  # the borrowed buffers are free to go
+            with _pending_lock:
+                _pending.pop(self._key, None)
         if self._error is not None:
             raise self._error
 
@@ -128,9 +180,9 @@ def _outputs(value: Any) -> int:
 def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | None,
                   executor: Executor | None, quantization: Scalar, bridge: ProgressBridge) -> tuple:
     options = ffi.new("uform_model_load_ram_options_t *")
-    domains = _words(memory_domains, "memory_domains")
+    domains, domains_count, domains_keep = _words(memory_domains, "memory_domains")
     options.memory_domains = domains
-    options.memory_domains_count = len(memory_domains) if memory_domains else 0
+    options.memory_domains_count = domains_count
     if cpu_class is None:
         options.cpu_class = 0
     else:
@@ -143,7 +195,7 @@ def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | No
     options.executor = executor._executor if executor is not None else ffi.NULL
     options.quantization = _scalar(quantization, "quantization")
     bridge.fill(options.progress)
-    return options, domains
+    return options, domains_keep
 
 
 class Model:
@@ -201,10 +253,10 @@ class Model:
                   progress_steps: int = 0) -> "Model":
         """Copies a checkpoint onto GPUs: not built yet, raises UnsupportedError."""
         encoded = path_bytes(path)
-        listed = _words(devices, "devices")
+        listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)
         pointer = ffi.new("uform_model_t **")
-        check(lib.uform_model_load_vram(encoded, listed, len(devices) if devices else 0,
+        check(lib.uform_model_load_vram(encoded, listed, listed_count,
                                         int(gpu_class or 0), ffi.NULL, _scalar(quantization, "quantization"),
                                         bridge.new(), pointer), bridge)
         raise AssertionError("unreachable: load_vram succeeded without a GPU backend")
@@ -301,7 +353,7 @@ class Model:
             raise InvalidArgumentError(f"stats: expected uform.TextEncodeStats, got {type(stats).__name__}")
         tape = texts_tape(texts)
         choice_tape = choices_tape(choices)
-        groups, groups_keep = words_buffer(temperature_groups, tape.struct.count, "temperature_groups")
+        groups, groups_keep = words_buffer(temperature_groups, tape.struct.count, "temperature_groups", "texts")
         bridge = ProgressBridge(progress, progress_steps)
         options = ffi.new("uform_choose_options_t *")
         options.temperature_groups = groups

@@ -7,12 +7,12 @@ of their fields in order.
 from __future__ import annotations
 
 import dataclasses
-from array import array
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._buffers import Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape
+from ._buffers import (Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape,
+                       words_buffer)
 from ._choices import choice_targets_buffer, shared_choices_tape
 from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
@@ -257,32 +257,6 @@ def _floats(value: float, name: str) -> float:
     return float(value)
 
 
-def _uint32_buffer(values: Any, count: int, name: str) -> tuple:
-    """(cdata uint32_t *, keepalive) for _Words of exactly `count` values."""
-    if isinstance(values, (str, bytes)):
-        raise InvalidArgumentError(f"{name}: expected uint32 values, got {type(values).__name__}")
-    try:
-        view = memoryview(values)
-    except TypeError:
-        view = None
-    if view is not None:
-        if view.itemsize != 4 or view.format.lstrip("@=<") not in ("I", "L" if view.itemsize == 4 else "I"):
-            raise InvalidArgumentError(f"{name}: a buffer must hold uint32 values, got format {view.format!r}")
-        if not view.c_contiguous:
-            raise InvalidArgumentError(f"{name}: the buffer must be contiguous")
-        buffer: Any = values
-        length = view.nbytes // 4
-    else:
-        try:
-            buffer = array("I", [int(v) for v in values])
-        except (TypeError, ValueError, OverflowError):
-            raise InvalidArgumentError(f"{name}: expected a uint32 buffer or a sequence of ints in [0, 2**32)") from None
-        length = len(buffer)
-    if length != count:
-        raise InvalidArgumentError(f"{name}: {length} values for {count} items")
-    return ffi.cast("const uint32_t *", ffi.from_buffer(buffer)), buffer
-
-
 def _typed_buffer(values: Any, name: str, formats: tuple, itemsize: int, ctype: str) -> tuple:
     if isinstance(values, np.ndarray):
         values = np.ascontiguousarray(values)
@@ -447,10 +421,10 @@ class Trainer:
         batch.modalities = c_modalities
         batch.contents = tape.struct[0]
         if bags is not None:
-            batch.bags, buffer = _uint32_buffer(bags, count, "bags")
+            batch.bags, buffer = words_buffer(bags, count, "bags")
             keep.append(buffer)
         if temperature_groups is not None:
-            batch.temperature_groups, buffer = _uint32_buffer(temperature_groups, count, "temperature_groups")
+            batch.temperature_groups, buffer = words_buffer(temperature_groups, count, "temperature_groups")
             keep.append(buffer)
         if sides is not None:
             side_codes = [int(_enum(LateInteractionSide, s, f"sides[{i}]")) for i, s in enumerate(sides)]
@@ -487,11 +461,9 @@ class Trainer:
                     raise InvalidArgumentError(f"relations.{name}.offsets: {n_offsets} values, expected {count + 1}")
                 if edges.ids is None:
                     raise InvalidArgumentError(f"relations.{name}.ids: missing")
-                ids, buffer, n_ids = _typed_buffer(edges.ids, f"relations.{name}.ids", ("I",), 4, "uint32_t")
-                keep.append(buffer)
                 edge_count = int(np.frombuffer(ffi.buffer(offsets, 8 * n_offsets), dtype=np.uint64)[-1])
-                if n_ids != edge_count:
-                    raise InvalidArgumentError(f"relations.{name}.ids: {n_ids} ids for {edge_count} edges")
+                ids, buffer = words_buffer(edges.ids, edge_count, f"relations.{name}.ids", "edges")
+                keep.append(buffer)
                 target.offsets, target.ids = offsets, ids
                 if edges.weights is not None:
                     weights, buffer, n_weights = _typed_buffer(edges.weights, f"relations.{name}.weights",
