@@ -129,8 +129,8 @@ def test_dropped_deferred_results_are_still_written(model_path):
     model = uform.Model.load_ram(model_path)
     pool = uform.Executor.for_ram(threads=2)
     arena = uform.Arena()
-    texts = [b"y" * 120] * 50
-    model.deferred(pool).text_encode(texts, arena)   # dropped at once, never waited
+    dropped_texts, texts = [b"y" * 120] * 50, [b"z" * 30] * 7
+    model.deferred(pool).text_encode(dropped_texts, arena)   # dropped at once, never waited
     # The arena stays taken until the dropped job has run; then it is free again.
     deadline = time.monotonic() + 60
     while True:
@@ -140,6 +140,9 @@ def test_dropped_deferred_results_are_still_written(model_path):
         except uform.InvalidArgumentError as error:
             assert "in use" in str(error) and time.monotonic() < deadline
             time.sleep(0.01)
+    # Jobs run in order: once a later one is done, the dropped one has run too. Had the
+    # synchronous call not waited for it, the dropped job would have overwritten it.
+    model.deferred(pool).text_encode([b"x"], uform.Arena()).result()
     expected = model.text_encode(texts, uform.Arena())
     assert np.array_equal(np.asarray(encoded.embeddings), np.asarray(expected.embeddings))
 
