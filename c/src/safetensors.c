@@ -7,12 +7,22 @@
  * header's order. Headers need not be padded and data need not be aligned:
  * tensor pointers may be unaligned, so callers memcpy.
  *
+ * What cannot be mapped (pipes, FIFOs, devices such as /dev/zero) is read
+ * only as far as the checked header declares, never to an end that may not
+ * come.
+ *
  * The writer lays tensors out contiguously in the order given and pads the
  * header with spaces to a multiple of 8, so the data region starts 8-byte
- * aligned; it writes a temporary file, fsyncs it and renames it over the path.
+ * aligned. It refuses non-finite float values and targets that are not
+ * regular files before creating anything, follows symbolic links to the file
+ * they name, and replaces that file atomically: an unnamed O_TMPFILE file
+ * beside it, locked with flock, is written, fsynced, linked under a temporary
+ * name and renamed over it (protocol and fallbacks in safetensors.h). Each
+ * write first removes temporaries of the same file that no live writer locks.
  */
 #include "safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -20,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,7 +40,7 @@
 #define ST_JSON_DEPTH 8
 /* Names in messages are cut here so one message never drowns the rest. */
 #define ST_NAME "'%.200s'"
-/* The writer's unit of fwrite and of progress reports. */
+/* The writer's unit of write(2) and of progress reports. */
 #define ST_WRITE_CHUNK ((size_t)4 << 20)
 
 static const struct {
@@ -226,15 +237,16 @@ static uform_status_t st_read_tensor(const char *name, const uform_json_t *entry
                           name, end - begin,
                           st_format_shape(tensor->shape, tensor->rank, text, sizeof(text)),
                           st_dtypes[d].name, bytes);
-    tensor->bytes = (size_t)bytes; /* <= data_size, which is a size_t */
+    tensor->bytes = (size_t)bytes; /* <= the data region, whose size is checked to fit a size_t */
     span->begin = begin;
     span->end = end;
     return UFORM_OK;
 }
 
-/* Refuses duplicate names and checks that the spans tile [0, data_size). */
+/* Refuses duplicate names and checks that the spans tile [0, *data_size);
+ * with !size_known, *data_size gets the end of the tiled region instead. */
 static uform_status_t st_check_layout(const uform_safetensors_t *file, st_span_t *spans,
-                                      uint64_t data_size) {
+                                      uint64_t *data_size, bool size_known) {
     const char **names = uform_alloc(file->tensors_count + file->metadata_count + 1,
                                      sizeof(*names), "safetensors names");
     if (!names) return UFORM_OUT_OF_MEMORY;
@@ -273,21 +285,24 @@ static uform_status_t st_check_layout(const uform_safetensors_t *file, st_span_t
                               name, spans[i].begin - covered, spans[i].begin, spans[i].end);
         covered = spans[i].end;
     }
-    if (covered != data_size)
+    if (!size_known) *data_size = covered;
+    else if (covered != *data_size)
         return uform_fail(UFORM_FORMAT,
                           "safetensors: %" PRIu64 " trailing bytes of the %" PRIu64
                           "-byte data region belong to no tensor",
-                          data_size - covered, data_size);
+                          *data_size - covered, *data_size);
     return UFORM_OK;
 }
 
-/* Fills file from the parsed header, stealing names and strings from root. */
-static uform_status_t st_read_header(uform_json_t *root, size_t header_length,
-                                     uform_safetensors_t *file) {
+/* Fills file from the parsed header, stealing names and strings from root.
+ * data: the data region of *data_size bytes; NULL with !size_known, where the
+ * header alone is checked and *data_size gets the size it declares (tensor
+ * data pointers stay NULL). */
+static uform_status_t st_read_header(uform_json_t *root, const uint8_t *data, uint64_t *data_size,
+                                     bool size_known, uform_safetensors_t *file) {
     if (root->kind != UFORM_JSON_OBJECT)
         return uform_fail(UFORM_FORMAT, "safetensors header: top level must be a JSON object");
-    const uint8_t *data = file->bytes + 8 + header_length;
-    uint64_t data_size = file->size - 8 - header_length;
+    uint64_t limit = size_known ? *data_size : UINT64_MAX;
 
     file->tensors = uform_alloc_zeroed(root->length, sizeof(*file->tensors), "safetensors tensors");
     st_span_t *spans = uform_alloc(root->length, sizeof(*spans), "safetensors spans");
@@ -315,15 +330,46 @@ static uform_status_t st_read_header(uform_json_t *root, size_t header_length,
         }
         uform_tensor_t *tensor = &file->tensors[file->tensors_count];
         st_span_t *span = &spans[file->tensors_count];
-        status = st_read_tensor(name, &root->children[i], data_size, tensor, span);
+        status = st_read_tensor(name, &root->children[i], limit, tensor, span);
         if (status != UFORM_OK) continue;
         tensor->name = name;
         root->keys[i] = NULL;
-        tensor->data = data + span->begin;
+        tensor->data = data ? data + span->begin : NULL;
         span->index = file->tensors_count++;
     }
-    if (status == UFORM_OK) status = st_check_layout(file, spans, data_size);
+    if (status == UFORM_OK) status = st_check_layout(file, spans, data_size, size_known);
     free(spans);
+    return status;
+}
+
+/* The checks a header length passes before anything is allocated for it. */
+static uform_status_t st_check_header_length(uint64_t header_length) {
+    if (header_length == 0) return uform_fail(UFORM_FORMAT, "safetensors: header length is 0");
+    if (header_length < 2) /* "{}" */
+        return uform_fail(UFORM_FORMAT,
+                          "safetensors: header length %" PRIu64
+                          " is below the smallest header, the 2 bytes of \"{}\"",
+                          header_length);
+    if (header_length > UFORM_SAFETENSORS_MAX_HEADER)
+        return uform_fail(UFORM_FORMAT,
+                          "safetensors: header length %" PRIu64 " exceeds the limit of %u bytes",
+                          header_length, UFORM_SAFETENSORS_MAX_HEADER);
+    return UFORM_OK;
+}
+
+/* The size of the data region a header (the JSON after the length field)
+ * declares, after every check uform_safetensors_parse makes of it. */
+static uform_status_t st_header_data_size(const uint8_t *header, size_t length,
+                                          uint64_t *data_size) {
+    uform_json_t root;
+    uform_status_t status = uform_json_parse((const char *)header, length, ST_JSON_DEPTH, &root);
+    if (status != UFORM_OK)
+        return status == UFORM_FORMAT ? uform_fail_context(status, "safetensors header") : status;
+    uform_safetensors_t scratch;
+    memset(&scratch, 0, sizeof(scratch));
+    status = st_read_header(&root, NULL, data_size, false, &scratch);
+    uform_json_free(&root);
+    uform_safetensors_close(&scratch);
     return status;
 }
 
@@ -337,12 +383,7 @@ uform_status_t uform_safetensors_parse(const void *data, size_t size, uform_safe
                           size);
     const uint8_t *bytes = data;
     uint64_t header_length = st_load_le64(bytes);
-    if (header_length == 0)
-        return uform_fail(UFORM_FORMAT, "safetensors: header length is 0");
-    if (header_length > UFORM_SAFETENSORS_MAX_HEADER)
-        return uform_fail(UFORM_FORMAT,
-                          "safetensors: header length %" PRIu64 " exceeds the limit of %u bytes",
-                          header_length, UFORM_SAFETENSORS_MAX_HEADER);
+    UFORM_TRY(st_check_header_length(header_length));
     if (header_length > size - 8)
         return uform_fail(UFORM_FORMAT,
                           "safetensors: header length %" PRIu64
@@ -356,54 +397,112 @@ uform_status_t uform_safetensors_parse(const void *data, size_t size, uform_safe
         return status == UFORM_FORMAT ? uform_fail_context(status, "safetensors header") : status;
     file->bytes = bytes;
     file->size = size;
-    status = st_read_header(&root, (size_t)header_length, file);
+    uint64_t data_size = size - 8 - header_length;
+    status = st_read_header(&root, bytes + 8 + header_length, &data_size, true, file);
     uform_json_free(&root);
     if (status != UFORM_OK) uform_safetensors_close(file);
     return status;
 }
 
-/* Reads fd to its end into an anonymous mapping (so close can munmap it like
- * a file mapping). size_hint: expected size, 0 when unknown. */
-static uform_status_t st_read_all(int fd, const char *path, size_t size_hint, void **mapping,
-                                  size_t *mapping_size, size_t *size) {
-    /* One spare byte so the read that sees the end needs no growth. */
-    size_t capacity = size_hint ? size_hint + 1 : (size_t)1 << 16;
+/* Reads up to count bytes, stopping early only at the end of the stream;
+ * answers the bytes read, or -1 with errno set. */
+static ssize_t st_read_exact(int fd, uint8_t *buffer, size_t count) {
     size_t used = 0;
+    while (used < count) {
+        ssize_t got = read(fd, buffer + used, count - used);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return -1;
+        if (got == 0) break;
+        used += (size_t)got;
+    }
+    return (ssize_t)used;
+}
+
+/* Reads one file from fd, which was not mapped (a pipe, FIFO or device, or a
+ * file that refused mmap), into an anonymous mapping that close munmaps: the
+ * length field, the header, then exactly the data region the header declares.
+ * Nothing is allocated before the header length is checked, and nothing past
+ * the declared end is read: on a pipe, trailing bytes cannot be seen without
+ * reading on, maybe forever, so they stay unread. UFORM_FORMAT messages are
+ * left for the caller to prefix with the path. */
+static uform_status_t st_read_stream(int fd, const char *path, void **mapping,
+                                     size_t *mapping_size, size_t *size) {
+    uint8_t length_field[8];
+    ssize_t got = st_read_exact(fd, length_field, sizeof(length_field));
+    if (got < 0) return uform_fail(UFORM_FILE, "cannot read '%s': %s", path, strerror(errno));
+    if (got < 8)
+        return uform_fail(UFORM_FORMAT,
+                          "safetensors: file of %zd bytes is shorter than the 8-byte header length",
+                          got);
+    uint64_t header_length = st_load_le64(length_field);
+    UFORM_TRY(st_check_header_length(header_length));
+    uint8_t *header = uform_alloc((size_t)header_length, 1, "safetensors header");
+    if (!header) return UFORM_OUT_OF_MEMORY;
+    got = st_read_exact(fd, header, (size_t)header_length);
+    uform_status_t status = UFORM_OK;
+    uint64_t data_size = 0;
+    if (got < 0)
+        status = uform_fail(UFORM_FILE, "cannot read '%s': %s", path, strerror(errno));
+    else if ((uint64_t)got < header_length)
+        status = uform_fail(UFORM_FORMAT,
+                            "safetensors: truncated: the header length is %" PRIu64
+                            " but the file ends %zd bytes after the length field",
+                            header_length, got);
+    else
+        status = st_header_data_size(header, (size_t)header_length, &data_size);
+    size_t total = 0;
+    if (status == UFORM_OK && (data_size > SIZE_MAX - 8 - header_length))
+        status = uform_fail(UFORM_FORMAT,
+                            "safetensors: the header declares a %" PRIu64
+                            "-byte data region: the file size overflows",
+                            data_size);
+    if (status == UFORM_OK) {
+        total = (size_t)(8 + header_length + data_size);
+        /* More than the machine holds can never be read in; say so up front
+         * rather than after filling memory. */
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0 && (uint64_t)total / (uint64_t)page >= (uint64_t)pages)
+            status = uform_fail(UFORM_OUT_OF_MEMORY,
+                                "cannot read '%s': its header declares a %" PRIu64
+                                "-byte data region, more than this machine's memory (%" PRIu64
+                                " bytes)",
+                                path, data_size, (uint64_t)pages * (uint64_t)page);
+    }
     uint8_t *buffer = NULL;
-    for (;;) {
-        if (!buffer || used == capacity) {
-            size_t grown = buffer ? capacity * 2 : capacity;
-            if (buffer && grown < capacity) {
-                munmap(buffer, capacity);
-                return uform_fail(UFORM_FILE, "cannot read '%s': file too large", path);
-            }
-            void *fresh = mmap(NULL, grown, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                               -1, 0);
-            if (fresh == MAP_FAILED) {
-                if (buffer) munmap(buffer, capacity);
-                return uform_fail(UFORM_OUT_OF_MEMORY, "cannot map %zu bytes to read '%s'",
-                                  grown, path);
-            }
-            if (buffer) {
-                memcpy(fresh, buffer, used);
-                munmap(buffer, capacity);
-            }
+    if (status == UFORM_OK) {
+        /* Pages are touched only as bytes arrive, so a stream that ends early
+         * costs only what it sent. */
+        void *fresh = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (fresh == MAP_FAILED)
+            status = uform_fail(UFORM_OUT_OF_MEMORY, "cannot map %zu bytes to read '%s'", total,
+                                path);
+        else
             buffer = fresh;
-            capacity = grown;
-        }
-        ssize_t count = read(fd, buffer + used, capacity - used);
-        if (count < 0 && errno == EINTR) continue;
-        if (count < 0) {
-            int error = errno;
-            munmap(buffer, capacity);
-            return uform_fail(UFORM_FILE, "cannot read '%s': %s", path, strerror(error));
-        }
-        if (count == 0) break;
-        used += (size_t)count;
+    }
+    if (buffer) {
+        memcpy(buffer, length_field, 8);
+        memcpy(buffer + 8, header, (size_t)header_length);
+    }
+    free(header);
+    if (status != UFORM_OK) return status;
+
+    size_t data_offset = 8 + (size_t)header_length;
+    got = st_read_exact(fd, buffer + data_offset, (size_t)data_size);
+    if (got < 0)
+        status = uform_fail(UFORM_FILE, "cannot read '%s': %s", path, strerror(errno));
+    else if ((uint64_t)got < data_size)
+        status = uform_fail(UFORM_FORMAT,
+                            "safetensors: truncated: the header declares a %" PRIu64
+                            "-byte data region but the file ends %zd bytes into it",
+                            data_size, got);
+    if (status != UFORM_OK) {
+        munmap(buffer, total);
+        return status;
     }
     *mapping = buffer;
-    *mapping_size = capacity;
-    *size = used;
+    *mapping_size = total;
+    *size = total;
     return UFORM_OK;
 }
 
@@ -439,13 +538,23 @@ uform_status_t uform_safetensors_open(const char *path, uform_safetensors_t *fil
             else mapping_size = size;
         }
     }
-    /* Pipes, devices, and regular files that refuse mmap are read instead. */
-    if (!mapping && (size > 0 || !S_ISREG(info.st_mode)))
-        status = st_read_all(fd, path, size, &mapping, &mapping_size, &size);
+    /* Pipes, FIFOs, devices (/dev/zero never ends), and regular files that
+     * refuse mmap are read up to the size their header declares. */
+    if (!mapping) {
+        status = st_read_stream(fd, path, &mapping, &mapping_size, &size);
+        /* A regular file's size is known: bytes past the declared end are
+         * trailing bytes, as they are in a mapped one. */
+        if (status == UFORM_OK && S_ISREG(info.st_mode) && (size_t)info.st_size > size)
+            status = uform_fail(UFORM_FORMAT,
+                                "safetensors: %zu trailing bytes after the declared data region",
+                                (size_t)info.st_size - size);
+        if (status != UFORM_OK && mapping) {
+            munmap(mapping, mapping_size);
+            mapping = NULL;
+        }
+    }
     close(fd);
-    if (status != UFORM_OK) return status;
-
-    status = uform_safetensors_parse(mapping ? mapping : "", mapping ? size : 0, file);
+    if (status == UFORM_OK) status = uform_safetensors_parse(mapping, size, file);
     if (status != UFORM_OK) {
         if (mapping) munmap(mapping, mapping_size);
         if (status == UFORM_FORMAT) {
@@ -669,50 +778,367 @@ static uform_status_t st_build_header(st_text_t *text, const uform_tensor_view_t
     return UFORM_OK;
 }
 
-/* fwrites bytes in chunks, reporting progress after each; an I/O failure
+/* ---- writer: values ------------------------------------------------------------------ */
+
+/* The index of the first element whose exponent bits are all ones (NaN or
+ * infinity in every IEEE binary format), or count. Blocks keep the inner loop
+ * free of branches so it vectorises; memcpy because data may be unaligned. */
+#define ST_SCAN_BLOCK 4096
+#define ST_FIRST_NON_FINITE(function, type)                                                   \
+    static size_t function(const uint8_t *data, size_t count, type exponent) {                \
+        for (size_t begin = 0; begin < count; begin += ST_SCAN_BLOCK) {                       \
+            size_t end = count - begin < ST_SCAN_BLOCK ? count : begin + ST_SCAN_BLOCK;       \
+            bool found = false;                                                               \
+            for (size_t i = begin; i < end; i++) {                                            \
+                type bits;                                                                    \
+                memcpy(&bits, data + i * sizeof(type), sizeof(type));                         \
+                found |= (type)(bits & exponent) == exponent;                                 \
+            }                                                                                 \
+            if (!found) continue;                                                             \
+            for (size_t i = begin; i < end; i++) {                                            \
+                type bits;                                                                    \
+                memcpy(&bits, data + i * sizeof(type), sizeof(type));                         \
+                if ((type)(bits & exponent) == exponent) return i;                            \
+            }                                                                                 \
+        }                                                                                     \
+        return count;                                                                         \
+    }
+ST_FIRST_NON_FINITE(st_first_non_finite16, uint16_t)
+ST_FIRST_NON_FINITE(st_first_non_finite32, uint32_t)
+ST_FIRST_NON_FINITE(st_first_non_finite64, uint64_t)
+
+/* Refuses a float tensor holding a NaN or infinity: such a checkpoint is one
+ * the reader's callers refuse, and it would replace a good one. */
+static uform_status_t st_check_finite(const char *path, const uform_tensor_view_t *tensors,
+                                      size_t tensors_count) {
+    for (size_t t = 0; t < tensors_count; t++) {
+        const uform_tensor_view_t *view = &tensors[t];
+        uint64_t bytes = 0;
+        st_shape_bytes(view->shape, view->rank, uform_dtype_size(view->dtype), &bytes);
+        size_t size = uform_dtype_size(view->dtype), count = (size_t)bytes / size, at = count;
+        const uint8_t *data = view->data;
+        uint64_t exponent = 0, sign = 0, bits = 0;
+        switch (view->dtype) {
+        case UFORM_DTYPE_F16:
+        case UFORM_DTYPE_BF16: {
+            exponent = view->dtype == UFORM_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+            sign = 0x8000u;
+            at = st_first_non_finite16(data, count, (uint16_t)exponent);
+            uint16_t value = 0;
+            if (at < count) memcpy(&value, data + at * 2, 2);
+            bits = value;
+            break;
+        }
+        case UFORM_DTYPE_F32: {
+            exponent = 0x7f800000u;
+            sign = 0x80000000u;
+            at = st_first_non_finite32(data, count, (uint32_t)exponent);
+            uint32_t value = 0;
+            if (at < count) memcpy(&value, data + at * 4, 4);
+            bits = value;
+            break;
+        }
+        case UFORM_DTYPE_F64:
+            exponent = 0x7ff0000000000000ull;
+            sign = 0x8000000000000000ull;
+            at = st_first_non_finite64(data, count, exponent);
+            if (at < count) memcpy(&bits, data + at * 8, 8);
+            break;
+        default:
+            continue;
+        }
+        if (at == count) continue;
+        const char *kind = bits & ~(exponent | sign) ? "nan" : bits & sign ? "-inf" : "inf";
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "cannot write '%s': tensor " ST_NAME
+                          " holds a non-finite value (%s) at element %zu; nothing was written, "
+                          "the file at the path is unchanged",
+                          path, view->name, kind, at);
+    }
+    return UFORM_OK;
+}
+
+/* ---- writer: the file ------------------------------------------------------------------ */
+
+atomic_bool uform_safetensors_named_temporaries;
+
+/* Temporaries are ".<name>.uform-partial-<pid>-<n>" beside the file they
+ * replace; names are cut so the temporary's name stays below NAME_MAX. */
+#define ST_PARTIAL ".uform-partial-"
+#define ST_PARTIAL_NAME_MAX 200
+
+typedef struct {
+    char *directory; /* holds the file to replace */
+    const char *name; /* its name in directory (points into storage) */
+    char *storage;
+    char prefix[ST_PARTIAL_NAME_MAX + 32]; /* of its temporaries' names */
+} st_target_t;
+
+static void st_target_free(st_target_t *target) {
+    free(target->directory);
+    free(target->storage);
+}
+
+#define ST_NOT_REGULAR \
+    "not a regular file (a device, directory, FIFO or socket); nothing was written"
+
+/* Finds the file a write replaces: path itself, or through a symbolic link
+ * the file the link points to (the link is kept). Refuses anything but a
+ * regular file or a path that does not exist yet, before anything is created. */
+static uform_status_t st_resolve_target(const char *path, st_target_t *target) {
+    memset(target, 0, sizeof(*target));
+    struct stat info;
+    if (lstat(path, &info) != 0) {
+        if (errno != ENOENT)
+            return uform_fail(UFORM_FILE, "cannot write '%s': %s", path, strerror(errno));
+        target->storage = strdup(path);
+    } else if (S_ISLNK(info.st_mode)) {
+        target->storage = realpath(path, NULL);
+        if (!target->storage) {
+            int error = errno;
+            if (error == ENOENT)
+                return uform_fail(UFORM_FILE,
+                                  "cannot write '%s': it is a symbolic link that points nowhere "
+                                  "(its target does not exist); nothing was written",
+                                  path);
+            return uform_fail(UFORM_FILE,
+                              "cannot write '%s': cannot resolve the symbolic link: %s", path,
+                              strerror(error));
+        }
+        if (stat(target->storage, &info) != 0 || !S_ISREG(info.st_mode)) {
+            uform_status_t status = uform_fail(
+                UFORM_FILE, "cannot write '%s': it links to '%s', which is " ST_NOT_REGULAR, path,
+                target->storage);
+            st_target_free(target);
+            return status;
+        }
+    } else if (!S_ISREG(info.st_mode)) {
+        return uform_fail(UFORM_FILE, "cannot write '%s': it exists and is " ST_NOT_REGULAR, path);
+    } else {
+        target->storage = strdup(path);
+    }
+    if (!target->storage) return uform_fail(UFORM_OUT_OF_MEMORY, "safetensors write: path copy");
+
+    char *slash = strrchr(target->storage, '/');
+    target->name = slash ? slash + 1 : target->storage;
+    if (!target->name[0]) {
+        st_target_free(target);
+        return uform_fail(UFORM_FILE, "cannot write '%s': %s", path, strerror(EISDIR));
+    }
+    if (!slash) target->directory = strdup(".");
+    else if (slash == target->storage) target->directory = strdup("/");
+    else target->directory = strndup(target->storage, (size_t)(slash - target->storage));
+    if (!target->directory) {
+        st_target_free(target);
+        return uform_fail(UFORM_OUT_OF_MEMORY, "safetensors write: path copy");
+    }
+    snprintf(target->prefix, sizeof(target->prefix), ".%.*s" ST_PARTIAL, ST_PARTIAL_NAME_MAX,
+             target->name);
+    return UFORM_OK;
+}
+
+/* True when name is prefix followed by "<digits>-<digits>" and nothing else. */
+static bool st_is_partial(const char *name, const char *prefix) {
+    size_t length = strlen(prefix);
+    if (strncmp(name, prefix, length) != 0) return false;
+    const char *p = name + length;
+    for (int part = 0; part < 2; part++) {
+        const char *digits = p;
+        while (*p >= '0' && *p <= '9') p++;
+        if (p == digits) return false;
+        if (part == 0 && *p++ != '-') return false;
+    }
+    return *p == '\0';
+}
+
+/* Removes temporaries of this target whose writer is gone. A writer holds
+ * flock(LOCK_EX) on its temporary until after the rename, and the kernel drops
+ * it when the writer dies however it dies, so a lock we can take marks a dead
+ * writer; pids are never trusted, they are reused. Best effort. */
+static void st_remove_stale(int directory, const char *prefix) {
+    int scan = openat(directory, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *stream = scan >= 0 ? fdopendir(scan) : NULL;
+    if (!stream) {
+        if (scan >= 0) close(scan);
+        return;
+    }
+    struct dirent *entry;
+    while ((entry = readdir(stream))) {
+        if (!st_is_partial(entry->d_name, prefix)) continue;
+        struct stat named, opened;
+        if (fstatat(directory, entry->d_name, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(named.st_mode))
+            continue;
+        int fd = openat(directory, entry->d_name,
+                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) continue;
+        /* Unlink only the file we locked, not one that took its name since. */
+        if (fstat(fd, &opened) == 0 && S_ISREG(opened.st_mode) &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            fstatat(directory, entry->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            named.st_dev == opened.st_dev && named.st_ino == opened.st_ino)
+            unlinkat(directory, entry->d_name, 0);
+        close(fd);
+    }
+    closedir(stream);
+}
+
+/* Writes bytes in chunks, reporting progress after each; an I/O failure
  * sets *error to its errno and returns UFORM_FILE. */
-static uform_status_t st_write_bytes(FILE *stream, const void *data, size_t count, size_t *done,
+static uform_status_t st_write_bytes(int fd, const void *data, size_t count, size_t *done,
                                      uform_progress_state_t *progress, int *error) {
     const uint8_t *bytes = data;
     while (count) {
         size_t chunk = count < ST_WRITE_CHUNK ? count : ST_WRITE_CHUNK;
-        if (fwrite(bytes, 1, chunk, stream) != chunk) {
-            *error = errno ? errno : EIO;
+        ssize_t wrote = write(fd, bytes, chunk);
+        if (wrote < 0 && errno == EINTR) continue;
+        if (wrote <= 0) {
+            *error = wrote < 0 && errno ? errno : EIO;
             return UFORM_FILE;
         }
-        bytes += chunk;
-        count -= chunk;
-        *done += chunk;
+        bytes += wrote;
+        count -= (size_t)wrote;
+        *done += (size_t)wrote;
         UFORM_TRY(uform_progress_update(progress, *done));
     }
     return UFORM_OK;
 }
 
-/* fsyncs the directory holding path so the rename itself is durable; best effort. */
-static void st_sync_directory(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char directory[4096];
-    if (!slash) snprintf(directory, sizeof(directory), ".");
-    else if (slash == path) snprintf(directory, sizeof(directory), "/");
-    else if ((size_t)(slash - path) < sizeof(directory))
-        snprintf(directory, sizeof(directory), "%.*s", (int)(slash - path), path);
-    else return;
-    int fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)fsync(fd);
-    close(fd);
+typedef struct {
+    const char *path;                  /* as the caller gave it, for messages */
+    const st_target_t *target;
+    int directory;                     /* fd of target->directory */
+    const st_text_t *header;
+    const uform_tensor_view_t *tensors;
+    size_t tensors_count;
+    uform_progress_state_t progress;
+} st_writer_t;
+
+/* The next temporary name of w's target: "<prefix><pid>-<n>". */
+static void st_temporary_name(const st_writer_t *w, char *name, size_t size) {
+    static atomic_ulong counter;
+    snprintf(name, size, "%s%ld-%lu", w->target->prefix, (long)getpid(),
+             (unsigned long)atomic_fetch_add(&counter, 1));
+}
+
+/* Creates a named temporary with O_EXCL and locks it; *error on failure. */
+static int st_create_named(st_writer_t *w, char *name, size_t size, int *error) {
+    for (int attempt = 0; attempt < 64; attempt++) {
+        st_temporary_name(w, name, size);
+        int fd = openat(w->directory, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno == EEXIST) continue;
+        if (fd < 0) {
+            *error = errno;
+            return -1;
+        }
+        /* A cleaner may have locked and removed it before we locked it: make
+         * sure the name is still ours once we hold the lock. Where flock is
+         * unsupported, no cleaner can take the lock either, so go on. */
+        while (flock(fd, LOCK_EX) != 0 && errno == EINTR) continue;
+        struct stat named, opened;
+        if (fstat(fd, &opened) == 0 &&
+            fstatat(w->directory, name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+            named.st_dev == opened.st_dev && named.st_ino == opened.st_ino)
+            return fd;
+        close(fd);
+    }
+    *error = EEXIST;
+    return -1;
+}
+
+/* Gives the unnamed (O_TMPFILE) file fd a temporary name; false with *error
+ * when neither way of linking it works here. */
+static bool st_link_unnamed(st_writer_t *w, int fd, char *name, size_t size, int *error) {
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    for (int attempt = 0; attempt < 64; attempt++) {
+        st_temporary_name(w, name, size);
+        /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works without it. */
+        if (linkat(fd, "", w->directory, name, AT_EMPTY_PATH) == 0) return true;
+        if (errno != EEXIST &&
+            linkat(AT_FDCWD, proc, w->directory, name, AT_SYMLINK_FOLLOW) == 0)
+            return true;
+        *error = errno;
+        if (*error != EEXIST) return false;
+    }
+    return false;
+}
+
+/* One attempt: create, write, fsync, name, rename. *unlinkable is set when an
+ * O_TMPFILE file was written but could not be named here (the caller retries
+ * with a named temporary). */
+static uform_status_t st_write_once(st_writer_t *w, bool named, bool *unlinkable) {
+    *unlinkable = false;
+    char temporary[sizeof(w->target->prefix) + 48];
+    int error = 0, fd = -1;
+    bool has_name = false;
+    if (!named) {
+        /* Unnamed until it is complete: a writer killed before the rename
+         * leaves nothing behind. The kernel applies the umask to 0666. */
+        fd = openat(w->directory, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+        if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL ||
+                       errno == ENOTSUP))
+            named = true; /* this kernel or file system has no O_TMPFILE */
+        else if (fd < 0)
+            error = errno;
+        else
+            (void)flock(fd, LOCK_EX); /* uncontended: no one can open it yet */
+    }
+    if (named) {
+        fd = st_create_named(w, temporary, sizeof(temporary), &error);
+        has_name = fd >= 0;
+    }
+    if (fd < 0)
+        return uform_fail(UFORM_FILE,
+                          "cannot write '%s': cannot create its temporary file in '%s': %s",
+                          w->path, w->target->directory, strerror(error));
+
+    size_t done = 0;
+    uform_status_t status = st_write_bytes(fd, w->header->data, w->header->length, &done,
+                                           &w->progress, &error);
+    for (size_t i = 0; i < w->tensors_count && status == UFORM_OK; i++) {
+        const uform_tensor_view_t *view = &w->tensors[i];
+        uint64_t bytes = 0;
+        st_shape_bytes(view->shape, view->rank, uform_dtype_size(view->dtype), &bytes);
+        status = st_write_bytes(fd, view->data, (size_t)bytes, &done, &w->progress, &error);
+    }
+    /* Durable before visible: fsync, then name and rename. */
+    if (status == UFORM_OK && fsync(fd) != 0) {
+        error = errno ? errno : EIO;
+        status = UFORM_FILE;
+    }
+    if (status == UFORM_OK && !has_name) {
+        if (st_link_unnamed(w, fd, temporary, sizeof(temporary), &error)) {
+            has_name = true;
+        } else {
+            close(fd);
+            *unlinkable = true;
+            return UFORM_FILE;
+        }
+    }
+    if (status == UFORM_OK &&
+        renameat(w->directory, temporary, w->directory, w->target->name) != 0) {
+        error = errno ? errno : EIO;
+        status = UFORM_FILE;
+    }
+    if (status != UFORM_OK && has_name) unlinkat(w->directory, temporary, 0);
+    if (status == UFORM_OK) (void)fsync(w->directory); /* the rename itself; best effort */
+    close(fd); /* drops the lock, after the rename */
+    if (status == UFORM_FILE)
+        return uform_fail(UFORM_FILE, "cannot write '%s': %s", w->path, strerror(error));
+    return status; /* OK, or cancelled by the progress handler */
 }
 
 uform_status_t uform_safetensors_write(const char *path, const uform_tensor_view_t *tensors,
                                        size_t tensors_count,
                                        const uform_metadata_entry_t *metadata,
                                        size_t metadata_count, const uform_progress_t *progress) {
-    static atomic_ulong counter;
     if (!path || !path[0])
         return uform_fail(UFORM_INVALID_ARGUMENT, "safetensors write: path is %s",
                           path ? "empty" : "NULL");
     uint64_t data_total = 0;
     UFORM_TRY(st_check_views(tensors, tensors_count, metadata, metadata_count, &data_total));
+    UFORM_TRY(st_check_finite(path, tensors, tensors_count));
 
     st_text_t header = {NULL, 0, 0};
     uform_status_t status =
@@ -720,63 +1146,37 @@ uform_status_t uform_safetensors_write(const char *path, const uform_tensor_view
     size_t total = 0;
     if (status == UFORM_OK && !uform_add_ok(header.length, (size_t)data_total, &total))
         status = uform_fail(UFORM_INVALID_ARGUMENT, "safetensors write: file size overflows");
+    st_target_t target;
+    if (status == UFORM_OK) status = st_resolve_target(path, &target);
     if (status != UFORM_OK) {
         free(header.data);
         return status;
     }
 
-    size_t path_length = strlen(path);
-    char *temporary = uform_alloc(path_length + 64, 1, "safetensors temporary path");
-    if (!temporary) {
-        free(header.data);
-        return UFORM_OUT_OF_MEMORY;
-    }
-    /* O_EXCL never clobbers another writer's file; a stale one left by a
-     * crashed process with a reused pid is skipped by the next counter. */
-    int fd = -1, error = 0; /* error: errno of the first I/O failure */
-    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
-        snprintf(temporary, path_length + 64, "%s.tmp-%ld-%lu", path, (long)getpid(),
-                 (unsigned long)atomic_fetch_add(&counter, 1));
-        fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        error = fd < 0 ? errno : 0;
-        if (fd < 0 && error != EEXIST) break;
-    }
-    if (fd < 0) {
-        free(header.data);
-        free(temporary);
-        return uform_fail(UFORM_FILE, "cannot write '%s': cannot create its temporary file: %s",
-                          path, strerror(error));
-    }
-    FILE *stream = fdopen(fd, "wb");
-    if (!stream) {
-        error = errno ? errno : EIO;
-        close(fd);
+    /* O_PATH where the directory cannot be read: temporaries can still be
+     * made in it; only the stale-temporary sweep and its fsync are skipped. */
+    int directory = open(target.directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory < 0 && errno == EACCES)
+        directory = open(target.directory, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (directory < 0) {
+        status = uform_fail(UFORM_FILE, "cannot write '%s': %s", path, strerror(errno));
     } else {
-        uform_progress_state_t state;
-        uform_progress_begin(&state, progress, total);
-        size_t done = 0;
-        status = st_write_bytes(stream, header.data, header.length, &done, &state, &error);
-        for (size_t i = 0; i < tensors_count && status == UFORM_OK; i++) {
-            uint64_t bytes = 0;
-            st_shape_bytes(tensors[i].shape, tensors[i].rank, uform_dtype_size(tensors[i].dtype),
-                           &bytes);
-            status = st_write_bytes(stream, tensors[i].data, (size_t)bytes, &done, &state, &error);
+        st_remove_stale(directory, target.prefix);
+        st_writer_t writer = {path, &target, directory, &header, tensors, tensors_count, {0}};
+        uform_progress_begin(&writer.progress, progress, total);
+        bool unlinkable = false;
+        status = st_write_once(&writer, atomic_load(&uform_safetensors_named_temporaries),
+                               &unlinkable);
+        if (unlinkable) {
+            /* No way to name an O_TMPFILE file here (no /proc, no capability):
+             * write again with a named temporary, and from now on. Progress
+             * goes on from where it was, so no report repeats. */
+            atomic_store(&uform_safetensors_named_temporaries, true);
+            status = st_write_once(&writer, true, &unlinkable);
         }
-        /* Durable before visible: flush and fsync, then rename. */
-        if (status == UFORM_OK && (fflush(stream) != 0 || fsync(fileno(stream)) != 0))
-            error = errno ? errno : EIO;
-        if (fclose(stream) != 0 && status == UFORM_OK && !error) error = errno ? errno : EIO;
+        close(directory);
     }
+    st_target_free(&target);
     free(header.data);
-    if (status == UFORM_OK && !error && rename(temporary, path) != 0) error = errno ? errno : EIO;
-    if (status != UFORM_OK || error) {
-        unlink(temporary);
-        free(temporary);
-        if (status == UFORM_OK || status == UFORM_FILE)
-            return uform_fail(UFORM_FILE, "cannot write '%s': %s", path, strerror(error));
-        return status; /* cancelled by the progress handler */
-    }
-    free(temporary);
-    st_sync_directory(path);
-    return UFORM_OK;
+    return status;
 }

@@ -5,11 +5,15 @@
  * an optional "__metadata__" string->string map), then the data region. Offsets
  * are relative to the data region. The reader checks everything and answers
  * UFORM_FORMAT with a message naming the tensor or byte offset at fault.
+ * Regular files are mapped; pipes, FIFOs and devices are read only as far as
+ * their header declares, after checking the header.
  */
 #ifndef UFORM_SAFETENSORS_H
 #define UFORM_SAFETENSORS_H
 
 #include "internal.h"
+
+#include <stdatomic.h>
 
 typedef enum {
     UFORM_DTYPE_BOOL, UFORM_DTYPE_U8, UFORM_DTYPE_I8, UFORM_DTYPE_I16, UFORM_DTYPE_U16,
@@ -52,7 +56,15 @@ typedef struct {
 /* Parses a buffer the caller keeps alive as long as the result is used. */
 UFORM_INTERNAL uform_status_t uform_safetensors_parse(const void *data, size_t size,
                                                       uform_safetensors_t *file);
-/* Maps (or reads) a file and parses it; UFORM_FILE names the path when it cannot be opened. */
+/* Maps (or reads) a file and parses it; UFORM_FILE names the path when it cannot be opened.
+ * What cannot be mapped (a pipe, FIFO or device) is read in order: the length
+ * field (0, 1 or more than UFORM_SAFETENSORS_MAX_HEADER is refused before
+ * anything is allocated), the header, which is checked in full and declares
+ * the data region's size (refused when more than the machine's memory:
+ * UFORM_OUT_OF_MEMORY), then exactly that many bytes, never more; a stream
+ * ending early is UFORM_FORMAT "truncated". Bytes after the declared end of a
+ * stream are left unread and are not an error (they cannot be seen without
+ * reading on); in a regular file they are refused as trailing bytes. */
 UFORM_INTERNAL uform_status_t uform_safetensors_open(const char *path, uform_safetensors_t *file);
 UFORM_INTERNAL void uform_safetensors_close(uform_safetensors_t *file);
 
@@ -67,8 +79,24 @@ UFORM_INTERNAL const char *uform_dtype_name(uform_dtype_t dtype);
 /* Writing: tensors are laid out contiguously in the order given (the format
  * allows no gaps); the header is padded with spaces to a multiple of 8, so the
  * data region starts 8-byte aligned.
- * The file is written to "<path>.tmp-<pid>-<n>", flushed (fsync), then renamed
- * over path, so a crash never leaves a half-written checkpoint at path. */
+ *
+ * Before anything is created, the write refuses (and leaves the file at path
+ * as it was) an F16/BF16/F32/F64 tensor holding a NaN or infinity
+ * (UFORM_INVALID_ARGUMENT naming the tensor and element) and a path that
+ * exists but is not a regular file (UFORM_FILE): a device, directory, FIFO or
+ * socket is never replaced. A symbolic link is followed: the file it points to
+ * is replaced and the link kept; a dangling link is refused.
+ *
+ * Protocol, in the directory of the file being replaced: remove stale
+ * temporaries of the same file (".<name>.uform-partial-<pid>-<n>" whose flock
+ * can be taken: their writer is dead); write into an unnamed O_TMPFILE file
+ * (mode 0666 & ~umask) holding flock(LOCK_EX); fsync it; link it under such a
+ * temporary name; rename it over the file; fsync the directory; unlock. A
+ * process killed at any point leaves the old file whole, and at most one
+ * named temporary, which the next save of the same file removes. Where
+ * O_TMPFILE is unsupported, or its files cannot be linked, the temporary is
+ * created under its name with O_EXCL and locked at once. Cancellation or an
+ * I/O error removes the temporary and leaves the old file untouched. */
 typedef struct {
     const char *name;
     uform_dtype_t dtype;
@@ -83,6 +111,9 @@ UFORM_INTERNAL uform_status_t uform_safetensors_write(const char *path,
                                                       const uform_metadata_entry_t *metadata,
                                                       size_t metadata_count,
                                                       const uform_progress_t *progress);
+/* Set by the writer where O_TMPFILE files cannot be linked, so later writes
+ * go straight to named temporaries; tests set it to exercise that path. */
+UFORM_INTERNAL extern atomic_bool uform_safetensors_named_temporaries;
 
 /* ---- JSON (json.c): a small strict parser used by the reader ------------- */
 

@@ -92,7 +92,7 @@ typedef struct {
 
 typedef enum { KIND_WEIGHT, KIND_TABLE, KIND_NORM, KIND_BIAS } kind_t;
 
-static void add_tensor(tensors_t *t, rng_t *rng, const spec_t *spec, const char *name,
+static void add_tensor(tensors_t *t, rng_t *rng, const char *name,
                        size_t rows, size_t cols, kind_t kind) {
     size_t i = t->count++;
     if (i >= 64) abort();
@@ -112,8 +112,6 @@ static void add_tensor(tensors_t *t, rng_t *rng, const spec_t *spec, const char 
         }
         values[j] = uform_f32_to_bf16(value);
     }
-    if (spec->poison && strcmp(spec->poison, name) == 0)
-        values[count / 2 + 1] = uform_f32_to_bf16(spec->poison_value);
     t->data[i] = values;
     uform_tensor_view_t *view = &t->views[i];
     view->name = t->names[i];
@@ -124,35 +122,52 @@ static void add_tensor(tensors_t *t, rng_t *rng, const spec_t *spec, const char 
     view->data = values;
 }
 
+/* Overwrites element count / 2 + 1 of the BF16 tensor spec->poison in the file at path. */
+static uform_status_t poison_checkpoint(const char *path, const spec_t *spec) {
+    uform_safetensors_t file;
+    uform_status_t status = uform_safetensors_open(path, &file);
+    if (status != UFORM_OK) return status;
+    const uform_tensor_t *tensor = uform_safetensors_find(&file, spec->poison);
+    long offset = -1;
+    if (tensor) offset = (long)(tensor->data - file.bytes) + (long)(tensor->bytes / 4 + 1) * 2;
+    uform_safetensors_close(&file);
+    uint16_t value = uform_f32_to_bf16(spec->poison_value);
+    FILE *stream = offset >= 0 ? fopen(path, "r+b") : NULL;
+    bool ok = stream && fseek(stream, offset, SEEK_SET) == 0 && fwrite(&value, 2, 1, stream) == 1;
+    if (stream && fclose(stream) != 0) ok = false;
+    if (!ok) fprintf(stderr, "poisoning %s in %s failed\n", spec->poison, path);
+    return ok ? UFORM_OK : UFORM_FILE;
+}
+
 static bool write_checkpoint(const char *path, const spec_t *spec) {
     tensors_t *t = calloc(1, sizeof(*t));
     if (!t) abort();
     rng_t rng = {spec->seed};
     size_t H = spec->hidden;
-    add_tensor(t, &rng, spec, "text.bytes", 257, H, KIND_TABLE);
-    add_tensor(t, &rng, spec, "text.modality", H, 0, KIND_BIAS);
+    add_tensor(t, &rng, "text.bytes", 257, H, KIND_TABLE);
+    add_tensor(t, &rng, "text.modality", H, 0, KIND_BIAS);
     for (size_t l = 0; l < spec->depth; l++) {
         char name[96];
 #define BLOCK(suffix) (snprintf(name, sizeof(name), "blocks.%zu.%s", l, suffix), name)
-        add_tensor(t, &rng, spec, BLOCK("attention.norm.weight"), H, 0, KIND_NORM);
-        add_tensor(t, &rng, spec, BLOCK("attention.norm.bias"), H, 0, KIND_BIAS);
-        add_tensor(t, &rng, spec, BLOCK("attention.qkv.weight"), 3 * H, H, KIND_WEIGHT);
-        add_tensor(t, &rng, spec, BLOCK("attention.qkv.bias"), 3 * H, 0, KIND_BIAS);
-        add_tensor(t, &rng, spec, BLOCK("attention.out.weight"), H, H, KIND_WEIGHT);
-        add_tensor(t, &rng, spec, BLOCK("attention.out.bias"), H, 0, KIND_BIAS);
-        add_tensor(t, &rng, spec, BLOCK("mlp.norm.weight"), H, 0, KIND_NORM);
-        add_tensor(t, &rng, spec, BLOCK("mlp.norm.bias"), H, 0, KIND_BIAS);
-        add_tensor(t, &rng, spec, BLOCK("mlp.up.weight"), 4 * H, H, KIND_WEIGHT);
-        add_tensor(t, &rng, spec, BLOCK("mlp.up.bias"), 4 * H, 0, KIND_BIAS);
-        add_tensor(t, &rng, spec, BLOCK("mlp.down.weight"), H, 4 * H, KIND_WEIGHT);
-        add_tensor(t, &rng, spec, BLOCK("mlp.down.bias"), H, 0, KIND_BIAS);
+        add_tensor(t, &rng, BLOCK("attention.norm.weight"), H, 0, KIND_NORM);
+        add_tensor(t, &rng, BLOCK("attention.norm.bias"), H, 0, KIND_BIAS);
+        add_tensor(t, &rng, BLOCK("attention.qkv.weight"), 3 * H, H, KIND_WEIGHT);
+        add_tensor(t, &rng, BLOCK("attention.qkv.bias"), 3 * H, 0, KIND_BIAS);
+        add_tensor(t, &rng, BLOCK("attention.out.weight"), H, H, KIND_WEIGHT);
+        add_tensor(t, &rng, BLOCK("attention.out.bias"), H, 0, KIND_BIAS);
+        add_tensor(t, &rng, BLOCK("mlp.norm.weight"), H, 0, KIND_NORM);
+        add_tensor(t, &rng, BLOCK("mlp.norm.bias"), H, 0, KIND_BIAS);
+        add_tensor(t, &rng, BLOCK("mlp.up.weight"), 4 * H, H, KIND_WEIGHT);
+        add_tensor(t, &rng, BLOCK("mlp.up.bias"), 4 * H, 0, KIND_BIAS);
+        add_tensor(t, &rng, BLOCK("mlp.down.weight"), H, 4 * H, KIND_WEIGHT);
+        add_tensor(t, &rng, BLOCK("mlp.down.bias"), H, 0, KIND_BIAS);
 #undef BLOCK
     }
-    add_tensor(t, &rng, spec, "norm.weight", H, 0, KIND_NORM);
-    add_tensor(t, &rng, spec, "norm.bias", H, 0, KIND_BIAS);
-    add_tensor(t, &rng, spec, "heads.embedding.weight", spec->dimensions, H, KIND_WEIGHT);
+    add_tensor(t, &rng, "norm.weight", H, 0, KIND_NORM);
+    add_tensor(t, &rng, "norm.bias", H, 0, KIND_BIAS);
+    add_tensor(t, &rng, "heads.embedding.weight", spec->dimensions, H, KIND_WEIGHT);
     if (spec->token_width)
-        add_tensor(t, &rng, spec, "heads.tokens.weight", spec->token_width, H, KIND_WEIGHT);
+        add_tensor(t, &rng, "heads.tokens.weight", spec->token_width, H, KIND_WEIGHT);
 
     char json[512];
     snprintf(json, sizeof(json),
@@ -164,6 +179,8 @@ static bool write_checkpoint(const char *path, const spec_t *spec) {
     if (status != UFORM_OK) fprintf(stderr, "writing %s: %s\n", path, uform_last_error());
     for (size_t i = 0; i < t->count; i++) free(t->data[i]);
     free(t);
+    /* The writer refuses non-finite values, so the poison is patched into the file. */
+    if (status == UFORM_OK && spec->poison) status = poison_checkpoint(path, spec);
     return status == UFORM_OK;
 }
 

@@ -15,8 +15,14 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int checks_failed; /* in the current test */
@@ -93,7 +99,7 @@ static bool temporary_left(void) {
     bool found = false;
     struct dirent *entry;
     while ((entry = readdir(dir)))
-        if (strstr(entry->d_name, ".tmp-")) found = true;
+        if (strstr(entry->d_name, ".tmp-") || strstr(entry->d_name, ".uform-partial-")) found = true;
     closedir(dir);
     return found;
 }
@@ -128,7 +134,7 @@ static int record_progress(void *user, size_t done, size_t total) {
 
 static void test_round_trip(void) {
     float f32[6] = {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e30f};
-    uint16_t bf16[4] = {0x3f80, 0xbf80, 0x7f80, 0x0001};
+    uint16_t bf16[4] = {0x3f80, 0xbf80, 0x7f7f, 0x0001}; /* 0x7f7f: the largest finite BF16 */
     int64_t i64 = -1234567890123LL;
     uint8_t f8[6] = {1, 2, 3, 4, 5, 6};
     uint8_t flags[5] = {1, 0, 1, 1, 0};
@@ -282,7 +288,7 @@ static void test_writer_refusals(void) {
     CHECK(strstr(uform_last_error(), missing) && strstr(uform_last_error(), "No such file"));
     free(missing);
 
-    /* The path is a directory: rename fails, the temporary file is removed. */
+    /* The path is a directory: refused before anything is created. */
     char *dir_path = path_in_directory("subdir");
     CHECK(mkdir(dir_path, 0700) == 0);
     char *inner = path_in_directory("subdir/inner");
@@ -574,6 +580,609 @@ static void test_open_errors(void) {
     CHECK(uform_safetensors_open("x", NULL) == UFORM_INVALID_ARGUMENT);
 }
 
+/* ---- writer: targets, temporaries, values ---------------------------------------- */
+
+/* A fresh empty directory under the test directory (removed by remove_tree). */
+static char *fresh_directory(const char *name) {
+    char *path = path_in_directory(name);
+    if (mkdir(path, 0700) != 0) {
+        fprintf(stderr, "mkdir %s: %s\n", path, strerror(errno));
+        checks_failed++;
+    }
+    return path;
+}
+
+/* Removes path and, when it is a directory, everything under it; never follows links. */
+static void remove_tree(const char *path) {
+    struct stat info;
+    if (lstat(path, &info) != 0) return;
+    if (S_ISDIR(info.st_mode)) {
+        DIR *dir = opendir(path);
+        struct dirent *entry;
+        while (dir && (entry = readdir(dir))) {
+            if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
+            char *inner = malloc(strlen(path) + strlen(entry->d_name) + 2);
+            if (!inner) abort();
+            sprintf(inner, "%s/%s", path, entry->d_name);
+            remove_tree(inner);
+            free(inner);
+        }
+        if (dir) closedir(dir);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The entries of dir but . and .., sorted and joined by '|' ("" when empty). */
+static const char *listing(const char *dir) {
+    static char text[4096];
+    char *names[64];
+    size_t count = 0;
+    text[0] = '\0';
+    DIR *stream = opendir(dir);
+    if (!stream) return "(cannot open)";
+    struct dirent *entry;
+    while ((entry = readdir(stream)) && count < 64) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0) continue;
+        names[count++] = strdup(entry->d_name);
+    }
+    closedir(stream);
+    qsort(names, count, sizeof(*names), compare_names);
+    size_t used = 0;
+    for (size_t i = 0; i < count; i++) {
+        used += (size_t)snprintf(text + used, sizeof(text) - used, "%s%s", i ? "|" : "", names[i]);
+        if (used >= sizeof(text)) used = sizeof(text) - 1;
+        free(names[i]);
+    }
+    return text;
+}
+
+#define CHECK_LISTING(dir, expected)                                                          \
+    do {                                                                                      \
+        const char *listing_ = listing(dir);                                                  \
+        if (strcmp(listing_, expected) != 0) {                                                \
+            fprintf(stderr, "%s:%d: %s holds \"%s\", expected \"%s\"\n", __FILE__, __LINE__,   \
+                    dir, listing_, expected);                                                 \
+            checks_failed++;                                                                  \
+        }                                                                                     \
+    } while (0)
+
+static char *join(const char *dir, const char *name) {
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    if (!path) abort();
+    sprintf(path, "%s/%s", dir, name);
+    return path;
+}
+
+/* One F32 tensor "w" of two elements, both `value`. */
+static uform_status_t write_small(const char *path, float value) {
+    float data[2] = {value, value};
+    uform_tensor_view_t view = {"w", UFORM_DTYPE_F32, 1, {2}, data};
+    return uform_safetensors_write(path, &view, 1, NULL, 0, NULL);
+}
+
+/* The value write_small wrote at path, or -1 when it cannot be read. */
+static float read_small(const char *path) {
+    uform_safetensors_t file;
+    if (uform_safetensors_open(path, &file) != UFORM_OK) return -1.0f;
+    const uform_tensor_t *tensor = uform_safetensors_find(&file, "w");
+    float value = -1.0f;
+    if (tensor && tensor->bytes == 8) memcpy(&value, tensor->data, sizeof(value));
+    uform_safetensors_close(&file);
+    return value;
+}
+
+/* Expects write_small(path) to fail with UFORM_FILE naming path and every word given. */
+static void expect_write_refused(const char *path, const char *word, const char *word2, int line) {
+    uform_status_t status = write_small(path, 7.0f);
+    const char *message = uform_last_error();
+    if (status != UFORM_FILE || !strstr(message, path) || !strstr(message, word) ||
+        (word2 && !strstr(message, word2))) {
+        fprintf(stderr, "%s:%d: writing '%s': expected UFORM_FILE with '%s', got %d: %s\n",
+                __FILE__, line, path, word, (int)status, message);
+        checks_failed++;
+    }
+}
+
+static bool is_kind(const char *path, mode_t kind) {
+    struct stat info;
+    return lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == kind;
+}
+
+static void test_write_refuses_non_regular(void) {
+    char *dir = fresh_directory("special");
+    char *subdir = join(dir, "dir"), *fifo = join(dir, "fifo"), *device = join(dir, "null");
+    char *socket_path = join(dir, "sock");
+    CHECK(mkdir(subdir, 0700) == 0); /* empty: rename(2) alone would not refuse it */
+    expect_write_refused(subdir, "it exists and is not a regular file", "nothing was written",
+                         __LINE__);
+    CHECK(is_kind(subdir, S_IFDIR));
+
+    CHECK(mkfifo(fifo, 0600) == 0);
+    expect_write_refused(fifo, "not a regular file", "FIFO", __LINE__);
+    CHECK(is_kind(fifo, S_IFIFO));
+
+    int sock = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    snprintf(address.sun_path, sizeof(address.sun_path), "%s", socket_path);
+    CHECK(sock >= 0 && bind(sock, (struct sockaddr *)&address, sizeof(address)) == 0);
+    expect_write_refused(socket_path, "not a regular file", NULL, __LINE__);
+    CHECK(is_kind(socket_path, S_IFSOCK));
+    if (sock >= 0) close(sock);
+
+    /* Device nodes: a private one in the test directory, then /dev/null itself. */
+    bool root = geteuid() == 0;
+    if (root && mknod(device, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        expect_write_refused(device, "not a regular file", "device", __LINE__);
+        CHECK(is_kind(device, S_IFCHR));
+    } else {
+        fprintf(stderr, "skipped: private device node (%s)\n",
+                root ? strerror(errno) : "not root");
+    }
+    struct stat null_before;
+    if (!root || lstat("/dev/null", &null_before) != 0 || !S_ISCHR(null_before.st_mode)) {
+        fprintf(stderr, "skipped: writing to /dev/null (%s)\n",
+                root ? "/dev/null is not a character device" : "not root");
+    } else {
+        expect_write_refused("/dev/null", "not a regular file", NULL, __LINE__);
+        struct stat null_after;
+        bool kept = lstat("/dev/null", &null_after) == 0 && S_ISCHR(null_after.st_mode) &&
+                    null_after.st_rdev == null_before.st_rdev;
+        CHECK(kept);
+        if (!kept) { /* put the machine's /dev/null back */
+            unlink("/dev/null");
+            if (mknod("/dev/null", S_IFCHR | 0666, null_before.st_rdev) == 0)
+                chmod("/dev/null", 0666);
+            fprintf(stderr, "test_write_refuses_non_regular: /dev/null was replaced; restored\n");
+        }
+    }
+    CHECK_LISTING(dir, root && is_kind(device, S_IFCHR) ? "dir|fifo|null|sock" : "dir|fifo|sock");
+    remove_tree(dir);
+    free(subdir), free(fifo), free(device), free(socket_path), free(dir);
+}
+
+static void test_write_through_symlink(void) {
+    char *dir = fresh_directory("links");
+    char *sub = join(dir, "sub"), *real = join(dir, "sub/real"), *link = join(dir, "link");
+    char *chain = join(dir, "chain"), *dangling = join(dir, "dangling");
+    char *loop = join(dir, "loop"), *fifo = join(dir, "fifo"), *to_fifo = join(dir, "to_fifo");
+    char *missing = join(dir, "missing");
+    CHECK(mkdir(sub, 0700) == 0);
+    CHECK(write_small(real, 1.0f) == UFORM_OK);
+    CHECK(symlink("sub/real", link) == 0);
+    /* The link is kept; the file it points to gets the new content. */
+    CHECK(write_small(link, 2.0f) == UFORM_OK);
+    char target[256] = "";
+    CHECK(is_kind(link, S_IFLNK));
+    CHECK(readlink(link, target, sizeof(target) - 1) == 8 && strcmp(target, "sub/real") == 0);
+    CHECK(is_kind(real, S_IFREG) && read_small(real) == 2.0f && read_small(link) == 2.0f);
+    CHECK_LISTING(dir, "link|sub");
+    CHECK_LISTING(sub, "real"); /* the temporary lived beside the target and is gone */
+    /* A chain of links resolves to the same file. */
+    CHECK(symlink("link", chain) == 0);
+    CHECK(write_small(chain, 3.0f) == UFORM_OK);
+    CHECK(is_kind(chain, S_IFLNK) && is_kind(link, S_IFLNK) && read_small(real) == 3.0f);
+    CHECK_LISTING(dir, "chain|link|sub");
+    CHECK_LISTING(sub, "real");
+
+    /* A link to a FIFO gets the same refusal as the FIFO. */
+    CHECK(mkfifo(fifo, 0600) == 0 && symlink("fifo", to_fifo) == 0);
+    expect_write_refused(to_fifo, "not a regular file", NULL, __LINE__);
+    CHECK(is_kind(to_fifo, S_IFLNK) && is_kind(fifo, S_IFIFO));
+    /* A dangling link is refused, not replaced, and its target is not created. */
+    CHECK(symlink("missing", dangling) == 0);
+    expect_write_refused(dangling, "points nowhere", "nothing was written", __LINE__);
+    CHECK(is_kind(dangling, S_IFLNK) && access(missing, F_OK) != 0);
+    CHECK(symlink("loop", loop) == 0);
+    expect_write_refused(loop, "symbolic link", NULL, __LINE__);
+    CHECK(is_kind(loop, S_IFLNK));
+    CHECK_LISTING(dir, "chain|dangling|fifo|link|loop|sub|to_fifo");
+
+    /* New files get 0666 & ~umask, as a plain create would. */
+    char *fresh = join(dir, "sub/fresh");
+    mode_t saved = umask(022);
+    struct stat info;
+    CHECK(write_small(fresh, 1.0f) == UFORM_OK);
+    CHECK(stat(fresh, &info) == 0 && (info.st_mode & 07777) == 0644);
+    umask(077);
+    CHECK(write_small(fresh, 1.0f) == UFORM_OK);
+    CHECK(stat(fresh, &info) == 0 && (info.st_mode & 07777) == 0600);
+    umask(saved);
+    free(fresh);
+
+    remove_tree(dir);
+    free(sub), free(real), free(link), free(chain), free(dangling), free(loop), free(fifo);
+    free(to_fifo), free(missing), free(dir);
+}
+
+static void test_stale_temporaries(void) {
+    char *dir = fresh_directory("stale");
+    char *target = join(dir, "model.safetensors");
+    CHECK(write_small(target, 1.0f) == UFORM_OK);
+    /* Leftovers of dead writers hold no lock: the next save removes them. */
+    const char *dead[] = {".model.safetensors.uform-partial-4194999-7",
+                          ".model.safetensors.uform-partial-1-0"};
+    for (size_t i = 0; i < 2; i++) {
+        char *path = join(dir, dead[i]);
+        FILE *stream = fopen(path, "wb");
+        CHECK(stream != NULL);
+        if (stream) fputs("half a checkpoint", stream), fclose(stream);
+        free(path);
+    }
+    /* A live writer holds its lock: a second open file description conflicts. */
+    char *live = join(dir, ".model.safetensors.uform-partial-4194998-3");
+    int held = open(live, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(held >= 0 && flock(held, LOCK_EX) == 0);
+    /* Names that only resemble the pattern, other targets' temporaries and
+     * non-regular files are never touched. */
+    const char *others[] = {".model.safetensors.uform-partial-12",
+                            ".model.safetensors.uform-partial-1-2x",
+                            ".model.safetensors.uform-partial--1",
+                            ".xmodel.safetensors.uform-partial-1-2",
+                            ".other.uform-partial-1-2",
+                            "model.safetensors.tmp-1-2"};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        char *path = join(dir, others[i]);
+        FILE *stream = fopen(path, "wb");
+        if (stream) fclose(stream);
+        free(path);
+    }
+    char *fifo = join(dir, ".model.safetensors.uform-partial-5-5");
+    CHECK(mkfifo(fifo, 0600) == 0);
+
+    CHECK(write_small(target, 2.0f) == UFORM_OK);
+    CHECK(read_small(target) == 2.0f);
+    CHECK_LISTING(dir, ".model.safetensors.uform-partial--1|"
+                       ".model.safetensors.uform-partial-1-2x|"
+                       ".model.safetensors.uform-partial-12|"
+                       ".model.safetensors.uform-partial-4194998-3|"
+                       ".model.safetensors.uform-partial-5-5|"
+                       ".other.uform-partial-1-2|"
+                       ".xmodel.safetensors.uform-partial-1-2|"
+                       "model.safetensors|model.safetensors.tmp-1-2");
+    /* Once its writer is gone, the next save cleans it too. */
+    if (held >= 0) close(held);
+    CHECK(write_small(target, 3.0f) == UFORM_OK);
+    CHECK(access(live, F_OK) != 0 && read_small(target) == 3.0f);
+    remove_tree(dir);
+    free(live), free(fifo), free(target), free(dir);
+}
+
+static int kill_self_at_second_report(void *user, size_t done, size_t total) {
+    (void)user, (void)done, (void)total;
+    static int calls;
+    if (++calls == 2) raise(SIGKILL);
+    return 0;
+}
+
+/* Tells the parent through a pipe that the write is half done, then waits to be killed. */
+static int stall_at_second_report(void *user, size_t done, size_t total) {
+    (void)done, (void)total;
+    static int calls;
+    if (++calls == 2) {
+        if (write(*(int *)user, "w", 1) != 1) _exit(3);
+        for (;;) pause();
+    }
+    return 0;
+}
+
+static uint8_t big_block[3 << 20];
+
+/* Writes 9 MiB to path in a forked child whose progress handler is `handler`. */
+static pid_t spawn_big_writer(const char *path, int (*handler)(void *, size_t, size_t),
+                              void *user) {
+    pid_t child = fork();
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test that failed */
+        uform_tensor_view_t views[3] = {{"x", UFORM_DTYPE_U8, 1, {sizeof(big_block)}, big_block},
+                                        {"y", UFORM_DTYPE_U8, 1, {sizeof(big_block)}, big_block},
+                                        {"z", UFORM_DTYPE_U8, 1, {sizeof(big_block)}, big_block}};
+        uform_progress_t progress = {handler, user, 8};
+        uform_safetensors_write(path, views, 3, NULL, 0, &progress);
+        _exit(4); /* the handler never lets it finish */
+    }
+    return child;
+}
+
+/* Counts entries of dir whose names start with prefix. */
+static size_t count_prefixed(const char *dir, const char *prefix) {
+    DIR *stream = opendir(dir);
+    size_t count = 0;
+    struct dirent *entry;
+    while (stream && (entry = readdir(stream)))
+        if (strncmp(entry->d_name, prefix, strlen(prefix)) == 0) count++;
+    if (stream) closedir(stream);
+    return count;
+}
+
+/* A save killed half way, a cancelled one and a failing one leave the old file
+ * and, once the next save has run, nothing else; in both temporary modes. */
+static void test_interrupted_writes_leave_nothing(void) {
+    for (int named = 0; named < 2; named++) {
+        uform_safetensors_named_temporaries = named;
+        char *dir = fresh_directory(named ? "killed-named" : "killed-tmpfile");
+        char *target = join(dir, "model.safetensors");
+        CHECK(write_small(target, 1.0f) == UFORM_OK);
+
+        pid_t child = spawn_big_writer(target, kill_self_at_second_report, NULL);
+        int status = 0;
+        CHECK(child > 0 && waitpid(child, &status, 0) == child);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        /* An unnamed temporary vanishes with its writer; a named one stays
+         * until the next save of the same target sees that no one holds it. */
+        CHECK(count_prefixed(dir, ".model.safetensors.uform-partial-") == (size_t)named);
+        CHECK(read_small(target) == 1.0f);
+        CHECK(write_small(target, 2.0f) == UFORM_OK);
+        CHECK_LISTING(dir, "model.safetensors");
+        CHECK(read_small(target) == 2.0f);
+
+        /* A writer still running keeps its temporary while another save runs. */
+        int ends[2];
+        CHECK(pipe(ends) == 0);
+        child = spawn_big_writer(target, stall_at_second_report, &ends[1]);
+        close(ends[1]); /* so the read below ends if the child dies early */
+        char byte = 0;
+        CHECK(read(ends[0], &byte, 1) == 1 && byte == 'w');
+        CHECK(count_prefixed(dir, ".model.safetensors.uform-partial-") == (size_t)named);
+        CHECK(write_small(target, 3.0f) == UFORM_OK);
+        CHECK(count_prefixed(dir, ".model.safetensors.uform-partial-") == (size_t)named);
+        kill(child, SIGKILL);
+        CHECK(waitpid(child, &status, 0) == child);
+        close(ends[0]);
+        CHECK(write_small(target, 4.0f) == UFORM_OK);
+        CHECK_LISTING(dir, "model.safetensors");
+
+        /* Cancelled by the progress handler, and failing half way (file size limit). */
+        uform_tensor_view_t views[3] = {{"x", UFORM_DTYPE_U8, 1, {sizeof(big_block)}, big_block},
+                                        {"y", UFORM_DTYPE_U8, 1, {sizeof(big_block)}, big_block},
+                                        {"z", UFORM_DTYPE_U8, 1, {sizeof(big_block)}, big_block}};
+        progress_log_t log = {0, 0, 0, 2};
+        uform_progress_t progress = {record_progress, &log, 8};
+        CHECK(uform_safetensors_write(target, views, 3, NULL, 0, &progress) == UFORM_CANCELLED);
+        CHECK_LISTING(dir, "model.safetensors");
+        struct rlimit saved;
+        CHECK(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+        struct rlimit small = {1 << 20, saved.rlim_max};
+        void (*previous)(int) = signal(SIGXFSZ, SIG_IGN);
+        CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+        uform_status_t result = uform_safetensors_write(target, views, 3, NULL, 0, NULL);
+        CHECK(setrlimit(RLIMIT_FSIZE, &saved) == 0);
+        signal(SIGXFSZ, previous);
+        CHECK(result == UFORM_FILE && strstr(uform_last_error(), target));
+        CHECK_LISTING(dir, "model.safetensors");
+        CHECK(read_small(target) == 4.0f);
+        remove_tree(dir);
+        free(target), free(dir);
+    }
+    uform_safetensors_named_temporaries = false;
+}
+
+static void test_write_refuses_non_finite(void) {
+    char *dir = fresh_directory("finite");
+    char *target = join(dir, "model.safetensors");
+    CHECK(write_small(target, 1.0f) == UFORM_OK);
+    size_t before_size = 0;
+    uint8_t *before = read_whole(target, &before_size);
+
+    float first[2] = {1.0f, 2.0f};
+    float f32_nan[4] = {1.0f, 2.0f, 3.0f, NAN};
+    float f32_inf[3] = {INFINITY, 0.0f, 0.0f};
+    double f64[3] = {1.0, -INFINITY, 2.0};
+    uint16_t bf16_inf[2] = {0x3f80, 0x7f80}, bf16_nan[3] = {0, 0, 0xffc1};
+    uint16_t f16_inf[3] = {0x3c00, 0x3c00, 0xfc00}, f16_nan[2] = {0x7e00, 0};
+    static float large[1000000];
+    large[999999] = -NAN;
+    struct {
+        uform_tensor_view_t view;
+        const char *expected;
+    } cases[] = {
+        {{"f32", UFORM_DTYPE_F32, 2, {2, 2}, f32_nan},
+         "tensor 'f32' holds a non-finite value (nan) at element 3"},
+        {{"f32", UFORM_DTYPE_F32, 1, {3}, f32_inf}, "(inf) at element 0"},
+        {{"f64", UFORM_DTYPE_F64, 1, {3}, f64},
+         "tensor 'f64' holds a non-finite value (-inf) at element 1"},
+        {{"bf16", UFORM_DTYPE_BF16, 1, {2}, bf16_inf},
+         "tensor 'bf16' holds a non-finite value (inf) at element 1"},
+        {{"bf16", UFORM_DTYPE_BF16, 1, {3}, bf16_nan}, "(nan) at element 2"},
+        {{"f16", UFORM_DTYPE_F16, 1, {3}, f16_inf},
+         "tensor 'f16' holds a non-finite value (-inf) at element 2"},
+        {{"f16", UFORM_DTYPE_F16, 1, {2}, f16_nan}, "(nan) at element 0"},
+        {{"large", UFORM_DTYPE_F32, 2, {1000, 1000}, large}, "(nan) at element 999999"},
+    };
+    char *fresh = join(dir, "never.safetensors");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uform_tensor_view_t views[2] = {{"first", UFORM_DTYPE_F32, 1, {2}, first}, cases[i].view};
+        uform_status_t status = uform_safetensors_write(target, views, 2, NULL, 0, NULL);
+        const char *message = uform_last_error();
+        if (status != UFORM_INVALID_ARGUMENT || !strstr(message, target) ||
+            !strstr(message, cases[i].expected) ||
+            !strstr(message, "nothing was written, the file at the path is unchanged")) {
+            fprintf(stderr, "non-finite case %zu: expected INVALID_ARGUMENT with '%s', got %d: %s\n",
+                    i, cases[i].expected, (int)status, message);
+            checks_failed++;
+        }
+        size_t after_size = 0;
+        uint8_t *after = read_whole(target, &after_size);
+        CHECK(after && after_size == before_size && memcmp(after, before, before_size) == 0);
+        free(after);
+        CHECK(uform_safetensors_write(fresh, views, 2, NULL, 0, NULL) == UFORM_INVALID_ARGUMENT);
+        CHECK_LISTING(dir, "model.safetensors");
+    }
+    /* The extremes of each format are finite; integers and bytes are not looked at. */
+    uint32_t f32_bits[4] = {0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x80000000u};
+    uint16_t bf16_max[2] = {0x7f7f, 0xff7f}, f16_max[2] = {0x7bff, 0xfbff};
+    uint32_t u32[1] = {0xffffffffu};
+    uform_tensor_view_t finite[4] = {{"a", UFORM_DTYPE_F32, 1, {4}, f32_bits},
+                                     {"b", UFORM_DTYPE_BF16, 1, {2}, bf16_max},
+                                     {"c", UFORM_DTYPE_F16, 1, {2}, f16_max},
+                                     {"d", UFORM_DTYPE_U32, 1, {1}, u32}};
+    CHECK(uform_safetensors_write(fresh, finite, 4, NULL, 0, NULL) == UFORM_OK);
+    free(before);
+    remove_tree(dir);
+    free(fresh), free(target), free(dir);
+}
+
+/* ---- reader: pipes, FIFOs and devices ------------------------------------------- */
+
+/* Runs fn in a forked child under an alarm and an address-space limit of its
+ * current size plus 512 MiB (ASan reserves terabytes up front), so a reader
+ * that reads without limit fails the test instead of eating the machine. */
+static void run_bounded(const char *what, void (*fn)(void)) {
+    fflush(stderr);
+    pid_t child = fork();
+    if (child == 0) {
+        unsigned long long kilobytes = 0;
+        FILE *status = fopen("/proc/self/status", "r");
+        char line[256];
+        while (status && fgets(line, sizeof(line), status))
+            if (sscanf(line, "VmSize: %llu kB", &kilobytes) == 1) break;
+        if (status) fclose(status);
+        if (kilobytes) {
+            struct rlimit limit;
+            getrlimit(RLIMIT_AS, &limit);
+            limit.rlim_cur = (rlim_t)kilobytes * 1024 + ((rlim_t)512 << 20);
+            setrlimit(RLIMIT_AS, &limit);
+        }
+        alarm(20);
+        checks_failed = 0;
+        fn();
+        _exit(checks_failed ? 1 : 0);
+    }
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "%s: the bounded child %s %d\n", what,
+                WIFSIGNALED(status) ? "was killed by signal" : "exited with",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        checks_failed++;
+    }
+}
+
+static void expect_open(const char *path, uform_status_t expected, const char *word, int line) {
+    uform_safetensors_t file;
+    uform_status_t status = uform_safetensors_open(path, &file);
+    if (status != expected || (word && (!strstr(uform_last_error(), path) ||
+                                        !strstr(uform_last_error(), word)))) {
+        fprintf(stderr, "%s:%d: opening %s: expected %d with '%s', got %d: %s\n", __FILE__, line,
+                path, (int)expected, word ? word : "", (int)status, uform_last_error());
+        checks_failed++;
+    }
+    if (status == UFORM_OK) uform_safetensors_close(&file);
+    CHECK(is_zeroed(&file));
+}
+
+static void read_dev_zero(void) {
+    expect_open("/dev/zero", UFORM_FORMAT, "header length is 0", __LINE__);
+    expect_open("/dev/null", UFORM_FORMAT, "shorter", __LINE__);
+}
+
+static void read_dev_urandom(void) {
+    /* Its first 8 bytes are a random header length: refused before reading on. */
+    for (int i = 0; i < 4; i++) expect_open("/dev/urandom", UFORM_FORMAT, "safetensors", __LINE__);
+}
+
+/* Opens fifo_path after a forked feeder starts writing `bytes` into it; the
+ * feeder then keeps the FIFO open (a reader waiting for the end never returns)
+ * unless close_after. */
+static void feed_fifo(const char *fifo_path, const uint8_t *bytes, size_t size, bool close_after,
+                      uform_status_t expected, const char *word, int line) {
+    pid_t feeder = fork();
+    if (feeder == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(fifo_path, O_WRONLY);
+        if (fd < 0 || write(fd, bytes, size) != (ssize_t)size) _exit(1);
+        if (close_after) _exit(0);
+        for (;;) pause();
+    }
+    expect_open(fifo_path, expected, word, line);
+    kill(feeder, SIGKILL);
+    waitpid(feeder, NULL, 0);
+}
+
+/* Opens the read end of a pipe through /proc/self/fd after writing bytes into it. */
+static uform_status_t open_pipe(const uint8_t *bytes, size_t size, uform_safetensors_t *file,
+                                int *read_end) {
+    int ends[2];
+    if (pipe(ends) != 0) abort();
+    if (write(ends[1], bytes, size) != (ssize_t)size) abort();
+    close(ends[1]);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", ends[0]);
+    uform_status_t status = uform_safetensors_open(path, file);
+    if (read_end) *read_end = ends[0];
+    else close(ends[0]);
+    return status;
+}
+
+static void read_streams(void) {
+    char *fifo = path_in_directory("stream.fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    uint8_t length[10];
+    /* Header lengths refused from the 8 bytes alone, the writer still open. */
+    put_le64(length, UINT64_MAX);
+    memcpy(length + 8, "{}", 2);
+    feed_fifo(fifo, length, 10, false, UFORM_FORMAT, "limit", __LINE__);
+    put_le64(length, (uint64_t)UFORM_SAFETENSORS_MAX_HEADER + 1);
+    feed_fifo(fifo, length, 10, false, UFORM_FORMAT, "limit", __LINE__);
+    put_le64(length, 0);
+    feed_fifo(fifo, length, 10, false, UFORM_FORMAT, "header length is 0", __LINE__);
+    put_le64(length, 1);
+    feed_fifo(fifo, length, 10, false, UFORM_FORMAT, "smallest", __LINE__);
+    /* The largest header allowed, but the stream ends early. */
+    put_le64(length, UFORM_SAFETENSORS_MAX_HEADER);
+    feed_fifo(fifo, length, 10, true, UFORM_FORMAT, "truncated", __LINE__);
+    feed_fifo(fifo, length, 5, true, UFORM_FORMAT, "shorter", __LINE__);
+    /* A valid header read exactly, then the data region read exactly. */
+    size_t size;
+    uint8_t *bytes = build("{" T("p", "U8", "[3]", 0, 3) "}", 3, &size);
+    feed_fifo(fifo, bytes, size, false, UFORM_OK, NULL, __LINE__);
+    feed_fifo(fifo, bytes, size - 1, true, UFORM_FORMAT, "truncated", __LINE__);
+    free(bytes);
+    /* A header that is not valid is refused before any data is read. */
+    bytes = build("{" T("p", "U8", "[3]", 0, 4) "}", 4, &size);
+    feed_fifo(fifo, bytes, size - 4, false, UFORM_FORMAT, "tensor 'p'", __LINE__);
+    free(bytes);
+    /* Data regions nobody could hold: overflowing, then beyond the machine's memory. */
+    bytes = build("{" T("p", "U8", "[18446744073709551608]", 0, 18446744073709551608) "}", 0,
+                  &size);
+    feed_fifo(fifo, bytes, size, false, UFORM_FORMAT, "overflows", __LINE__);
+    free(bytes);
+    bytes = build("{" T("p", "U8", "[1125899906842624]", 0, 1125899906842624) "}", 0, &size);
+    feed_fifo(fifo, bytes, size, false, UFORM_OUT_OF_MEMORY, "memory", __LINE__);
+    free(bytes);
+    unlink(fifo);
+    free(fifo);
+
+    /* Bytes after the declared end of a pipe are left unread, not an error:
+     * a pipe cannot show them without reading on, maybe forever. */
+    bytes = build("{" T("p", "U8", "[3]", 0, 3) "}", 3, &size);
+    uint8_t *longer = malloc(size + 6);
+    memcpy(longer, bytes, size);
+    memcpy(longer + size, "EXTRA!", 6);
+    uform_safetensors_t file;
+    int read_end = -1;
+    CHECK(open_pipe(longer, size + 6, &file, &read_end) == UFORM_OK);
+    CHECK(file.tensors_count == 1 && file.size == size);
+    if (file.tensors_count == 1) CHECK(memcmp(file.tensors[0].data, bytes + size - 3, 3) == 0);
+    uform_safetensors_close(&file);
+    char rest[16] = "";
+    CHECK(read(read_end, rest, sizeof(rest)) == 6 && memcmp(rest, "EXTRA!", 6) == 0);
+    close(read_end);
+    free(longer);
+    free(bytes);
+}
+
+static void test_read_non_regular(void) {
+    run_bounded("/dev/zero and /dev/null", read_dev_zero);
+    run_bounded("/dev/urandom", read_dev_urandom);
+    run_bounded("FIFOs and pipes", read_streams);
+}
+
 /* ---- JSON ------------------------------------------------------------------------- */
 
 /* The source of the last successful json() call: number_text points into it. */
@@ -845,6 +1454,12 @@ int main(void) {
         {"reader_refusals", test_reader_refusals},
         {"reader_accepts", test_reader_accepts},
         {"open_errors", test_open_errors},
+        {"write_refuses_non_regular", test_write_refuses_non_regular},
+        {"write_through_symlink", test_write_through_symlink},
+        {"stale_temporaries", test_stale_temporaries},
+        {"interrupted_writes_leave_nothing", test_interrupted_writes_leave_nothing},
+        {"write_refuses_non_finite", test_write_refuses_non_finite},
+        {"read_non_regular", test_read_non_regular},
         {"json_strings", test_json_strings},
         {"json_numbers", test_json_numbers},
         {"json_structure", test_json_structure},
