@@ -197,19 +197,23 @@ def test_saves_killed_at_random_leave_the_old_checkpoint_and_no_temporaries(tmp_
 
 # ---- non-finite weights -------------------------------------------------------------------
 
-def test_a_diverged_trainer_cannot_replace_a_good_checkpoint(tmp_path):
-    trainer = tiny_trainer(schedule=uform.Schedule(learning_rate=1e30, warmup_steps=1, steps=10))
+@pytest.mark.parametrize("learning_rate", [1e30, 3e38])
+def test_a_diverged_trainer_cannot_replace_a_good_checkpoint(tmp_path, learning_rate):
+    # 1e30: step 1 leaves weights near 1e30 and step 2's loss is NaN; 3e38: the very first
+    # update would overflow. Either way step raises DivergedError before the update, so no
+    # non-finite value reaches the weights, and what save writes always loads. (The writer's
+    # own refusal of non-finite tensors is tested in C: write_refuses_non_finite.)
+    trainer = tiny_trainer(schedule=uform.Schedule(learning_rate=learning_rate, warmup_steps=1, steps=10))
     path = tmp_path / "model.safetensors"
     trainer.save(path)
-    good = path.read_bytes()
+    diverged = 0
     for _ in range(4):
         try:
             trainer.step([uform.Modality.TEXT] * 2, [b"hello", b"world"])
-        except uform.Error:
-            break  # a later change makes step raise on a non-finite loss
-    with pytest.raises(uform.InvalidArgumentError, match="non-finite value") as raised:
-        trainer.save(path)
-    assert str(path) in str(raised.value) and "the file at the path is unchanged" in str(raised.value)
-    assert path.read_bytes() == good
+        except uform.DivergedError:
+            diverged += 1
+    assert diverged >= 3
+    trainer.save(path)
     assert os.listdir(tmp_path) == ["model.safetensors"]
     uform.Model.load_ram(path)
+    uform.Trainer.init_ram(uform.Executor.for_ram(threads=1), resume=path)

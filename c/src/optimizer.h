@@ -31,4 +31,14 @@ UFORM_INTERNAL void uform_adamw(uform_executor_t *executor, float *parameters, c
                                 float gradient_scale, float *first_moment, float *second_moment,
                                 const uint8_t *decay, size_t count, uint64_t step, float learning_rate);
 
+/* The lowest index whose parameter or moments that same update would make
+ * non-finite (an absurd learning rate overflows even from finite gradients),
+ * SIZE_MAX when none: a read-only pass run before uform_adamw, so a diverging
+ * update is refused instead of applied. */
+UFORM_INTERNAL size_t uform_adamw_first_non_finite(uform_executor_t *executor, float *parameters,
+                                                   const float *gradients, float gradient_scale,
+                                                   float *first_moment, float *second_moment,
+                                                   const uint8_t *decay, size_t count, uint64_t step,
+                                                   float learning_rate);
+
 #endif /* UFORM_OPTIMIZER_H */

@@ -1282,6 +1282,15 @@ static uform_status_t uform_replica_media(const uform_trainer_t *t, const uform_
     return UFORM_OK;
 }
 
+/* The slot holding flat index i of the parameter buffers. */
+static const uform_slot_t *uform_slot_at(const uform_trainer_t *t, size_t i) {
+    for (size_t s = 0; s < t->slots_count; s++) {
+        const uform_slot_t *slot = &t->slots[s];
+        if (i >= slot->offset && i - slot->offset < slot->rows * (slot->cols ? slot->cols : 1)) return slot;
+    }
+    return NULL;
+}
+
 /* Values the step computed (not the caller's) that must be finite for the
  * objectives: a NaN there means the run has diverged, reported as such. */
 static uform_status_t uform_check_diverged(const float *values, size_t count, const char *what,
@@ -1538,6 +1547,19 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
                             "are unchanged). The run has diverged: a lower learning rate (%g at this "
                             "step) or a resume from the last good checkpoint may help",
                             (unsigned long long)step, (double)loss, norm, (double)rate);
+        goto done;
+    }
+    size_t overflow = uform_adamw_first_non_finite(t->executor, t->parameters, t->gradients, factor,
+                                                   t->first_moment, t->second_moment, t->decay, t->count,
+                                                   step, rate);
+    if (overflow != SIZE_MAX) {
+        const uform_slot_t *slot = uform_slot_at(t, overflow);
+        status = uform_fail(UFORM_DIVERGED,
+                            "step %llu: at the learning rate %g the update would make \"%s\"[%zu] "
+                            "non-finite; the step was not applied (weights, moments and the step "
+                            "counter are unchanged). The run has diverged: lower the learning rate",
+                            (unsigned long long)step, (double)rate, slot ? slot->name : "?",
+                            slot ? overflow - slot->offset : overflow);
         goto done;
     }
     uform_adamw(t->executor, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,

@@ -341,11 +341,19 @@ static void test_concurrent_steps_refused(void) {
 
 /* A step whose loss or gradients are not finite is refused before the update,
  * so the weights, moments and counter stay those of the last good step. */
+static void diverged_step_refused_at(float learning_rate);
+
 static void test_diverged_step_refused(void) {
+    /* 1e30: step 2's loss is NaN; 3e38: the first update itself would overflow */
+    diverged_step_refused_at(1e30f);
+    diverged_step_refused_at(3e38f);
+}
+
+static void diverged_step_refused_at(float learning_rate) {
     uform_executor_t *executor = NULL;
     CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
     uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL, 32);
-    options.schedule.learning_rate = 1e30f;
+    options.schedule.learning_rate = learning_rate;
     options.schedule.warmup_steps = 1;
     options.schedule.steps = 10;
     uform_trainer_t *trainer = NULL;
@@ -366,7 +374,7 @@ static void test_diverged_step_refused(void) {
         CHECK(uform_trainer_tensor(trainer, "text.bytes", 0, after, &count) == UFORM_OK);
         if (status == UFORM_DIVERGED) {
             diverged++;
-            CHECK(strstr(uform_last_error(), "not finite") || strstr(uform_last_error(), "non-finite"));
+            CHECK(strstr(uform_last_error(), "not applied") != NULL);
             CHECK(memcmp(before, after, count * sizeof(float)) == 0);
         }
         size_t finite = 0;
