@@ -6,6 +6,7 @@
  * block of exactly its size), replicas, packing limits, save/resume, and bad input
  * that must change nothing. The last line is "N passed, M failed". */
 #include "uform.h"
+#include "safetensors.h" /* internal: to patch saved tensors in place */
 
 #include <math.h>
 #include <pthread.h>
@@ -388,6 +389,63 @@ static void diverged_step_refused_at(float learning_rate) {
     uform_executor_free(executor);
 }
 
+/* Patches one float of a saved tensor in place (the file is ours: a temp path). */
+static bool patch_float(const char *path, const char *tensor, float value) {
+    uform_safetensors_t file;
+    if (uform_safetensors_open(path, &file) != UFORM_OK) return false;
+    const uform_tensor_t *found = uform_safetensors_find(&file, tensor);
+    long offset = found ? (long)(found->data - file.bytes) : -1;
+    uform_safetensors_close(&file);
+    if (offset < 0) return false;
+    FILE *stream = fopen(path, "r+b");
+    if (!stream) return false;
+    bool ok = fseek(stream, offset, SEEK_SET) == 0 && fwrite(&value, sizeof(value), 1, stream) == 1;
+    return fclose(stream) == 0 && ok;
+}
+
+/* Resume validates the training state as strictly as load validates weights. */
+static void test_resume_validates_state(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL, 16);
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+    if (!trainer) return;
+    step_texts(trainer, 4, 8, true);
+    static const struct {
+        const char *tensor;
+        float value;
+        const char *message;
+    } cases[] = {
+        {"train.master.text.bytes", INFINITY, "non-finite"},
+        {"train.first_moment.blocks.0.mlp.up.weight", NAN, "non-finite"},
+        {"train.second_moment.text.modality", -1.0f, "negative second moment"},
+        {NULL, 0, NULL}, /* the untouched file resumes */
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char path[] = "/tmp/uform-resume-XXXXXX";
+        int descriptor = mkstemp(path);
+        CHECK(descriptor >= 0);
+        close(descriptor);
+        CHECK(uform_trainer_save(trainer, path, NULL) == UFORM_OK);
+        if (cases[c].tensor) CHECK(patch_float(path, cases[c].tensor, cases[c].value));
+        uform_trainer_options_t resume = options;
+        resume.resume = path;
+        uform_trainer_t *resumed = NULL;
+        uform_status_t status = uform_trainer_init_ram(executor, &resume, &resumed);
+        if (cases[c].tensor) {
+            CHECK(status == UFORM_FORMAT && resumed == NULL);
+            CHECK(strstr(uform_last_error(), cases[c].message) && strstr(uform_last_error(), cases[c].tensor));
+        } else {
+            CHECK(status == UFORM_OK);
+        }
+        uform_trainer_free(resumed);
+        unlink(path);
+    }
+    uform_trainer_free(trainer);
+    uform_executor_free(executor);
+}
+
 int main(void) {
     struct {
         const char *name;
@@ -397,7 +455,8 @@ int main(void) {
                  {"bad input changes nothing", test_bad_input_changes_nothing},
                  {"workspace extremes", test_workspace_extremes},
                  {"concurrent steps refused", test_concurrent_steps_refused},
-                 {"diverged step refused", test_diverged_step_refused}};
+                 {"diverged step refused", test_diverged_step_refused},
+                 {"resume validates the training state", test_resume_validates_state}};
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
         failures_in_test = 0;
         tests[i].run();
