@@ -20,8 +20,10 @@ CC ?= cc
 PREFIX ?= /usr/local
 BUILD := c/build
 
-SOURCES := $(wildcard c/src/*.c) $(wildcard c/src/cpu/*.c) $(wildcard c/src/media/*.c)
-HEADERS := c/include/uform.h $(wildcard c/src/*.h) $(wildcard c/src/cpu/*.h) $(wildcard c/src/media/*.h)
+# c/src is layered (docs/architecture.md section 10): core, media (decode), model,
+# encode, train, backend/cpu. Every folder below c/src is compiled.
+SOURCES := $(wildcard c/src/*/*.c) $(wildcard c/src/*/*/*.c)
+HEADERS := c/include/uform.h $(wildcard c/src/*/*.h) $(wildcard c/src/*/*/*.h)
 OBJECTS := $(patsubst c/src/%.c,$(BUILD)/obj/%.o,$(SOURCES))
 SANITIZED_OBJECTS := $(patsubst c/src/%.c,$(BUILD)/asan/%.o,$(SOURCES))
 
@@ -63,8 +65,8 @@ MEDIA_FILE := $(BUILD)/media.txt
 $(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build found with pkg-config (written by make)' \
   'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' 'libs=$(MEDIA_LIBS)' \
   > $(MEDIA_FILE).new && (cmp -s $(MEDIA_FILE).new $(MEDIA_FILE) && rm -f $(MEDIA_FILE).new || mv $(MEDIA_FILE).new $(MEDIA_FILE)))
-MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/%,$(OBJECTS))
-SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/%,$(SANITIZED_OBJECTS))
+MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/decode/%,$(OBJECTS))
+SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/decode/%,$(SANITIZED_OBJECTS))
 $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): $(MEDIA_FILE)
 $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLAGS)
 
@@ -106,7 +108,7 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(SANITIZED_OBJECTS)
 
 # The decoders on the command line, for tests/test_decode.py (under ASan/UBSan;
 # only error.c and the media sources, so a UFORM_MEDIA=none build is quick).
-$(BUILD)/decode_tool: tests/c/decode_tool.c $(BUILD)/asan/error.o $(SANITIZED_MEDIA_OBJECTS)
+$(BUILD)/decode_tool: tests/c/decode_tool.c $(BUILD)/asan/core/error.o $(SANITIZED_MEDIA_OBJECTS)
 	$(CC) $(CFLAGS_ASAN) $^ -o $@ $(MEDIA_LIBS) $(LDLIBS)
 
 test-c: $(addprefix $(BUILD)/tests/,$(C_TESTS))
@@ -142,15 +144,16 @@ define fuzz_media_mutations
 	    head -n 5 $(BUILD)/fuzz-stderr.txt; exit 1; fi; done
 endef
 
-$(BUILD)/fuzz_media_%: fuzz/fuzz_%.c fuzz/fuzz_media_main.c fuzz/fuzz_media.h fuzz/fuzz_driver.h $(BUILD)/asan/error.o \
+$(BUILD)/fuzz_media_%: fuzz/fuzz_%.c fuzz/fuzz_media_main.c fuzz/fuzz_media.h fuzz/fuzz_driver.h $(BUILD)/asan/core/error.o \
                        $(SANITIZED_MEDIA_OBJECTS)
-	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_$*.c fuzz/fuzz_media_main.c $(BUILD)/asan/error.o \
+	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_$*.c fuzz/fuzz_media_main.c $(BUILD)/asan/core/error.o \
 	  $(SANITIZED_MEDIA_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)
 
 test-fuzz: $(SANITIZED_OBJECTS) $(addprefix $(BUILD)/fuzz_media_,$(FUZZ_MEDIA))
 	@mkdir -p $(BUILD)/fuzz-seeds
-	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_safetensors.c fuzz/fuzz_main.c $(BUILD)/asan/error.o \
-	  $(BUILD)/asan/json.o $(BUILD)/asan/safetensors.o -o $(BUILD)/fuzz_main $(LDLIBS)
+	$(CC) $(CFLAGS_ASAN) fuzz/fuzz_safetensors.c fuzz/fuzz_main.c $(BUILD)/asan/core/error.o \
+	  $(BUILD)/asan/core/json.o $(BUILD)/asan/core/safetensors.o $(BUILD)/asan/core/safetensors_write.o \
+	  -o $(BUILD)/fuzz_main $(LDLIBS)
 	$(BUILD)/fuzz_main --write-seeds $(BUILD)/fuzz-seeds
 	@set -e; for seed in $(BUILD)/fuzz-seeds/*; do $(BUILD)/fuzz_main --mutate 20000 1 $$seed; done
 	@rm -rf $(BUILD)/fuzz-media-seeds
@@ -199,15 +202,15 @@ bench-pytest: deps
 	$(PYTHON) -m pytest -q bench --benchmark-columns=min,mean,rounds
 
 # libFuzzer targets of the safetensors parser and the media decoders (needs clang).
-MEDIA_SOURCES := $(wildcard c/src/media/*.c)
+MEDIA_SOURCES := $(wildcard c/src/media/decode/*.c)
 FUZZ_CLANG := clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src
 fuzz:
 	@mkdir -p $(BUILD)
-	$(FUZZ_CLANG) fuzz/fuzz_safetensors.c c/src/safetensors.c c/src/json.c c/src/error.c -lm \
+	$(FUZZ_CLANG) fuzz/fuzz_safetensors.c c/src/core/safetensors.c c/src/core/json.c c/src/core/error.c -lm \
 	  -o $(BUILD)/fuzz_safetensors
 	@set -e; for kind in $(FUZZ_MEDIA); do \
 	  echo "$(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c (media sources) -o $(BUILD)/fuzz_$$kind"; \
-	  $(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c $(MEDIA_SOURCES) c/src/error.c $(MEDIA_LIBS) -lm -pthread \
+	  $(FUZZ_CLANG) $(MEDIA_CFLAGS) fuzz/fuzz_$$kind.c $(MEDIA_SOURCES) c/src/core/error.c $(MEDIA_LIBS) -lm -pthread \
 	    -o $(BUILD)/fuzz_$$kind; done
 	@echo "run: $(BUILD)/fuzz_safetensors -max_total_time=60"
 	@echo "     $(BUILD)/fuzz_image|fuzz_audio|fuzz_video -max_total_time=60 CORPUS (seeds: fuzz/make_media_seeds.py)"

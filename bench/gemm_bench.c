@@ -6,7 +6,7 @@
  *       c/src/executor.c c/src/cpu/\*.c bench/gemm_bench.c -lm -lpthread -o /tmp/gemm_bench
  *   /tmp/gemm_bench [class ...]      (default: every class this CPU runs)
  */
-#include "cpu/kernels.h"
+#include "backend/cpu/kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -41,7 +41,7 @@ import uform  # noqa: E402
 
 ROOT = harness.ROOT
 SHAPE = harness.SHAPE
-GEMM_SOURCES = ["c/src/error.c", "c/src/executor.c", "c/src/cpu/*.c", "bench/gemm_bench.c"]
+GEMM_SOURCES = ["c/src/core/error.c", "c/src/core/executor.c", "c/src/backend/cpu/*.c", "bench/gemm_bench.c"]
 
 
 # ----------------------------------------------------------------------------- machine

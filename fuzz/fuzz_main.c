@@ -6,7 +6,7 @@
  *
  * Build (gcc, with sanitizers):
  *   gcc -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/error.c c/src/json.c c/src/safetensors.c fuzz/fuzz_safetensors.c fuzz/fuzz_main.c \
+ *       c/src/core/error.c c/src/core/json.c c/src/core/safetensors.c fuzz/fuzz_safetensors.c fuzz/fuzz_main.c \
  *       -lm -o fuzz_main
  *
  * Mutations: bit flips, byte sets, truncations, insertions of bytes and JSON
@@ -17,7 +17,7 @@
  * Every input is a heap block of exactly its size, so ASan sees overreads.
  */
 #include "fuzz_driver.h"
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 #include <inttypes.h>
 #include <stdio.h>

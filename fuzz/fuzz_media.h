@@ -3,7 +3,7 @@
 #ifndef UFORM_FUZZ_MEDIA_H
 #define UFORM_FUZZ_MEDIA_H
 
-#include "media/decode.h"
+#include "media/decode/decode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

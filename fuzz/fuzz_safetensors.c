@@ -2,7 +2,7 @@
  *
  * Build with clang:
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Ic/include -Ic/src \
- *       c/src/error.c c/src/json.c c/src/safetensors.c fuzz/fuzz_safetensors.c -lm -o fuzz_st
+ *       c/src/core/error.c c/src/core/json.c c/src/core/safetensors.c fuzz/fuzz_safetensors.c -lm -o fuzz_st
  * or, without libFuzzer, link fuzz/fuzz_main.c instead of -fsanitize=fuzzer.
  *
  * Beyond "no crash", it checks what the reader promises: a failure leaves the
@@ -10,7 +10,7 @@
  * sized by shape and dtype, found by name, and metadata found by key. Every
  * data byte is read, so ASan sees any pointer that strays outside the input.
  */
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 #include <stdlib.h>
 

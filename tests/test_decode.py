@@ -1,4 +1,4 @@
-"""The media decoders (c/src/media) against the libraries people check them
+"""The media decoders (c/src/media/decode) against the libraries people check them
 with: Pillow for images, soundfile for audio, PyAV for video. The fixtures are
 written at run time by those libraries (tests/media_fixtures.py); the
 decoders run in tests/c/decode_tool.c under ASan/UBSan.

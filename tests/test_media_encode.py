@@ -572,7 +572,7 @@ def test_metadata_shapes_derive_and_refuse(media_checkpoint, tmp_path):
         uform.Model.load_ram(str(path))
 
 
-# ---- file verbs: decoders in c/src/media (skip when this build lacks the format) ---------
+# ---- file verbs: decoders in c/src/media/decode (skip when this build lacks the format) ---------
 
 FORMATS = int(uform._lib.uform_media_formats())
 

@@ -1,4 +1,4 @@
-"""uform_resample (c/src/media/resample.c) against the float64 reference and against the
+"""uform_resample (c/src/media/decode/resample.c) against the float64 reference and against the
 signal-processing properties docs/media.md promises.
 
 The resampler is internal (the audio decoders and audio_encode_samples call it), so these

@@ -372,7 +372,7 @@ def test_new_parameters_start_as_specified(tmp_path):
 
 def split_premise(choices):
     """The replicas' ranges, from the rows (reference) and from the bytes cut at a row
-    (what c/src/trainer.c counted before choices): the tests need both to agree."""
+    (what c/src/train/trainer.c counted before choices): the tests need both to agree."""
     rows = lc.item_rows(TEXTS, COLUMNS, choices)
     lengths = [len(t) for t in TEXTS]
     devices = lc.split_by_tokens(rows, COLUMNS, 2)

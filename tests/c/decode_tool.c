@@ -18,7 +18,7 @@
  * exactly its size, so ASan sees any read past its end. HASH is FNV-1a of the
  * output (0 after a refusal), so a prefix that decodes can be compared with
  * the whole file. */
-#include "media/decode.h"
+#include "media/decode/decode.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -16,9 +16,9 @@
  *       float32 embeddings [count][dimensions], uint64 token_width, and when
  *       it is non-zero uint64 offsets [count + 1] and float32 tokens; then the
  *       5 uint64 stats fields; on failure the error message. */
-#include "image.h"
-#include "media/decode.h"
-#include "media_encode.h"
+#include "media/image_tokens.h"
+#include "media/decode/decode.h"
+#include "encode/media_encode.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * It links the library's objects statically, so the internal safetensors
  * writer and scalar helpers are visible here.
  */
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,7 +3,7 @@
  *
  * Build (from the repository root), or `make c/build/tests/test_backward`:
  *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/error.c c/src/executor.c c/src/backward.c c/src/cpu/attention.c \
+ *       c/src/core/error.c c/src/core/executor.c c/src/model/backward.c c/src/backend/cpu/attention.c \
  *       tests/c/test_backward.c -lm -pthread -o /tmp/test_backward && /tmp/test_backward
  *
  * For each operation:
@@ -38,8 +38,8 @@
  * - Forwards: stated next to each check; each is a few hundred u at most of
  *   the magnitudes involved, for the same reason.
  */
-#include "backward.h"
-#include "cpu/kernels.h"
+#include "model/backward.h"
+#include "backend/cpu/kernels.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  *
  * Every buffer handed to the library is a heap block of exactly its size, so
  * an overread is an ASan report; the checkpoints are written here. */
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * limits refused before allocation, decoders this build lacks answering
  * UFORM_UNSUPPORTED with the library's name, and eight threads decoding at
  * once. */
-#include "media/decode.h"
+#include "media/decode/decode.h"
 
 #include <math.h>
 #include <pthread.h>

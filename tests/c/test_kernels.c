@@ -3,7 +3,7 @@
  *
  * Build (from the repository root):
  *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -fsanitize=address,undefined \
- *       -Ic/include -Ic/src c/src/error.c c/src/executor.c c/src/cpu/\*.c \
+ *       -Ic/include -Ic/src c/src/core/error.c c/src/core/executor.c c/src/backend/cpu/\*.c \
  *       tests/c/test_kernels.c -lm -lpthread -o /tmp/test_kernels && /tmp/test_kernels
  *
  * Error bounds (u = 2^-24, the FP32 unit roundoff; S = sum_p |x_p w_p| + |bias|):
@@ -19,7 +19,7 @@
  *   |y - exact| <= (2^-8 + (2k + 2) u) S. Against a reference
  *   that rounds x to BF16 first the bound is the FP32 one, which checks that
  *   the kernel rounds exactly like uform_f32_to_bf16. */
-#include "cpu/kernels.h"
+#include "backend/cpu/kernels.h"
 
 #include <math.h>
 #include <stdio.h>

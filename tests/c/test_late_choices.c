@@ -5,8 +5,8 @@
  * this checks the backward passes alone, close to the code. */
 #include "check.h"
 
-#include "choices_loss.h"
-#include "late_interaction_loss.h"
+#include "train/choices_loss.h"
+#include "train/late_interaction_loss.h"
 #include "uform.h"
 
 #include <math.h>

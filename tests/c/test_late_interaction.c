@@ -17,7 +17,7 @@
  *   |score - exact| <= (gamma(width + 2) + 2^-50) mean_i max_j S_ij + 2^-24 |exact|.
  * The oracle decodes stored bits on its own (ldexp for F16, a shift for BF16,
  * v / 127 for I8) and sums in double; its own error is far below 2^-50 S. */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <stdlib.h>

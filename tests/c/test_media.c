@@ -8,12 +8,12 @@
  * (batch = alone bit for bit, stats, empty items, refusals, cancellation),
  * and that failing calls free everything. Internal functions are visible
  * because the library's objects are linked statically. */
-#include "audio.h"
-#include "image.h"
-#include "media/resample.h"
-#include "media_encode.h"
-#include "safetensors.h"
-#include "video.h"
+#include "media/audio_tokens.h"
+#include "media/image_tokens.h"
+#include "media/decode/resample.h"
+#include "encode/media_encode.h"
+#include "core/safetensors.h"
+#include "media/video_tokens.h"
 
 #include <math.h>
 #include <stdlib.h>

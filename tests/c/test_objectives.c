@@ -3,7 +3,7 @@
  *
  * Build (from the repository root):
  *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/error.c c/src/executor.c c/src/objectives.c tests/c/test_objectives.c \
+ *       c/src/core/error.c c/src/core/executor.c c/src/train/objectives.c tests/c/test_objectives.c \
  *       -lm -pthread -o /tmp/test_objectives && /tmp/test_objectives
  *
  * - Random numbers and one masked item: values hard-coded from a separate
@@ -22,7 +22,7 @@
  *   errors summed over N terms; finite differences err by ~1e-9 here).
  *   Hand-written cases pin the precedence rules independently of ref_loss.
  */
-#include "objectives.h"
+#include "train/objectives.h"
 
 #include <math.h>
 #include <stdio.h>

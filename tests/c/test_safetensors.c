@@ -5,7 +5,7 @@
  * to run under ASan/UBSan, so every buffer handed to the parser is a heap
  * block of exactly its size.
  */
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>

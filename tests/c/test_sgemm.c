@@ -6,7 +6,7 @@
  *   make c/build/tests/test_sgemm && c/build/tests/test_sgemm
  * or alone:
  *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O1 -g -fsanitize=address,undefined \
- *       -Ic/include -Ic/src c/src/error.c c/src/executor.c c/src/cpu/\*.c \
+ *       -Ic/include -Ic/src c/src/core/error.c c/src/core/executor.c c/src/backend/cpu/\*.c \
  *       tests/c/test_sgemm.c -lm -pthread -o /tmp/test_sgemm && /tmp/test_sgemm
  *
  * Error bound (u = 2^-24, the FP32 unit roundoff): c[i, j] sums the k + 2
@@ -22,7 +22,7 @@
  * exact value by at most gamma_64(k + 2) S (u = 2^-53), added to the bound.
  * No test value comes near the subnormal range, where the bound would need an
  * absolute term. */
-#include "cpu/sgemm.h"
+#include "backend/cpu/sgemm.h"
 
 #include <math.h>
 #include <stdio.h>

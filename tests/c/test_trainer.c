@@ -6,7 +6,7 @@
  * block of exactly its size), replicas, packing limits, save/resume, and bad input
  * that must change nothing. The last line is "N passed, M failed". */
 #include "uform.h"
-#include "safetensors.h" /* internal: to patch saved tensors in place */
+#include "core/safetensors.h" /* internal: to patch saved tensors in place */
 
 #include <math.h>
 #include <pthread.h>

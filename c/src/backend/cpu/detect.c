@@ -1,0 +1,100 @@
+/* detect.c: which CPU classes this machine and OS can run, and the tables. */
+#include "backend/cpu/kernels.h"
+
+#include <stdlib.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+typedef struct {
+    bool avx2_fma;     /* AVX, AVX2, FMA, and the OS saves YMM */
+    bool avx512;       /* AVX512F, and the OS saves ZMM and the mask registers */
+    bool avx512_bf16;  /* + AVX512BW, AVX512VL, AVX512_BF16 */
+} uform_x86_features_t;
+
+static uint64_t uform_xgetbv0(void) {
+    uint32_t low, high;
+    __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+    return (uint64_t)high << 32 | low;
+}
+
+static uform_x86_features_t uform_x86_features(void) {
+    uform_x86_features_t features = {false, false, false};
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return features;
+    bool fma = ecx >> 12 & 1, osxsave = ecx >> 27 & 1, avx = ecx >> 28 & 1;
+    if (!osxsave || !avx) return features; /* xgetbv needs OSXSAVE */
+    uint64_t xcr0 = uform_xgetbv0();
+    bool os_ymm = (xcr0 & 0x6) == 0x6;    /* SSE and AVX state */
+    bool os_zmm = (xcr0 & 0xe6) == 0xe6;  /* + opmask, ZMM0-15 upper halves, ZMM16-31 */
+    unsigned max_leaf = __get_cpuid_max(0, NULL);
+    if (max_leaf < 7) return features;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    unsigned max_subleaf = eax;
+    bool avx2 = ebx >> 5 & 1, avx512f = ebx >> 16 & 1, avx512bw = ebx >> 30 & 1,
+         avx512vl = ebx >> 31 & 1;
+    bool bf16 = false;
+    if (max_subleaf >= 1) {
+        __cpuid_count(7, 1, eax, ebx, ecx, edx);
+        bf16 = eax >> 5 & 1;
+    }
+    features.avx2_fma = os_ymm && avx2 && fma;
+    features.avx512 = features.avx2_fma && os_zmm && avx512f;
+    features.avx512_bf16 = features.avx512 && avx512bw && avx512vl && bf16;
+    return features;
+}
+#endif
+
+bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
+    if (cpu_class == UFORM_CPU_CLASS_SERIAL) return true;
+#if defined(__x86_64__)
+    uform_x86_features_t features = uform_x86_features();
+    switch (cpu_class) {
+    case UFORM_CPU_CLASS_HASWELL: return features.avx2_fma;
+    case UFORM_CPU_CLASS_SKYLAKE: return features.avx512;
+    case UFORM_CPU_CLASS_SAPPHIRE: return features.avx512_bf16;
+    default: return false;
+    }
+#else
+    return false; /* NEON and SVE are not built yet */
+#endif
+}
+
+uform_cpu_class_t uform_cpu_class_best(void) {
+    static const uform_cpu_class_t order[] = {UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_SKYLAKE,
+                                              UFORM_CPU_CLASS_HASWELL};
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+        if (uform_cpu_class_supported(order[i]) && uform_cpu_kernels_for(order[i])) return order[i];
+    return UFORM_CPU_CLASS_SERIAL;
+}
+
+const uform_cpu_kernels_t *uform_cpu_kernels_for(uform_cpu_class_t cpu_class) {
+    switch (cpu_class) {
+    case UFORM_CPU_CLASS_SERIAL: return &uform_cpu_kernels_serial;
+#if defined(__x86_64__)
+    case UFORM_CPU_CLASS_HASWELL: return &uform_cpu_kernels_haswell;
+    case UFORM_CPU_CLASS_SKYLAKE: return &uform_cpu_kernels_skylake;
+    case UFORM_CPU_CLASS_SAPPHIRE: return &uform_cpu_kernels_sapphire;
+#endif
+    default: return NULL;
+    }
+}
+
+const char *uform_cpu_class_name(uform_cpu_class_t cpu_class) {
+    switch (cpu_class) {
+    case UFORM_CPU_CLASS_AUTO: return "auto";
+    case UFORM_CPU_CLASS_SERIAL: return "serial";
+    case UFORM_CPU_CLASS_HASWELL: return "haswell";
+    case UFORM_CPU_CLASS_SKYLAKE: return "skylake";
+    case UFORM_CPU_CLASS_SAPPHIRE: return "sapphire";
+    case UFORM_CPU_CLASS_NEON: return "neon";
+    case UFORM_CPU_CLASS_SVE: return "sve";
+    }
+    return "unknown";
+}
+
+void uform_packed_free(uform_packed_t *packed) {
+    if (!packed) return;
+    uform_free_aligned(packed->data);
+    memset(packed, 0, sizeof(*packed));
+}

@@ -1,0 +1,67 @@
+/* gemm.h: the blocked GEMM driver every CPU class shares.
+ *
+ * A class supplies a microkernel (rows x nr outputs, rows <= mr, one function
+ * per row count) and a routine that packs a block of x rows into the kernel's
+ * A panel; the driver does the packing of W, the tiling, the threads and the
+ * edges. W is packed once into panels of nr columns (n padded with zeros to a
+ * multiple of nr), k contiguous inside a panel, kept as BF16 bits:
+ *
+ *   PLAIN   panel[p][c]           = W[c][p]                   (serial)
+ *   HALVES  panel[p][2l + h]      = W[l + h * nr/2][p]        (FP32 SIMD: one
+ *           32-bit lane holds columns l and l + nr/2, so a shift and a mask
+ *           widen a whole vector of BF16 to two vectors of FP32)
+ *   PAIRS   panel[p/2][c][p & 1]  = W[c][p], k padded to even (vdpbf16ps)
+ *
+ * Determinism: a kernel computes each output as one chain over k in order
+ * (FMA or mul+add, the same in every row-count variant), starting from +0,
+ * storing and reloading the partial sum between k blocks (exact), adding the
+ * bias once at the end. So the bits of y[i, j] do not depend on m, on the
+ * row's slot in a tile, on the tiling or on the thread count. */
+#ifndef UFORM_CPU_GEMM_H
+#define UFORM_CPU_GEMM_H
+
+#include "backend/cpu/kernels.h"
+
+#define UFORM_GEMM_MR_MAX 16
+/* Bytes of the A panel buffer each task keeps on its stack. */
+#define UFORM_GEMM_A_BYTES 16384
+
+typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gemm_layout_t;
+
+/* c[rows, panels * nr] = (first ? 0 : c) + a . b over kc steps of k, then
+ * + bias[0 .. panels * nr) when bias is not NULL (the last k block only).
+ * a comes from pack_a with the same row count; b points at the first panel's
+ * row of k where the block starts, the next panels are b_stride further on.
+ * `panels` is 1 for kernels[] and wide_panels for wide[]. */
+typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const uint16_t *b,
+                                       size_t b_stride, float *c, size_t c_stride, int first,
+                                       const float *bias);
+/* Packs x[rows, kc] (rows x_stride floats apart) into the A panel layout of
+ * the kernel for `rows` rows; PAIRS classes pad an odd kc with a zero. */
+typedef void (*uform_pack_a_fn_t)(const float *x, size_t x_stride, size_t rows, size_t kc, void *a);
+
+typedef struct {
+    size_t mr;                    /* rows per kernel call at most */
+    size_t nr;                    /* columns per W panel */
+    size_t kc;                    /* k per block (even for PAIRS) */
+    size_t a_bytes;               /* bytes per packed A element per k: 4 FP32, 2 BF16 */
+    uform_gemm_layout_t layout;
+    uform_pack_a_fn_t pack_a;
+    uform_microkernel_fn_t kernels[UFORM_GEMM_MR_MAX + 1];  /* [rows], 1 <= rows <= mr */
+    /* For a few rows one panel gives too few independent sums to hide the
+     * latency; these kernels sweep wide_panels panels at once (NULL: none). */
+    size_t wide_panels;
+    uform_microkernel_fn_t wide[UFORM_GEMM_MR_MAX + 1];
+} uform_gemm_class_t;
+
+/* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */
+UFORM_INTERNAL void uform_gemm_pack_a_f32(const float *x, size_t x_stride, size_t rows, size_t kc,
+                                          void *a);
+UFORM_INTERNAL uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class,
+                                              const uint16_t *weights, size_t n, size_t k,
+                                              uform_packed_t *packed);
+UFORM_INTERNAL void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
+                                   const uform_packed_t *w, const float *x, size_t x_stride,
+                                   size_t m, const float *bias, float *y, size_t y_stride);
+
+#endif /* UFORM_CPU_GEMM_H */

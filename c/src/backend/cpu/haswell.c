@@ -1,0 +1,104 @@
+/* haswell.c: AVX2 + FMA, FP32 sums.
+ *
+ * Kernel: 6 rows x 16 columns in 12 ymm accumulators. W stays BF16 in the
+ * HALVES layout: one 256-bit load holds 16 columns, a shift gives columns
+ * 0..7 as FP32 and a mask gives 8..15; a single row sweeps 4 panels at
+ * once. The functions carry their own target so the file builds with
+ * baseline flags and is only called on AVX2 CPUs. */
+#include "backend/cpu/gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define UFORM_HASWELL __attribute__((target("avx2,fma")))
+#define UFORM_HASWELL_MR 6
+#define UFORM_HASWELL_NR 16
+#define UFORM_HASWELL_WIDE 4 /* panels per wide kernel call */
+
+/* rows x (panels x 16) outputs; panels > 1 gives one row enough sums. */
+static inline __attribute__((always_inline)) UFORM_HASWELL void
+uform_haswell_kernel(size_t rows, size_t panels, size_t kc, const float *a, const uint16_t *b,
+                     size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
+    __m256 acc[UFORM_HASWELL_MR][2 * UFORM_HASWELL_WIDE];
+    size_t vectors = 2 * panels;
+#pragma GCC unroll 8
+    for (size_t r = 0; r < rows; r++)
+#pragma GCC unroll 8
+        for (size_t v = 0; v < vectors; v++)
+            acc[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * c_stride + 8 * v);
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    for (size_t p = 0; p < kc; p++) {
+        __m256 w[2 * UFORM_HASWELL_WIDE];
+#pragma GCC unroll 8
+        for (size_t q = 0; q < panels; q++) {
+            __m256i raw = _mm256_loadu_si256(
+                (const __m256i *)(b + q * b_stride + p * UFORM_HASWELL_NR));
+            w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+            w[2 * q + 1] = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+        }
+#pragma GCC unroll 8
+        for (size_t r = 0; r < rows; r++) {
+            __m256 x = _mm256_broadcast_ss(a + p * rows + r);
+#pragma GCC unroll 8
+            for (size_t v = 0; v < vectors; v++) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t v = 0; v < vectors && bias; v++) {
+        __m256 bias_v = _mm256_loadu_ps(bias + 8 * v);
+#pragma GCC unroll 8
+        for (size_t r = 0; r < rows; r++) acc[r][v] = _mm256_add_ps(acc[r][v], bias_v);
+    }
+#pragma GCC unroll 8
+    for (size_t r = 0; r < rows; r++)
+#pragma GCC unroll 8
+        for (size_t v = 0; v < vectors; v++) _mm256_storeu_ps(c + r * c_stride + 8 * v, acc[r][v]);
+}
+
+#define UFORM_HASWELL_KERNEL(R, P)                                                              \
+    static UFORM_HASWELL void uform_haswell_kernel_##R##x##P(                                   \
+        size_t kc, const void *a, const uint16_t *b, size_t b_stride, float *c,                 \
+        size_t c_stride, int first, const float *bias) {                                        \
+        uform_haswell_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);               \
+    }
+UFORM_HASWELL_KERNEL(1, 1)
+UFORM_HASWELL_KERNEL(2, 1)
+UFORM_HASWELL_KERNEL(3, 1)
+UFORM_HASWELL_KERNEL(4, 1)
+UFORM_HASWELL_KERNEL(5, 1)
+UFORM_HASWELL_KERNEL(6, 1)
+UFORM_HASWELL_KERNEL(1, 4)
+
+static const uform_gemm_class_t uform_haswell_gemm = {
+    .mr = UFORM_HASWELL_MR,
+    .nr = UFORM_HASWELL_NR,
+    .kc = 256,
+    .a_bytes = 4,
+    .layout = UFORM_GEMM_HALVES,
+    .pack_a = uform_gemm_pack_a_f32,
+    .kernels = {NULL, uform_haswell_kernel_1x1, uform_haswell_kernel_2x1, uform_haswell_kernel_3x1,
+                uform_haswell_kernel_4x1, uform_haswell_kernel_5x1, uform_haswell_kernel_6x1},
+    .wide_panels = UFORM_HASWELL_WIDE,
+    .wide = {NULL, uform_haswell_kernel_1x4},
+};
+
+static uform_status_t uform_haswell_pack(const uint16_t *weights, size_t n, size_t k,
+                                         uform_packed_t *packed) {
+    return uform_gemm_pack(&uform_haswell_gemm, weights, n, k, packed);
+}
+
+static void uform_haswell_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
+                                   const float *x, size_t x_stride, size_t m, const float *bias,
+                                   float *y, size_t y_stride) {
+    uform_gemm_run(&uform_haswell_gemm, executor, w, x, x_stride, m, bias, y, y_stride);
+}
+
+const uform_cpu_kernels_t uform_cpu_kernels_haswell = {
+    .cpu_class = UFORM_CPU_CLASS_HASWELL,
+    .name = "haswell",
+    .pack = uform_haswell_pack,
+    .gemm = uform_haswell_gemm_run,
+    .attention = uform_attention_portable,
+};
+
+#endif /* __x86_64__ */

@@ -1,0 +1,84 @@
+/* kernels.h: the table of CPU kernels one CPU class provides.
+ *
+ * A model is packed for one class at load: every weight matrix W [n, k]
+ * (row-major, as in the checkpoint: y = W x) becomes a uform_packed_t in the
+ * class's own layout. The forward pass then calls the class's GEMM through this
+ * table and never looks inside a packed matrix.
+ *
+ * Determinism contract (the tests rely on it): every output element
+ * y[i, j] is computed by the same sequence of operations whatever m, the
+ * position of row i in the batch, the thread count or the split of work. So a
+ * text encoded alone equals the same text inside a batch bit for bit.
+ */
+#ifndef UFORM_CPU_KERNELS_H
+#define UFORM_CPU_KERNELS_H
+
+#include "core/internal.h"
+
+typedef struct {
+    size_t n;        /* output features (rows of W) */
+    size_t k;        /* input features (columns of W) */
+    void *data;      /* the class's layout, from uform_alloc_aligned */
+    size_t bytes;    /* bytes held at data */
+} uform_packed_t;
+
+typedef struct {
+    uform_cpu_class_t cpu_class;
+    const char *name;                    /* "serial", "haswell", "skylake", "sapphire" */
+    /* Packs W [n, k] given as BF16 bits, row-major. */
+    uform_status_t (*pack)(const uint16_t *weights, size_t n, size_t k, uform_packed_t *packed);
+    /* y[m, n] = x[m, k] * W^T + bias (bias may be NULL); x rows are x_stride
+     * floats apart, y rows y_stride floats apart; runs on the executor. */
+    void (*gemm)(uform_executor_t *executor, const uform_packed_t *w, const float *x,
+                 size_t x_stride, size_t m, const float *bias, float *y, size_t y_stride);
+    /* One head of attention within one item of n tokens, for queries
+     * [first, last): out[i] = sum_j softmax_j(q_i . k_j / 8) v_j. q, k and v
+     * point at the item's row 0, rows `stride` floats apart, 64 wide (rotary
+     * positions applied); out points at row 0 too. scratch holds
+     * uform_attention_scratch_floats(n) floats, 64-byte aligned. Each output
+     * depends only on the item's own rows, in a fixed order. */
+    void (*attention)(const float *q, const float *k, const float *v, size_t stride, size_t n,
+                      size_t first, size_t last, float *out, size_t out_stride, float *scratch);
+} uform_cpu_kernels_t;
+
+/* Scratch floats any class's attention needs for an item of n tokens; a
+ * multiple of 16, so per-thread slices stay 64-byte aligned. */
+static inline size_t uform_attention_scratch_floats(size_t n) {
+    size_t padded = (n + 15) & ~(size_t)15;
+    return 80 * padded + 1024;
+}
+
+/* attention.c, attention_avx512.c, attention_bf16.c: the implementations. */
+UFORM_INTERNAL void uform_attention_portable(const float *q, const float *k, const float *v,
+                                             size_t stride, size_t n, size_t first, size_t last,
+                                             float *out, size_t out_stride, float *scratch);
+#if defined(__x86_64__)
+UFORM_INTERNAL void uform_attention_avx512(const float *q, const float *k, const float *v,
+                                           size_t stride, size_t n, size_t first, size_t last,
+                                           float *out, size_t out_stride, float *scratch);
+UFORM_INTERNAL void uform_attention_bf16(const float *q, const float *k, const float *v,
+                                         size_t stride, size_t n, size_t first, size_t last,
+                                         float *out, size_t out_stride, float *scratch);
+#endif
+
+/* The class tables, each defined in its own file (serial.c, haswell.c, ...).
+ * A class whose file was not compiled for this target has no table. */
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_serial;
+#if defined(__x86_64__)
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_haswell;
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_skylake;
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_sapphire;
+#endif
+
+/* detect.c: whether this CPU and OS can run a class (cpuid + xgetbv). */
+UFORM_INTERNAL bool uform_cpu_class_supported(uform_cpu_class_t cpu_class);
+/* The best class this machine runs. */
+UFORM_INTERNAL uform_cpu_class_t uform_cpu_class_best(void);
+/* The table for a class, or NULL when this build has none (e.g. NEON on x86). */
+UFORM_INTERNAL const uform_cpu_kernels_t *uform_cpu_kernels_for(uform_cpu_class_t cpu_class);
+UFORM_INTERNAL const char *uform_cpu_class_name(uform_cpu_class_t cpu_class);
+
+/* Frees a packed matrix (any class). */
+UFORM_INTERNAL void uform_packed_free(uform_packed_t *packed);
+
+#endif /* UFORM_CPU_KERNELS_H */

@@ -1,0 +1,136 @@
+/* sapphire.c: AVX-512 BF16 dot products (vdpbf16ps) with FP32 sums.
+ *
+ * x is rounded to BF16 (nearest, ties to even, as uform_f32_to_bf16) while it
+ * is packed into the A panel, as pairs of consecutive k in 32 bits; W is in
+ * the PAIRS layout. One vdpbf16ps adds two products per FP32 lane, so the
+ * kernel, 14 rows x 32 columns in 28 zmm accumulators, does 32 x 2 products
+ * per row and pair of k; one or two rows sweep 4 panels at once. The
+ * products of two BF16 are exact in FP32. */
+#include "backend/cpu/bf16_avx512.h"
+#include "backend/cpu/gemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define UFORM_SAPPHIRE UFORM_SAPPHIRE_TARGET
+#define UFORM_SAPPHIRE_MR 14
+#define UFORM_SAPPHIRE_NR 32
+#define UFORM_SAPPHIRE_WIDE 4 /* panels per wide kernel call */
+
+/* a[p2 * rows + r] = bf16(x[r, 2 p2]) | bf16(x[r, 2 p2 + 1]) << 16. */
+static UFORM_SAPPHIRE void uform_sapphire_pack_a(const float *x, size_t x_stride, size_t rows,
+                                                 size_t kc, void *a) {
+    uint32_t *dst = a;
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = x + r * x_stride;
+        size_t p = 0;
+        for (; p + 16 <= kc; p += 16) {
+            uint32_t pairs[8];
+            _mm256_storeu_si256((__m256i *)pairs,
+                                uform_bf16_round16(_mm512_loadu_si512(row + p)));
+            for (size_t t = 0; t < 8; t++) dst[(p / 2 + t) * rows + r] = pairs[t];
+        }
+        for (; p < kc; p += 2) {
+            uint32_t low = uform_f32_to_bf16(row[p]);
+            uint32_t high = p + 1 < kc ? uform_f32_to_bf16(row[p + 1]) : 0;
+            dst[p / 2 * rows + r] = low | high << 16;
+        }
+    }
+}
+
+/* rows x (panels x 32) outputs; panels > 1 gives a few rows enough sums. */
+static inline __attribute__((always_inline)) UFORM_SAPPHIRE void
+uform_sapphire_kernel(size_t rows, size_t panels, size_t kc, const uint32_t *a, const uint16_t *b,
+                      size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
+    __m512 acc[UFORM_SAPPHIRE_MR][2 * UFORM_SAPPHIRE_WIDE];
+    size_t vectors = 2 * panels;
+#pragma GCC unroll 16
+    for (size_t r = 0; r < rows; r++)
+#pragma GCC unroll 8
+        for (size_t v = 0; v < vectors; v++)
+            acc[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * c_stride + 16 * v);
+    size_t pairs = (kc + 1) / 2;
+    for (size_t p = 0; p < pairs; p++) {
+        __m512bh w[2 * UFORM_SAPPHIRE_WIDE];
+#pragma GCC unroll 8
+        for (size_t v = 0; v < vectors; v++)
+            w[v] = (__m512bh)_mm512_loadu_si512(b + v / 2 * b_stride + p * 2 * UFORM_SAPPHIRE_NR +
+                                                v % 2 * 32);
+#pragma GCC unroll 16
+        for (size_t r = 0; r < rows; r++) {
+            __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[p * rows + r]);
+#pragma GCC unroll 8
+            for (size_t v = 0; v < vectors; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, w[v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t v = 0; v < vectors && bias; v++) {
+        __m512 bias_v = _mm512_loadu_ps(bias + 16 * v);
+#pragma GCC unroll 16
+        for (size_t r = 0; r < rows; r++) acc[r][v] = _mm512_add_ps(acc[r][v], bias_v);
+    }
+#pragma GCC unroll 16
+    for (size_t r = 0; r < rows; r++)
+#pragma GCC unroll 8
+        for (size_t v = 0; v < vectors; v++) _mm512_storeu_ps(c + r * c_stride + 16 * v, acc[r][v]);
+}
+
+#define UFORM_SAPPHIRE_KERNEL(R, P)                                                             \
+    static UFORM_SAPPHIRE void uform_sapphire_kernel_##R##x##P(                                 \
+        size_t kc, const void *a, const uint16_t *b, size_t b_stride, float *c,                 \
+        size_t c_stride, int first, const float *bias) {                                        \
+        uform_sapphire_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);              \
+    }
+UFORM_SAPPHIRE_KERNEL(1, 1)
+UFORM_SAPPHIRE_KERNEL(2, 1)
+UFORM_SAPPHIRE_KERNEL(3, 1)
+UFORM_SAPPHIRE_KERNEL(4, 1)
+UFORM_SAPPHIRE_KERNEL(5, 1)
+UFORM_SAPPHIRE_KERNEL(6, 1)
+UFORM_SAPPHIRE_KERNEL(7, 1)
+UFORM_SAPPHIRE_KERNEL(8, 1)
+UFORM_SAPPHIRE_KERNEL(9, 1)
+UFORM_SAPPHIRE_KERNEL(10, 1)
+UFORM_SAPPHIRE_KERNEL(11, 1)
+UFORM_SAPPHIRE_KERNEL(12, 1)
+UFORM_SAPPHIRE_KERNEL(13, 1)
+UFORM_SAPPHIRE_KERNEL(14, 1)
+UFORM_SAPPHIRE_KERNEL(1, 4)
+UFORM_SAPPHIRE_KERNEL(2, 4)
+
+static const uform_gemm_class_t uform_sapphire_gemm = {
+    .mr = UFORM_SAPPHIRE_MR,
+    .nr = UFORM_SAPPHIRE_NR,
+    .kc = 512,
+    .a_bytes = 2,
+    .layout = UFORM_GEMM_PAIRS,
+    .pack_a = uform_sapphire_pack_a,
+    .kernels = {NULL, uform_sapphire_kernel_1x1, uform_sapphire_kernel_2x1, uform_sapphire_kernel_3x1,
+                uform_sapphire_kernel_4x1, uform_sapphire_kernel_5x1, uform_sapphire_kernel_6x1,
+                uform_sapphire_kernel_7x1, uform_sapphire_kernel_8x1, uform_sapphire_kernel_9x1,
+                uform_sapphire_kernel_10x1, uform_sapphire_kernel_11x1, uform_sapphire_kernel_12x1,
+                uform_sapphire_kernel_13x1, uform_sapphire_kernel_14x1},
+    .wide_panels = UFORM_SAPPHIRE_WIDE,
+    .wide = {NULL, uform_sapphire_kernel_1x4, uform_sapphire_kernel_2x4},
+};
+
+static uform_status_t uform_sapphire_pack(const uint16_t *weights, size_t n, size_t k,
+                                          uform_packed_t *packed) {
+    return uform_gemm_pack(&uform_sapphire_gemm, weights, n, k, packed);
+}
+
+static void uform_sapphire_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
+                                    const float *x, size_t x_stride, size_t m, const float *bias,
+                                    float *y, size_t y_stride) {
+    uform_gemm_run(&uform_sapphire_gemm, executor, w, x, x_stride, m, bias, y, y_stride);
+}
+
+const uform_cpu_kernels_t uform_cpu_kernels_sapphire = {
+    .cpu_class = UFORM_CPU_CLASS_SAPPHIRE,
+    .name = "sapphire",
+    .pack = uform_sapphire_pack,
+    .gemm = uform_sapphire_gemm_run,
+    .attention = uform_attention_bf16,
+};
+
+#endif /* __x86_64__ */

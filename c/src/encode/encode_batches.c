@@ -1,0 +1,240 @@
+/* encode_batches.c: the encoder every encode verb shares (encode_batches.h).
+ *
+ * Items are packed, in order, into forward batches of about
+ * uform_batch_rows tokens with no padding: the GEMMs see one flat matrix of
+ * every token, attention stays within each item. An item without tokens
+ * embeds as the normalisation of a zero mean, all zeros, and has no token
+ * rows. */
+#include "encode/encode_batches.h"
+
+#include <stdlib.h>
+
+uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name) {
+    if (!tape) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: NULL", name);
+    if (tape->count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: the batch is empty", name);
+    if (!tape->offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: offsets are NULL", name);
+    for (size_t i = 0; i < tape->count; i++)
+        if (tape->offsets[i + 1] < tape->offsets[i])
+            return uform_fail(UFORM_INVALID_ARGUMENT,
+                              "%s: offsets decrease at item %zu (%zu then %zu)", name, i,
+                              tape->offsets[i], tape->offsets[i + 1]);
+    if (tape->size && !tape->data)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "%s: data is NULL but size is %zu", name, tape->size);
+    if (tape->offsets[tape->count] > tape->size)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "%s: the last offset %zu is past the %zu bytes of data", name,
+                          tape->offsets[tape->count], tape->size);
+    return UFORM_OK;
+}
+
+uform_status_t uform_check_encode_options(const uform_model_t *model,
+                                          const uform_encode_options_t *options,
+                                          uint32_t *outputs, uform_scalar_t *scalar) {
+    *outputs = options ? options->outputs : 0;
+    *scalar = options ? options->outputs_scalar : UFORM_SCALAR_F32;
+    if (*outputs == 0) *outputs = UFORM_OUTPUTS_EMBEDDINGS;
+    if (*outputs & ~(uint32_t)(UFORM_OUTPUTS_EMBEDDINGS | UFORM_OUTPUTS_TOKENS))
+        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs: unknown flags 0x%x", *outputs);
+    if ((*outputs & UFORM_OUTPUTS_TOKENS) && model->token_width == 0)
+        return uform_fail(UFORM_UNSUPPORTED,
+                          "outputs: TOKENS asked, but the checkpoint has no token head (token_width 0)");
+    switch (*scalar) {
+    case UFORM_SCALAR_F32: case UFORM_SCALAR_BF16: case UFORM_SCALAR_F16:
+    case UFORM_SCALAR_I8: case UFORM_SCALAR_B1:
+        return UFORM_OK;
+    case UFORM_SCALAR_E4M3: case UFORM_SCALAR_E5M2:
+        return uform_fail(UFORM_UNSUPPORTED, "outputs_scalar: FP8 outputs are not built yet");
+    default:
+        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar", (int)*scalar);
+    }
+}
+
+/* Rows per forward batch: enough for efficient GEMMs, bounded so scratch stays
+ * near 64 MiB at any width; never below context, so every item fits. */
+size_t uform_batch_rows(const uform_model_t *model) {
+    size_t per_row = 10 * model->hidden + 64;
+    size_t rows = ((size_t)16 << 20) / per_row;
+    if (rows < 256) rows = 256;
+    return rows > model->context ? rows : model->context;
+}
+
+void uform_encoder_free(uform_encoder_t *e) {
+    uform_free_aligned(e->states);
+    uform_free_aligned(e->scratch);
+    free(e->segments);
+    free(e->positions);
+    uform_free_aligned(e->pooled);
+    uform_free_aligned(e->projected);
+    free(e->staged);
+    e->states = e->scratch = e->pooled = e->projected = NULL;
+    e->segments = NULL;
+    e->positions = NULL;
+    e->staged = NULL;
+}
+
+static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t scalar,
+                                            size_t rows_bound) {
+    const uform_model_t *model = e->model;
+    uform_encoded_t *encoded = e->encoded;
+    memset(encoded, 0, sizeof(*encoded));
+    encoded->count = e->count;
+    encoded->scalar = scalar;
+    if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
+        encoded->dimensions = model->dimensions;
+        encoded->embedding_row_bytes = uform_output_row_bytes(scalar, model->dimensions);
+        size_t bytes;
+        if (!uform_mul_ok(e->count, encoded->embedding_row_bytes, &bytes))
+            return uform_fail(UFORM_OUT_OF_MEMORY, "embeddings: %zu rows overflow", e->count);
+        encoded->embeddings = uform_arena_take(e->arena, bytes, "embeddings");
+        if (!encoded->embeddings) return UFORM_OUT_OF_MEMORY;
+    }
+    if (e->outputs & UFORM_OUTPUTS_TOKENS) {
+        encoded->token_width = model->token_width;
+        encoded->token_row_bytes = uform_output_row_bytes(scalar, model->token_width);
+        encoded->token_offsets = uform_arena_take(e->arena, (e->count + 1) * sizeof(size_t),
+                                                  "token offsets");
+        if (!encoded->token_offsets) return UFORM_OUT_OF_MEMORY;
+        encoded->token_offsets[0] = 0;
+        if (e->tokens_known) {
+            size_t bytes;
+            if (!uform_mul_ok(rows_bound, encoded->token_row_bytes, &bytes))
+                return uform_fail(UFORM_OUT_OF_MEMORY, "tokens: %zu rows overflow", rows_bound);
+            encoded->tokens = uform_arena_take(e->arena, bytes, "tokens");
+            if (!encoded->tokens) return UFORM_OUT_OF_MEMORY;
+        }
+    }
+    return UFORM_OK;
+}
+
+uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *model,
+                                   uform_executor_t *executor, const uform_encode_options_t *options,
+                                   uint32_t outputs, uform_scalar_t scalar, uform_arena_t *arena,
+                                   uform_encoded_t *encoded, size_t count, size_t rows_bound,
+                                   bool rows_exact) {
+    memset(e, 0, sizeof(*e));
+    e->model = model;
+    e->executor = executor;
+    e->outputs = outputs;
+    e->encoded = encoded;
+    e->arena = arena;
+    e->count = count;
+    e->tokens_known = rows_exact;
+
+    uform_arena_rewind(arena);
+    UFORM_TRY(uform_encoder_outputs(e, scalar, rows_bound));
+
+    size_t hidden = model->hidden;
+    size_t budget = uform_batch_rows(model);
+    /* A call smaller than one batch gets scratch of its own size (+1: never 0 bytes). */
+    size_t capacity = rows_bound < budget ? rows_bound + 1 : budget;
+    size_t items = budget < count ? budget : count;
+    size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
+    size_t projected_rows = capacity > items ? capacity : items;
+    e->max_rows = capacity < budget ? capacity : budget;
+    e->max_items = items;
+    e->states = uform_alloc_aligned(capacity, hidden * sizeof(float), "states");
+    e->scratch = uform_alloc_aligned(
+        uform_forward_scratch_floats(model, capacity, items, model->context,
+                                     uform_executor_width(executor)),
+        sizeof(float), "forward scratch");
+    e->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
+    e->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
+    e->pooled = uform_alloc_aligned(items, hidden * sizeof(float), "pooled states");
+    e->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");
+    if (!e->states || !e->scratch || !e->segments || !e->positions || !e->pooled || !e->projected) {
+        uform_encoder_free(e);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    uform_progress_begin(&e->progress, options ? &options->progress : NULL, count);
+    return UFORM_OK;
+}
+
+/* Where the token rows of item `first` onwards go: the arena, or the staging
+ * buffer grown to hold them. */
+static uint8_t *uform_token_destination(uform_encoder_t *e, size_t first, size_t rows) {
+    uform_encoded_t *encoded = e->encoded;
+    size_t begin = encoded->token_offsets[first] * encoded->token_row_bytes;
+    if (e->tokens_known) return (uint8_t *)encoded->tokens + begin;
+    size_t needed = begin + rows * encoded->token_row_bytes;
+    if (needed > e->staged_bytes) {
+        size_t grown = e->staged_bytes * 2 > needed ? e->staged_bytes * 2 : needed;
+        uint8_t *staged = realloc(e->staged, grown);
+        if (!staged) {
+            uform_fail(UFORM_OUT_OF_MEMORY, "tokens: cannot stage %zu bytes", grown);
+            return NULL;
+        }
+        e->staged = staged;
+        e->staged_bytes = grown;
+    }
+    return e->staged + begin;
+}
+
+/* Runs the open batch: the blocks, then the heads of its items. */
+static uform_status_t uform_encoder_run(uform_encoder_t *e) {
+    const uform_model_t *model = e->model;
+    uform_encoded_t *encoded = e->encoded;
+    size_t hidden = model->hidden, first = e->finished, items = e->added - e->finished;
+    if (items == 0) return UFORM_OK;
+    uform_batch_t batch = {e->rows, items, e->segments, e->positions};
+    if (e->rows) uform_forward(model, e->executor, &batch, e->states, e->scratch);
+
+    if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
+        for (size_t s = 0; s < items; s++) {
+            const uform_segment_t *segment = &e->segments[s];
+            float *pooled = e->pooled + s * hidden;
+            memset(pooled, 0, hidden * sizeof(float));
+            for (size_t r = segment->begin; r < segment->begin + segment->length; r++)
+                for (size_t h = 0; h < hidden; h++) pooled[h] += e->states[r * hidden + h];
+            float inverse = segment->length ? 1.0f / (float)segment->length : 0.0f;
+            for (size_t h = 0; h < hidden; h++) pooled[h] *= inverse;
+        }
+        uform_project_normalize(model, e->executor, &model->embedding_head, e->pooled, items,
+                                e->projected);
+        uform_convert_rows(e->projected, items, model->dimensions, encoded->scalar,
+                           (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
+                           encoded->embedding_row_bytes);
+    }
+    if ((e->outputs & UFORM_OUTPUTS_TOKENS) && e->rows) {
+        uint8_t *destination = uform_token_destination(e, first, e->rows);
+        if (!destination) return UFORM_OUT_OF_MEMORY;
+        uform_project_normalize(model, e->executor, &model->token_head, e->states, e->rows,
+                                e->projected);
+        uform_convert_rows(e->projected, e->rows, model->token_width, encoded->scalar, destination,
+                           encoded->token_row_bytes);
+    }
+    e->finished = e->added;
+    e->rows = 0;
+    return uform_progress_update(&e->progress, e->finished);
+}
+
+uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, float **x,
+                                 uint32_t **positions) {
+    /* never met by the verbs (each item is at most context rows, within the bound) */
+    if (rows > e->max_rows || rows > e->model->context || e->added == e->count)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "encoder: item %zu of %zu rows does not fit", e->added,
+                          rows);
+    if (e->rows + rows > e->max_rows || e->added - e->finished == e->max_items)
+        UFORM_TRY(uform_encoder_run(e));
+    size_t slot = e->added - e->finished;
+    e->segments[slot] = (uform_segment_t){e->rows, rows, axes};
+    if (e->outputs & UFORM_OUTPUTS_TOKENS)
+        e->encoded->token_offsets[e->added + 1] = e->encoded->token_offsets[e->added] + rows;
+    *x = e->states + e->rows * e->model->hidden;
+    *positions = e->positions + 3 * e->rows;
+    memset(*positions, 0, rows * 3 * sizeof(uint32_t));
+    e->rows += rows;
+    e->added++;
+    return UFORM_OK;
+}
+
+uform_status_t uform_encoder_finish(uform_encoder_t *e) {
+    UFORM_TRY(uform_encoder_run(e));
+    uform_encoded_t *encoded = e->encoded;
+    if ((e->outputs & UFORM_OUTPUTS_TOKENS) && !e->tokens_known) {
+        size_t bytes = encoded->token_offsets[e->count] * encoded->token_row_bytes;
+        encoded->tokens = uform_arena_take(e->arena, bytes, "tokens");
+        if (!encoded->tokens) return UFORM_OUT_OF_MEMORY;
+        if (bytes) memcpy(encoded->tokens, e->staged, bytes);
+    }
+    return UFORM_OK;
+}

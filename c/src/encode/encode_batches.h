@@ -1,0 +1,85 @@
+/* encode_batches.h: what every encode verb (text, image, video, audio)
+ * shares: the check of a tape and of the encode options, and an encoder that
+ * packs items, in order and without padding, into forward batches, runs the
+ * blocks and writes the embeddings and token rows into the arena.
+ *
+ * A verb turns each item into token rows (modality vector added) and calls
+ * uform_encoder_add for it; the encoder runs a batch whenever the next item
+ * does not fit, and at uform_encoder_finish. Outputs do not depend on how the
+ * items fell into batches (the kernels' determinism contract), so an item
+ * encoded alone equals the same item inside any batch, bit for bit. */
+#ifndef UFORM_ENCODE_BATCHES_H
+#define UFORM_ENCODE_BATCHES_H
+
+#include "model/model.h"
+
+/* INVALID_ARGUMENT naming `name` unless the tape is non-empty, its offsets
+ * non-decreasing and inside its data. */
+UFORM_INTERNAL uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name);
+
+/* Rows per forward batch: enough for efficient GEMMs, bounded so scratch stays
+ * near 64 MiB at any width; never below context, so every item fits. */
+UFORM_INTERNAL size_t uform_batch_rows(const uform_model_t *model);
+
+/* Checks the encode options against the model: *outputs (0 derives
+ * EMBEDDINGS) and *scalar as the call will use them. */
+UFORM_INTERNAL uform_status_t uform_check_encode_options(const uform_model_t *model,
+                                                         const uform_encode_options_t *options,
+                                                         uint32_t *outputs, uform_scalar_t *scalar);
+
+typedef struct {
+    const uform_model_t *model;
+    uform_executor_t *executor;
+    uint32_t outputs;
+    uform_encoded_t *encoded;
+    uform_arena_t *arena;
+    size_t count;                 /* items of the call */
+    size_t added;                 /* items added so far */
+    size_t finished;              /* items whose outputs are written */
+    uform_progress_state_t progress;
+
+    /* the open forward batch */
+    size_t max_rows, max_items;   /* budgets of one batch */
+    size_t rows;                  /* rows of the open batch */
+    float *states;                /* [capacity, H]: token rows, then final normed states */
+    float *scratch;               /* the forward's */
+    uform_segment_t *segments;    /* [max_items] */
+    uint32_t *positions;          /* [capacity][3] */
+
+    /* heads */
+    float *pooled;                /* [max_items, H] */
+    float *projected;             /* [max(max_items, capacity), max(D, W)] */
+
+    /* Token rows: straight into the arena when the call's total is known at
+     * begin; otherwise staged here and copied into the arena at finish. */
+    bool tokens_known;
+    uint8_t *staged;
+    size_t staged_bytes;
+} uform_encoder_t;
+
+/* Starts a call of `count` items (count >= 1). rows_bound bounds the call's
+ * total token rows (it sizes the scratch of a call smaller than one batch);
+ * rows_exact says it is the exact total, so token rows can go straight into
+ * the arena. Rewinds the arena: the previous call's outputs end here. */
+UFORM_INTERNAL uform_status_t uform_encoder_begin(uform_encoder_t *encoder, const uform_model_t *model,
+                                                  uform_executor_t *executor,
+                                                  const uform_encode_options_t *options,
+                                                  uint32_t outputs, uform_scalar_t scalar,
+                                                  uform_arena_t *arena, uform_encoded_t *encoded,
+                                                  size_t count, size_t rows_bound, bool rows_exact);
+
+/* Adds the next item: `rows` token rows (at most context) with `axes`
+ * position axes. Runs the open batch first when the item does not fit.
+ * *x receives where to write the item's rows [rows, H] and *positions their
+ * positions [rows][3] (unused axes 0), both valid until the next call.
+ * Fails with UFORM_CANCELLED when the progress handler asks. */
+UFORM_INTERNAL uform_status_t uform_encoder_add(uform_encoder_t *encoder, size_t rows, size_t axes,
+                                                float **x, uint32_t **positions);
+
+/* Runs the last batch and completes *encoded. */
+UFORM_INTERNAL uform_status_t uform_encoder_finish(uform_encoder_t *encoder);
+
+/* Frees the scratch (after finish, or instead of it on failure). */
+UFORM_INTERNAL void uform_encoder_free(uform_encoder_t *encoder);
+
+#endif /* UFORM_ENCODE_BATCHES_H */

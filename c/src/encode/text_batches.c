@@ -1,0 +1,91 @@
+/* text_batches.c: the stats counts and forward batches of text_choose
+ * (text_batches.h); the tape check and the batch budget are the encoder's
+ * (encode_batches.h).
+ *
+ * Texts are packed, in order, into forward batches of about
+ * uform_batch_rows tokens with no padding: the GEMMs see one flat matrix of
+ * every token, attention stays within each text. */
+#include "encode/text_batches.h"
+
+#include <stdlib.h>
+
+void uform_text_count(const uform_text_layout_t *layout, const uform_tape_t *texts,
+                      uform_text_encode_stats_t *counts) {
+    memset(counts, 0, sizeof(*counts));
+    counts->items = texts->count;
+    for (size_t i = 0; i < texts->count; i++) {
+        size_t length = texts->offsets[i + 1] - texts->offsets[i];
+        counts->truncated += length > layout->limit;
+        counts->empty += length == 0;
+        counts->tokens += uform_text_rows(layout, texts, i);
+    }
+}
+
+void uform_text_batches_free(uform_text_batches_t *batches) {
+    uform_free_aligned(batches->states);
+    uform_free_aligned(batches->scratch);
+    free(batches->segments);
+    free(batches->positions);
+    memset(batches, 0, sizeof(*batches));
+}
+
+uform_status_t uform_text_batches_init(uform_text_batches_t *batches, const uform_model_t *model,
+                                       uform_executor_t *executor, size_t total_rows, size_t count) {
+    memset(batches, 0, sizeof(*batches));
+    size_t budget = uform_batch_rows(model);
+    /* A call smaller than one batch gets scratch of its own size (+1: never 0 bytes). */
+    size_t rows = total_rows < budget ? total_rows + 1 : budget;
+    size_t items = budget < count ? budget : count;
+    size_t longest = model->context < budget ? model->context : budget;
+    batches->max_rows = budget;
+    batches->max_items = items;
+    batches->capacity = rows;
+    batches->states = uform_alloc_aligned(rows, model->hidden * sizeof(float), "text states");
+    batches->scratch = uform_alloc_aligned(
+        uform_forward_scratch_floats(model, rows, items, longest, uform_executor_width(executor)),
+        sizeof(float), "text scratch");
+    batches->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
+    batches->positions = uform_alloc(rows, 3 * sizeof(uint32_t), "positions");
+    if (!batches->states || !batches->scratch || !batches->segments || !batches->positions) {
+        uform_text_batches_free(batches);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    return UFORM_OK;
+}
+
+size_t uform_text_batch_end(const uform_text_batches_t *batches, const uform_text_layout_t *layout,
+                            const uform_tape_t *texts, size_t first) {
+    size_t last = first, rows = 0;
+    while (last < texts->count && last - first < batches->max_items &&
+           rows + uform_text_rows(layout, texts, last) <= batches->max_rows)
+        rows += uform_text_rows(layout, texts, last++);
+    return last;
+}
+
+/* Writes one row: a text.bytes row plus the modality vector, at `position`. */
+static void uform_text_row(const uform_model_t *model, size_t token, uint32_t position,
+                           uform_text_batches_t *batches, size_t row) {
+    size_t hidden = model->hidden;
+    const float *embedding = model->text_bytes + token * hidden;
+    float *x = batches->states + row * hidden;
+    for (size_t h = 0; h < hidden; h++) x[h] = embedding[h] + model->text_modality[h];
+    batches->positions[3 * row] = position;
+    batches->positions[3 * row + 1] = 0;
+    batches->positions[3 * row + 2] = 0;
+}
+
+void uform_text_batch_forward(const uform_model_t *model, uform_executor_t *executor,
+                              const uform_text_layout_t *layout, const uform_tape_t *texts,
+                              size_t first, size_t last, uform_text_batches_t *batches) {
+    const uint8_t *data = texts->data;
+    size_t rows = 0;
+    for (size_t i = first; i < last; i++) {
+        size_t kept = uform_text_kept(layout, texts, i);
+        const uint8_t *bytes = data ? data + texts->offsets[i] : NULL;
+        batches->segments[i - first] = (uform_segment_t){rows, uform_text_rows(layout, texts, i), 1};
+        for (size_t t = 0; t < kept; t++) uform_text_row(model, bytes[t], (uint32_t)t, batches, rows++);
+        if (layout->mask) uform_text_row(model, 256, (uint32_t)kept, batches, rows++);
+    }
+    uform_batch_t batch = {rows, last - first, batches->segments, batches->positions};
+    if (rows) uform_forward(model, executor, &batch, batches->states, batches->scratch);
+}

@@ -1,0 +1,156 @@
+/* attention_train.c: attention forward and backward for the trainer, as FP32
+ * GEMMs per (item, head) on the training GEMM (cpu/sgemm.h) plus row-wise
+ * softmax work. Each thread keeps two [n x n] score matrices of the longest
+ * item; when they cannot be allocated (or would exceed UFORM_ATTENTION_SCRATCH
+ * bytes) the register-tiled version of backward.c runs instead.
+ *
+ * forward:  S = Q K^T / 8, lse_i = log sum_j exp S_ij, P = exp(S - lse), O = P V
+ * backward: dP = dO V^T, D_i = dO_i . O_i, dS = P (dP - D) / 8,
+ *           dQ += dS K, dK += dS^T Q, dV += P^T dO
+ * Every product runs on one thread with its own fixed order, so results do not
+ * depend on the thread count. */
+#include "model/backward.h"
+#include "backend/cpu/sgemm.h"
+#include "core/fast_exp.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define UFORM_ATTENTION_SCRATCH ((size_t)1 << 30)
+
+typedef struct {
+    const float *qkv, *out, *dout, *logsumexp;
+    float *result, *lse_out;   /* out and lse (forward) or dqkv (backward) */
+    size_t hidden, heads;
+    const uform_span_t *segments;
+    float *scratch;            /* [threads][2 n^2] */
+    size_t scratch_per_thread;
+} uform_attention_job_t;
+
+static uform_matrix_t uform_view(const float *data, size_t stride, bool transposed) {
+    return (uform_matrix_t){data, stride, transposed};
+}
+
+/* S = Q K^T / 8 for one item and head, into scores [n x n]. */
+static void uform_scores(const float *q, const float *k, size_t stride, size_t n, float *scores) {
+    uform_sgemm(NULL, n, n, UFORM_HEAD_WIDTH, uform_view(q, stride, false), uform_view(k, stride, true),
+                NULL, false, scores, n);
+    for (size_t i = 0; i < n * n; i++) scores[i] *= 0.125f;
+}
+
+static void uform_attention_forward_tasks(void *context, size_t begin, size_t end, size_t thread) {
+    const uform_attention_job_t *job = context;
+    size_t hidden = job->hidden, stride = 3 * hidden;
+    float *scores = job->scratch + thread * job->scratch_per_thread;
+    for (size_t t = begin; t < end; t++) {
+        const uform_span_t *segment = &job->segments[t / job->heads];
+        size_t head = t % job->heads, n = segment->length;
+        if (n == 0) continue;
+        const float *q = job->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
+        uform_scores(q, q + hidden, stride, n, scores);
+        for (size_t i = 0; i < n; i++) {
+            float *row = scores + i * n, top = -INFINITY, sum = 0;
+            for (size_t j = 0; j < n; j++) top = row[j] > top ? row[j] : top;
+            for (size_t j = 0; j < n; j++) {
+                row[j] = uform_fast_exp(row[j] - top);
+                sum += row[j];
+            }
+            float inverse = 1.0f / sum;
+            for (size_t j = 0; j < n; j++) row[j] *= inverse;
+            job->lse_out[(segment->begin + i) * job->heads + head] = top + logf(sum);
+        }
+        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(scores, n, false),
+                    uform_view(q + 2 * hidden, stride, false), NULL, false,
+                    job->result + segment->begin * hidden + head * UFORM_HEAD_WIDTH, hidden);
+    }
+}
+
+static void uform_attention_backward_tasks(void *context, size_t begin, size_t end, size_t thread) {
+    const uform_attention_job_t *job = context;
+    size_t hidden = job->hidden, stride = 3 * hidden;
+    float *p = job->scratch + thread * job->scratch_per_thread;
+    for (size_t t = begin; t < end; t++) {
+        const uform_span_t *segment = &job->segments[t / job->heads];
+        size_t head = t % job->heads, n = segment->length;
+        if (n == 0) continue;
+        float *ds = p + n * n;
+        size_t offset = head * UFORM_HEAD_WIDTH;
+        const float *q = job->qkv + segment->begin * stride + offset, *k = q + hidden, *v = q + 2 * hidden;
+        const float *o = job->out + segment->begin * hidden + offset;
+        const float *dout = job->dout + segment->begin * hidden + offset;
+        float *dq = job->result + segment->begin * stride + offset, *dk = dq + hidden, *dv = dq + 2 * hidden;
+        uform_scores(q, k, stride, n, p);
+        uform_sgemm(NULL, n, n, UFORM_HEAD_WIDTH, uform_view(dout, hidden, false),
+                    uform_view(v, stride, true), NULL, false, ds, n);
+        for (size_t i = 0; i < n; i++) {
+            float lse = job->logsumexp[(segment->begin + i) * job->heads + head], delta = 0;
+            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) delta += dout[i * hidden + d] * o[i * hidden + d];
+            float *p_row = p + i * n, *ds_row = ds + i * n;
+            for (size_t j = 0; j < n; j++) {
+                p_row[j] = uform_fast_exp(p_row[j] - lse);
+                ds_row[j] = p_row[j] * (ds_row[j] - delta) * 0.125f;
+            }
+        }
+        float *local = ds + n * n; /* [3][n][64]: dq, dk, dv of this item and head */
+        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, false), uform_view(k, stride, false),
+                    NULL, false, local, UFORM_HEAD_WIDTH);
+        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, true), uform_view(q, stride, false),
+                    NULL, false, local + n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
+        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(p, n, true), uform_view(dout, hidden, false),
+                    NULL, false, local + 2 * n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
+        float *targets[3] = {dq, dk, dv};
+        for (size_t part = 0; part < 3; part++)
+            for (size_t i = 0; i < n; i++)
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++)
+                    targets[part][i * stride + d] += local[(part * n + i) * UFORM_HEAD_WIDTH + d];
+    }
+}
+
+/* Per-thread scratch for two n x n matrices of the longest item, or NULL. */
+static float *uform_attention_scratch(uform_executor_t *executor, const uform_span_t *segments,
+                                      size_t count, size_t *per_thread) {
+    size_t longest = 0;
+    for (size_t s = 0; s < count; s++) longest = segments[s].length > longest ? segments[s].length : longest;
+    size_t threads = executor ? uform_executor_width(executor) : 1;
+    /* two n x n matrices, then dq, dk, dv of n x 64 each (summed apart, then
+     * added once, so a second backward adds exactly the same again) */
+    *per_thread = (2 * longest * longest + 3 * longest * UFORM_HEAD_WIDTH + 15) & ~(size_t)15;
+    size_t bytes;
+    if (!uform_mul_ok(*per_thread, threads * sizeof(float), &bytes) || bytes > UFORM_ATTENTION_SCRATCH)
+        return NULL;
+    /* not uform_alloc_aligned: a failure here is handled, not reported */
+    return aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+}
+
+void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_t hidden,
+                             const uform_span_t *segments, size_t count, float *out,
+                             float *logsumexp) {
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;
+    uform_attention_job_t job = {.qkv = qkv, .result = out, .lse_out = logsumexp, .hidden = hidden,
+                                 .heads = hidden / UFORM_HEAD_WIDTH, .segments = segments};
+    job.scratch = uform_attention_scratch(executor, segments, count, &job.scratch_per_thread);
+    if (!job.scratch) {
+        uform_attention_forward_tiled(executor, qkv, hidden, segments, count, out, logsumexp);
+        return;
+    }
+    if (executor) uform_parallel_for(executor, count * job.heads, 1, uform_attention_forward_tasks, &job);
+    else uform_attention_forward_tasks(&job, 0, count * job.heads, 0);
+    free(job.scratch);
+}
+
+void uform_attention_backward(uform_executor_t *executor, const float *qkv, const float *out,
+                              const float *dout, const float *logsumexp, size_t hidden,
+                              const uform_span_t *segments, size_t count, float *dqkv) {
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;
+    uform_attention_job_t job = {.qkv = qkv, .out = out, .dout = dout, .logsumexp = logsumexp,
+                                 .result = dqkv, .hidden = hidden, .heads = hidden / UFORM_HEAD_WIDTH,
+                                 .segments = segments};
+    job.scratch = uform_attention_scratch(executor, segments, count, &job.scratch_per_thread);
+    if (!job.scratch) {
+        uform_attention_backward_tiled(executor, qkv, out, dout, logsumexp, hidden, segments, count, dqkv);
+        return;
+    }
+    if (executor) uform_parallel_for(executor, count * job.heads, 1, uform_attention_backward_tasks, &job);
+    else uform_attention_backward_tasks(&job, 0, count * job.heads, 0);
+    free(job.scratch);
+}

@@ -1,0 +1,110 @@
+/* backward.h: forward/backward pairs of the model's row-wise operations in FP32,
+ * for the CPU trainer (issue 3; not wired into a public verb yet).
+ *
+ * Conventions, as in llm.c: every backward ACCUMULATES into its gradient
+ * outputs (dx += ..., dweight += ...), so callers zero gradients once per step
+ * and branches that reuse a tensor add up. Forward functions for training save
+ * what their backward needs (named below); nothing is recomputed differently
+ * from the inference path's math (docs/architecture.md). Every result is one
+ * fixed chain of operations per element, independent of the thread count.
+ * Weight gradients (dweight, dbias, dtable) are summed over rows in row order
+ * by the thread that owns their column range, so they are deterministic too.
+ */
+#ifndef UFORM_BACKWARD_H
+#define UFORM_BACKWARD_H
+
+#include "core/internal.h"
+
+/* ---- LayerNorm: y = (x - mean) * rstd * weight + bias, biased variance, eps 1e-5 */
+UFORM_INTERNAL void uform_layer_norm_forward(uform_executor_t *executor, const float *x, size_t rows,
+                                             size_t width, const float *weight, const float *bias,
+                                             float *y, float *mean, float *rstd);
+UFORM_INTERNAL void uform_layer_norm_backward(uform_executor_t *executor, const float *dy,
+                                              const float *x, const float *weight,
+                                              const float *mean, const float *rstd, size_t rows,
+                                              size_t width, float *dx, float *dweight, float *dbias);
+
+/* ---- GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+UFORM_INTERNAL void uform_gelu_forward(uform_executor_t *executor, const float *x, size_t count,
+                                       float *y);
+UFORM_INTERNAL void uform_gelu_backward(uform_executor_t *executor, const float *x, const float *dy,
+                                        size_t count, float *dx);
+
+/* ---- Rotary positions on q and k of every head, in place on rows of a qkv
+ * matrix [rows, 3H] (q at columns [0, H), k at [H, 2H)). cosines/sines are
+ * [rows][32] tables (as forward.c builds them from positions). Backward
+ * rotates the gradients of q and k by -t, in place on dqkv. */
+UFORM_INTERNAL void uform_rope_forward(uform_executor_t *executor, float *qkv, size_t rows,
+                                       size_t hidden, const float *cosines, const float *sines);
+UFORM_INTERNAL void uform_rope_backward(uform_executor_t *executor, float *dqkv, size_t rows,
+                                        size_t hidden, const float *cosines, const float *sines);
+
+/* ---- Attention of every head within each segment.
+ * qkv [rows, 3H] (rotary applied); out [rows, H]; logsumexp [rows][heads]
+ * saved: log sum_j exp(score_ij) per query row and head, so backward
+ * recomputes the probabilities instead of storing [n x n] per head.
+ * segments: `count` items of (begin, length) rows; every row belongs to one. */
+typedef struct {
+    size_t begin, length;
+} uform_span_t;
+
+UFORM_INTERNAL void uform_attention_forward(uform_executor_t *executor, const float *qkv,
+                                            size_t hidden, const uform_span_t *segments,
+                                            size_t count, float *out, float *logsumexp);
+/* dqkv [rows, 3H] += gradients of q, k, v given dout [rows, H]. */
+UFORM_INTERNAL void uform_attention_backward(uform_executor_t *executor, const float *qkv,
+                                             const float *out, const float *dout,
+                                             const float *logsumexp, size_t hidden,
+                                             const uform_span_t *segments, size_t count,
+                                             float *dqkv);
+
+/* The same two functions computed in register tiles with no scratch memory
+ * (backward.c): what attention_train.c falls back to when it cannot allocate its
+ * per-thread score matrices. */
+UFORM_INTERNAL void uform_attention_forward_tiled(uform_executor_t *executor, const float *qkv,
+                                                  size_t hidden, const uform_span_t *segments,
+                                                  size_t count, float *out, float *logsumexp);
+UFORM_INTERNAL void uform_attention_backward_tiled(uform_executor_t *executor, const float *qkv,
+                                                   const float *out, const float *dout,
+                                                   const float *logsumexp, size_t hidden,
+                                                   const uform_span_t *segments, size_t count,
+                                                   float *dqkv);
+
+/* ---- Embedding lookup: y[r] = table[ids[r]] + modality. Backward:
+ * dtable[ids[r]] += dy[r], dmodality += sum_r dy[r] (rows in order). Rows
+ * whose id is UFORM_NOT_TEXT (image, video and audio rows of a mixed batch)
+ * are neither written nor read. */
+#define UFORM_NOT_TEXT UINT32_MAX
+UFORM_INTERNAL void uform_embedding_forward(const float *table, const float *modality,
+                                            const uint32_t *ids, size_t rows, size_t width,
+                                            float *y);
+UFORM_INTERNAL void uform_embedding_backward(uform_executor_t *executor, const float *dy,
+                                             const uint32_t *ids, size_t rows, size_t width,
+                                             float *dtable, float *dmodality);
+
+/* ---- Mean pooling over each segment's rows: pooled [count, width]; an
+ * empty segment pools to zeros (and passes no gradient). */
+UFORM_INTERNAL void uform_mean_pool_forward(const float *x, size_t width,
+                                            const uform_span_t *segments, size_t count,
+                                            float *pooled);
+UFORM_INTERNAL void uform_mean_pool_backward(const float *dpooled, size_t width,
+                                             const uform_span_t *segments, size_t count,
+                                             float *dx);
+
+/* ---- L2 normalisation of rows: y = x / max(|x|, 1e-12); norms [rows] saved. */
+UFORM_INTERNAL void uform_normalize_forward(const float *x, size_t rows, size_t width, float *y,
+                                            float *norms);
+UFORM_INTERNAL void uform_normalize_backward(const float *dy, const float *y, const float *norms,
+                                             size_t rows, size_t width, float *dx);
+
+/* ---- Softmax cross-entropy of logits rows [rows, classes] against integer
+ * targets: losses[r] = logsumexp(logits[r]) - logits[r][target[r]];
+ * backward: dlogits[r] += scale[r] * (softmax(logits[r]) - onehot(target[r])).
+ * scale lets the caller average (1/count) or weight rows (0 skips a row). */
+UFORM_INTERNAL void uform_cross_entropy_forward(const float *logits, size_t rows, size_t classes,
+                                                const uint32_t *targets, float *losses);
+UFORM_INTERNAL void uform_cross_entropy_backward(const float *logits, size_t rows, size_t classes,
+                                                 const uint32_t *targets, const float *scale,
+                                                 float *dlogits);
+
+#endif /* UFORM_BACKWARD_H */

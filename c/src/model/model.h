@@ -1,0 +1,103 @@
+/* model.h: a loaded model's parts and the forward pass over packed items. */
+#ifndef UFORM_MODEL_H
+#define UFORM_MODEL_H
+
+#include "backend/cpu/kernels.h"
+#include "core/internal.h"
+
+/* Weights of one pre-norm transformer block. Vectors are FP32, matrices packed
+ * for the model's CPU class. */
+typedef struct {
+    float *attention_norm_weight, *attention_norm_bias; /* [H] */
+    uform_packed_t qkv;                                 /* [3H, H] */
+    float *qkv_bias;                                    /* [3H] */
+    uform_packed_t out;                                 /* [H, H] */
+    float *out_bias;                                    /* [H] */
+    float *mlp_norm_weight, *mlp_norm_bias;             /* [H] */
+    uform_packed_t up;                                  /* [4H, H] */
+    float *up_bias;                                     /* [4H] */
+    uform_packed_t down;                                /* [H, 4H] */
+    float *down_bias;                                   /* [H] */
+} uform_block_t;
+
+/* One media modality's input parts (DESIGN section 5, docs/media.md): a
+ * token's `width` input values (a patch, a tube patch or a chunk) are
+ * projected to H and the modality vector added. width 0: the checkpoint has
+ * no such parts. */
+typedef struct {
+    size_t width;                     /* P*P*3, T*P*P*3 or S; 0 when absent */
+    uform_packed_t projection;        /* [H, width] */
+    float *bias;                      /* [H] */
+    float *modality;                  /* [H] */
+} uform_media_part_t;
+
+struct uform_model {
+    size_t depth, hidden, heads;
+    size_t dimensions, context, token_width, choice_temperature_groups;
+    uint64_t step;                    /* the training step the checkpoint was saved at */
+
+    const uform_cpu_kernels_t *kernels;
+    uform_scalar_t quantization;
+    uform_executor_t *executor;       /* runs verbs given no executor */
+    bool owns_executor;
+
+    float *text_bytes;                /* [257, H]: 256 bytes, then MASK; NULL without text */
+    float *text_modality;             /* [H] */
+
+    /* Media parts and the shapes of the checkpoint's "image"/"video"/"audio"
+     * metadata objects, zeros derived at load (docs/media.md). */
+    uform_media_part_t image, video, audio;
+    size_t image_patch_side;
+    size_t video_patch_side, video_tube_frames, video_frame_stride;
+    size_t audio_chunk_samples, audio_sample_rate;
+    uform_block_t *blocks;            /* [depth] */
+    float *norm_weight, *norm_bias;   /* [H] */
+    uform_packed_t embedding_head;    /* [D, H] */
+    uform_packed_t token_head;        /* [W, H]; n == 0 without a token head */
+    float *bytes_bias;                /* [256] or NULL without a byte head */
+    float *choice_log_temperature;    /* [G] or NULL */
+
+    size_t memory_usage;              /* bytes of every buffer above */
+};
+
+/* Where each packed item sits in a forward batch. Items never attend to each
+ * other; positions feed rotary embeddings. */
+typedef struct {
+    size_t begin;       /* first row of the item in the batch */
+    size_t length;      /* rows (tokens) */
+    size_t axes;        /* position axes: 1 for text/audio, 2 image, 3 video */
+} uform_segment_t;
+
+/* One forward batch: `rows` tokens of H floats each, grouped in segments.
+ * positions holds `axes` integers per row (3 slots per row, unused ones 0). */
+typedef struct {
+    size_t rows;
+    size_t segments_count;
+    const uform_segment_t *segments;
+    const uint32_t *positions;   /* [rows][3] */
+} uform_batch_t;
+
+/* Runs the blocks and the final norm over x [rows, H] in place: on return x
+ * holds the final normed states. Needs scratch from uform_forward_scratch_floats. */
+UFORM_INTERNAL size_t uform_forward_scratch_floats(const uform_model_t *model, size_t rows,
+                                                   size_t segments, size_t longest_segment,
+                                                   size_t threads);
+UFORM_INTERNAL void uform_forward(const uform_model_t *model, uform_executor_t *executor,
+                                  const uform_batch_t *batch, float *x, float *scratch);
+
+/* cosines and sines [rows][32] of every row's rotary angles (docs/architecture.md). */
+UFORM_INTERNAL void uform_rope_tables(uform_executor_t *executor, const uform_batch_t *batch,
+                                      float *cosines, float *sines);
+
+/* y = W x for rows of x, then each output row L2-normalised (x / max(|x|, 1e-12)). */
+UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_executor_t *executor,
+                                            const uform_packed_t *head, const float *x, size_t rows,
+                                            float *y);
+
+/* Writes `rows` FP32 rows of `width` into `out` as `scalar`, row_bytes apart. */
+UFORM_INTERNAL void uform_convert_rows(const float *rows_f32, size_t rows, size_t width,
+                                       uform_scalar_t scalar, void *out, size_t row_bytes);
+/* Bytes of one row of `width` scalars; 0 for a scalar outputs cannot be. */
+UFORM_INTERNAL size_t uform_output_row_bytes(uform_scalar_t scalar, size_t width);
+
+#endif /* UFORM_MODEL_H */

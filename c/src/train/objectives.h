@@ -1,0 +1,173 @@
+/* objectives.h: the training objectives of docs/training.md sections 1-3 for
+ * the CPU trainer (issue 3; not wired into a public verb yet): the
+ * counter-based random numbers, the masked-text corruption and the
+ * contrastive loss with its gradients.
+ *
+ * Everything here is a pure function of its arguments: no result depends on
+ * the thread count, the executor or the order in which items were packed.
+ */
+#ifndef UFORM_OBJECTIVES_H
+#define UFORM_OBJECTIVES_H
+
+#include "core/internal.h"
+
+/* ---- 1. Random numbers ------------------------------------------------------ */
+
+/* Streams of docs/training.md section 1. Continuation test k (k >= 1) of a
+ * span uses stream UFORM_STREAM_SPAN_CONTINUE + k. */
+enum {
+    UFORM_STREAM_SPAN_START = 1,
+    UFORM_STREAM_SPAN_CONTINUE = 2,
+    UFORM_STREAM_ACTION = 1000,
+    UFORM_STREAM_BYTE = 1001
+};
+
+/* mix(mix(mix(mix(mix(seed) ^ step) ^ item) ^ position) ^ stream), with mix the
+ * splitmix64 finaliser (x ^= x >> 30; x *= 0xbf58476d1ce4e5b9; x ^= x >> 27;
+ * x *= 0x94d049bb133111eb; x ^= x >> 31), all uint64 with wrapping products. */
+UFORM_INTERNAL uint64_t uform_random_bits(uint64_t seed, uint64_t step, uint64_t item,
+                                          uint64_t position, uint64_t stream);
+/* (bits >> 40) * 2^-24: a multiple of 2^-24 in [0, 1), exact in FP32 and FP64. */
+UFORM_INTERNAL double uform_random_uniform(uint64_t seed, uint64_t step, uint64_t item,
+                                           uint64_t position, uint64_t stream);
+
+/* ---- 2. Masked text --------------------------------------------------------- */
+
+/* The embedding row a MASKed byte takes (rows 0..255 are the bytes). */
+#define UFORM_MASK_TOKEN 256u
+
+/* Copies `given` (NULL: all zero) into `resolved` with every zero field
+ * replaced by its derived value: token_mask_probability 0.15, token_mean_span
+ * 3, replace_fraction 0.8, random_fraction 0.1, text_weight 1; the media
+ * fields (image/video/audio mask ratio 0.75, weights 1) are placeholders until
+ * the media objectives are specified. Non-zero fields are kept as given, so
+ * call uform_masking_check on the result. */
+UFORM_INTERNAL void uform_masking_resolve(const uform_masking_t *given, uform_masking_t *resolved);
+
+/* UFORM_INVALID_ARGUMENT naming the field when a resolved field is out of its
+ * domain: NaN or negative anywhere; token_mask_probability, replace_fraction,
+ * random_fraction and the three mask ratios above 1; replace_fraction +
+ * random_fraction above 1, summed in FP32 (so 0.8 + 0.2 passes, although
+ * 0.8f + 0.2f exceeds 1 in float64); token_mean_span below 1 or infinite; a
+ * weight infinite. */
+UFORM_INTERNAL uform_status_t uform_masking_check(const uform_masking_t *resolved);
+
+/* The corruption of one item of n bytes (docs/training.md section 2), for a
+ * resolved and checked configuration: spans of geometric length (mean m, cut
+ * at n) start with probability p / m, then each selected position becomes
+ * MASK (UFORM_MASK_TOKEN) with probability r, a random byte with probability
+ * q, or stays. Writes ids[0..n) (the corrupted token ids, 0..256; unselected
+ * positions keep their byte) and selected[0..n) (1 at selected positions, 0
+ * elsewhere) and returns how many positions were selected. Thresholds are
+ * float64 values computed from the float32 fields: p / m, 1 / m, r, r + q. */
+UFORM_INTERNAL size_t uform_mask_text(const uform_masking_t *resolved, uint64_t seed,
+                                      uint64_t step, uint64_t item, const uint8_t *bytes, size_t n,
+                                      uint32_t *ids, uint8_t *selected);
+
+/* ---- 3. Contrastive --------------------------------------------------------- */
+
+#define UFORM_MATRYOSHKA_WIDTHS_MAX 64
+
+/* The items of one step's world, as the loss sees them. */
+typedef struct {
+    size_t count;                       /* N items in the world */
+    size_t dimensions;                  /* D */
+    const float *embeddings;            /* [N, D], unit rows (or zero rows for empty items) */
+    const uint32_t *bags;               /* NULL: no bag positives; equal ids share a bag */
+    const uint32_t *groups;             /* NULL: all group 0; else each < config->groups */
+    const uform_relations_t *relations; /* NULL: none; CSR over the N items */
+} uform_contrastive_batch_t;
+
+/* A resolved configuration (uform_contrastive_resolve): no zero fields. */
+typedef struct {
+    const size_t *widths;               /* Matryoshka prefix widths, each in [1, D], distinct */
+    size_t widths_count;                /* 1 .. UFORM_MATRYOSHKA_WIDTHS_MAX */
+    uform_negatives_t negatives;        /* AMBIENT or NAMED */
+    float ambient_repulsion_weight;     /* finite, >= 0 */
+    uform_pair_loss_form_t pair_loss;   /* BALANCED, RANKED or SIGMOID */
+    size_t groups;                      /* G >= 1 */
+} uform_contrastive_config_t;
+
+/* Fills `config` from `given` (NULL: all derived) for embeddings of
+ * `dimensions` scalars: matryoshka_dimensions NULL or count 0 derives [D];
+ * temperature_groups 0 derives 1; inverse_temperature 0 derives 10;
+ * ambient_repulsion_weight 0 derives 1; pair_loss DERIVED is BALANCED; bias 0
+ * derives -10 for SIGMOID and 0 otherwise. The widths are copied into
+ * widths_storage (capacity UFORM_MATRYOSHKA_WIDTHS_MAX), which config->widths
+ * then points to; they keep the given order (the loss is their mean, summed
+ * in that order) and must be distinct, each in [1, dimensions], at most 64.
+ * Writes the parameters' initial values: log(inverse_temperature) and the
+ * bias. UFORM_INVALID_ARGUMENT naming the field, with nothing written, for
+ * dimensions 0, a bad width (0, above D, repeated, a count above 64 or a NULL
+ * list with a nonzero count), a non-finite or negative inverse temperature,
+ * ambient weight or bias (the bias may be negative, not NaN or infinite), or
+ * an unknown negatives / pair_loss value. */
+UFORM_INTERNAL uform_status_t uform_contrastive_resolve(const uform_contrastive_t *given,
+                                                        size_t dimensions,
+                                                        uform_contrastive_config_t *config,
+                                                        size_t *widths_storage,
+                                                        float *initial_log_inverse_temperature,
+                                                        float *initial_bias);
+
+/* The contrastive term of docs/training.md section 3, forward and backward.
+ *
+ * Writes the loss to *loss and ADDS its gradients into d_embeddings [N, D],
+ * d_log_inverse_temperature [G] and d_bias [G] (any of the three may be NULL
+ * when that gradient is not wanted; d_bias only receives nonzero values under
+ * SIGMOID). log_inverse_temperature [G] must be finite; bias [G] is read only
+ * under SIGMOID (it may be NULL otherwise) and must then be finite.
+ *
+ * Relations of anchor i to candidate j != i, by precedence: ignore edge >
+ * attract edge (positive, its weight) > same bag (positive, 1) > repel edge
+ * (negative, its weight) > AMBIENT (negative, ambient_repulsion_weight) /
+ * NAMED (not scored). Self edges (i -> i) are dropped. An edge set with NULL
+ * offsets is empty; otherwise offsets holds N + 1 non-decreasing values from
+ * 0 (offsets[N] is the number of edges), anchor i's edges are
+ * ids[offsets[i] .. offsets[i+1]) (and weights likewise, NULL: all 1), every
+ * id < N, every weight finite and >= 0, and no candidate appears twice in one
+ * anchor's row of one edge set (as tests/reference/training.py rejects it).
+ *
+ * BALANCED and RANKED score an anchor when its positives' weights sum to more
+ * than 0 (zero-weight positives still enter the BALANCED denominator, as the
+ * formula's sum over P_i says) and average over the scored anchors; when none
+ * is scored the loss is 0 and no gradient is added. SIGMOID averages over all
+ * N anchors. The term is the mean over the Matryoshka widths, where e^w =
+ * e[0:w] / max(|e[0:w]|, 1e-12) and the gradient flows back through that
+ * renormalisation to the full rows; a prefix that is exactly zero (an empty
+ * item) is scored with cosine 0 and receives no gradient.
+ *
+ * Computes in float64 (scores, log-sum-exp, softplus) and stores the [N, N]
+ * score gradients in FP32 (N^2 * 4 bytes of scratch); every sum runs in a
+ * fixed order, so the results do not depend on the executor (NULL: this
+ * thread only) or its thread count.
+ *
+ * UFORM_INVALID_ARGUMENT naming the problem, with nothing written, for a bad
+ * configuration, a group id >= G, a bad edge set, non-finite embeddings or
+ * parameters, or a NULL pointer the call needs; UFORM_OUT_OF_MEMORY when the
+ * scratch cannot be allocated. */
+UFORM_INTERNAL uform_status_t uform_contrastive(uform_executor_t *executor,
+                                                const uform_contrastive_config_t *config,
+                                                const uform_contrastive_batch_t *batch,
+                                                const float *log_inverse_temperature,
+                                                const float *bias, float *loss, float *d_embeddings,
+                                                float *d_log_inverse_temperature, float *d_bias);
+
+/* The pair losses of section 3 over a score matrix the caller computed (late
+ * interaction, docs/training.md section 9). Anchor i (anchors[i] != 0) scores
+ * candidates j != i with candidates[j] != 0, classified by the relations'
+ * precedence with config's negatives and ambient weight (config's widths and
+ * groups are not read); `form` is BALANCED, RANKED or SIGMOID. scores [n, n]
+ * holds s_ij on entry and dloss_i/ds_ij on return (0 outside scored rows and
+ * unscored pairs); row_loss[i] and scored[i] report each anchor (a BALANCED or
+ * RANKED anchor is scored when its positives' weights sum to more than 0,
+ * every SIGMOID anchor is). Unscaled: the caller averages. Edges are checked
+ * as uform_contrastive checks them. */
+UFORM_INTERNAL uform_status_t uform_pair_losses(uform_executor_t *executor,
+                                                const uform_contrastive_config_t *config,
+                                                uform_pair_loss_form_t form, size_t n,
+                                                const uint32_t *bags,
+                                                const uform_relations_t *relations,
+                                                const uint8_t *anchors, const uint8_t *candidates,
+                                                double *scores, double *row_loss, uint8_t *scored);
+
+#endif /* UFORM_OBJECTIVES_H */

@@ -1,0 +1,350 @@
+/* step.c: one optimizer step (docs/training.md): pack, corrupt, forward every
+ * replica, the objectives over the world, backward, and the AdamW update, refused
+ * when the step diverged (docs/reliability.md). Replicas share one copy of the
+ * weights and run one after another on the executor's threads; their gradients
+ * sum in replica order (the all-reduce of a data-parallel step). */
+#include "train/trainer_internal.h"
+
+/* Values the step computed (not the caller's) that must be finite for the
+ * objectives: a NaN there means the run has diverged, reported as such. */
+static uform_status_t uform_check_diverged(const float *values, size_t count, const char *what,
+                                           uint64_t step) {
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(values[i]))
+            return uform_fail(UFORM_DIVERGED,
+                              "step %llu: %s hold a non-finite value (%g at %zu); the step was not "
+                              "applied (weights, moments and the step counter are unchanged). The run "
+                              "has diverged: a lower learning rate or a resume from the last good "
+                              "checkpoint may help",
+                              (unsigned long long)step, what, (double)values[i], i);
+    return UFORM_OK;
+}
+
+static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                             uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                             uform_encoded_t *embeddings_out,
+                                             uform_trainer_step_stats_t *stats) {
+    UFORM_TRY(uform_check_step_batch(t, batch));
+    if (embeddings_out && !arena)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    if (embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not F32, BF16, F16, I8 or B1",
+                          (int)outputs_scalar);
+    size_t count = batch->contents.count, replicas = 1;
+    uform_executor_memory_domains(t->executor, &replicas);
+    uform_media_tokens_t *tokens;
+    UFORM_TRY(uform_tokenize_media(t, batch, &tokens));
+    const uint8_t *data = batch->contents.data;
+    const size_t *offsets = batch->contents.offsets;
+    uint64_t step = t->step + 1;
+    size_t d = t->dimensions;
+
+    size_t *lengths = uform_alloc(5 * count + t->limits.rows + 1, sizeof(size_t), "packing");
+    uform_replica_t *replica = uform_alloc_zeroed(replicas, sizeof(uform_replica_t), "replicas");
+    if (!lengths || !replica) {
+        free(lengths), free(replica);
+        uform_tokens_free(tokens, count);
+        return UFORM_OUT_OF_MEMORY;
+    }
+    size_t *kept = lengths + count, *row = kept + count, *index = row + count;
+    size_t *row_used = index + count;
+    uint32_t *bags_seen = (uint32_t *)(row_used + t->limits.rows + 1); /* count words fit in count size_t */
+    /* an item with choices carries MASK after its bytes (section 10) */
+    for (size_t i = 0; i < count; i++)
+        lengths[i] = batch->modalities[i] != UFORM_MODALITY_TEXT
+                         ? tokens[i].rows
+                         : offsets[i + 1] - offsets[i] + (uform_has_choices(batch, i) ? 1 : 0);
+
+    /* Items to replicas by token count, then each replica packs its own rows. */
+    uform_split_by_tokens(lengths, count, t->limits.columns, replica, replicas);
+    size_t truncated = 0, dropped = 0, items = 0, rows = 0, selected = 0;
+    for (size_t r = 0; r < replicas; r++) {
+        uform_replica_t *rep = &replica[r];
+        uform_pack_items(lengths + rep->first, batch->bags ? batch->bags + rep->first : NULL,
+                         rep->last - rep->first, &t->limits, kept + rep->first, row + rep->first,
+                         &truncated, &dropped, row_used, bags_seen);
+        rep->world_first = items;
+        for (size_t i = rep->first; i < rep->last; i++) {
+            index[i] = kept[i] == SIZE_MAX ? SIZE_MAX : items++;
+            if (kept[i] != SIZE_MAX) rep->items++, rep->rows += kept[i];
+        }
+        rows += rep->rows;
+    }
+
+    /* Corruption, keyed by the item's index in the step: independent of replicas. */
+    size_t *first_row = uform_alloc(count, sizeof(size_t), "item rows");
+    size_t choice_items = 0;
+    for (size_t r = 0, world_rows = 0; r < replicas && first_row; r++) {
+        replica[r].world_row_first = world_rows;
+        world_rows += replica[r].rows;
+        for (size_t i = replica[r].first, at = 0; i < replica[r].last; i++) {
+            if (kept[i] == SIZE_MAX) continue;
+            first_row[i] = at;
+            at += kept[i];
+            choice_items += uform_has_choices(batch, i);
+        }
+    }
+    uint32_t *ids = uform_alloc(rows ? rows : 1, sizeof(uint32_t), "token ids");
+    uint8_t *chosen = uform_alloc(rows ? rows : 1, 1, "selected positions");
+    uint8_t *masked = uform_alloc_zeroed(rows ? rows : 1, 1, "masked media rows");
+    uform_media_rows_t *media_rows = uform_alloc_zeroed(4 * replicas, sizeof(uform_media_rows_t), "media rows");
+    size_t media_masked[4] = {0, 0, 0, 0};
+    float *world = uform_alloc_aligned(2 * (items ? items : 1), d * sizeof(float), "world embeddings");
+    uform_status_t status = first_row && ids && chosen && masked && media_rows && world ? UFORM_OK
+                                                                                     : UFORM_OUT_OF_MEMORY;
+    float *d_world = world ? world + (items ? items : 1) * d : NULL;
+    for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
+        uform_replica_t *rep = &replica[r];
+        for (size_t i = rep->first; i < rep->last; i++) {
+            if (kept[i] == SIZE_MAX) continue;
+            const uint8_t *bytes = data + offsets[i];
+            uint32_t modality = batch->modalities[i];
+            if (modality != UFORM_MODALITY_TEXT) {  /* rows from tokens; some masked (section 11) */
+                for (size_t k = 0; k < kept[i]; k++) ids[base + k] = UFORM_NOT_TEXT, chosen[base + k] = 0;
+                size_t hidden = 0;
+                if (t->masks_text)
+                    status = uform_mask_patches(t->media[modality].mask_ratio, t->seed, step, i,
+                                                UFORM_STREAM_IMAGE_MASK + modality - UFORM_MODALITY_IMAGE,
+                                                kept[i], masked + base, &hidden);
+                media_masked[modality] += hidden;
+            } else if (uform_has_choices(batch, i)) {  /* the question stays intact, then MASK */
+                for (size_t k = 0; k + 1 < kept[i]; k++) ids[base + k] = bytes[k], chosen[base + k] = 0;
+                ids[base + kept[i] - 1] = UFORM_MASK_TOKEN;
+                chosen[base + kept[i] - 1] = 0;
+            } else if (t->masks_text) {
+                rep->selected += uform_mask_text(&t->masking, t->seed, step, i, bytes, kept[i],
+                                                 ids + base, chosen + base);
+            } else {
+                for (size_t k = 0; k < kept[i]; k++) ids[base + k] = bytes[k], chosen[base + k] = 0;
+            }
+            base += kept[i];
+        }
+        selected += rep->selected;
+    }
+
+    uform_edges_storage_t storage[3];
+    memset(storage, 0, sizeof(storage));
+    uform_relations_t relations;
+    memset(&relations, 0, sizeof(relations));
+    if (status == UFORM_OK && batch->relations) {
+        status = uform_remap_edges(&batch->relations->attract, count, index, items, &storage[0], &relations.attract);
+        if (status == UFORM_OK)
+            status = uform_remap_edges(&batch->relations->repel, count, index, items, &storage[1], &relations.repel);
+        if (status == UFORM_OK)
+            status = uform_remap_edges(&batch->relations->ignore, count, index, items, &storage[2], &relations.ignore);
+    }
+    uint32_t *bags = NULL, *groups = NULL;
+    if (status == UFORM_OK && (batch->bags || batch->temperature_groups)) {
+        bags = uform_alloc(2 * (items ? items : 1), sizeof(uint32_t), "bags");
+        if (!bags) status = UFORM_OUT_OF_MEMORY;
+        else groups = bags + (items ? items : 1);
+    }
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        if (index[i] == SIZE_MAX) continue;
+        if (batch->bags) bags[index[i]] = batch->bags[i];
+        if (groups) groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
+    }
+    for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
+        uform_replica_t *rep = &replica[r];
+        status = uform_workspace_init(&rep->w, t, r, rep->rows ? rep->rows : 1,
+                                      rep->items ? rep->items : 1, rep->selected);
+        if (status != UFORM_OK) break;
+        uform_replica_layout(batch, kept, ids, chosen, base, tokens, rep);
+        base += rep->rows;
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++)
+            if (t->media[m].width)
+                status = uform_replica_media(t, batch, rep, kept, first_row, masked, tokens, m,
+                                             &media_rows[4 * r + m]);
+    }
+    if (status != UFORM_OK) goto done;
+
+    /* Forward and the masked loss, replica by replica; embeddings gathered. */
+    memset(t->gradients, 0, t->count * sizeof(float));
+    float masked_loss = 0, contrastive_loss = 0, late_loss = 0;
+    double choices_sum = 0, media_sums[4] = {0, 0, 0, 0};
+    for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
+        uform_replica_t *rep = &replica[r];
+        uform_workspace_t *w = &rep->w;
+        memset(w->d_states, 0, (rep->rows ? rep->rows : 1) * t->hidden * sizeof(float));
+        if (rep->rows) {
+            uform_batch_t forward_batch = {rep->rows, rep->items, w->segments, w->positions};
+            status = uform_forward_train(t, w, &forward_batch, &media_rows[4 * r]);
+            if (status != UFORM_OK) break;
+        }
+        if (t->masks_text && rep->selected)
+            masked_loss += uform_masked_text(t, w, t->masking.text_weight, selected);
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
+            if (!t->media[m].width || !media_masked[m]) continue;
+            uform_media_parameters_t parameters = uform_media_parameters(t, m);
+            status = uform_media_reconstruction(t->executor, &parameters, &media_rows[4 * r + m],
+                                                t->hidden, w->states,
+                                                t->media[m].weight / (float)media_masked[m],
+                                                &media_sums[m], w->d_states);
+        }
+        if (choice_items && status == UFORM_OK)
+            status = uform_replica_choices(t, batch, rep, kept, first_row,
+                                           t->choices_weight / (float)choice_items, &choices_sum);
+        if (rep->items) {
+            uform_embed(t, w);
+            memcpy(world + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
+        }
+    }
+    if (status != UFORM_OK) goto done;
+    /* Late interaction over the world's token vectors. */
+    if (t->late && items) {
+        status = uform_late_step(t, batch, replica, replicas, kept, index, first_row, items, rows,
+                                 batch->bags ? bags : NULL, batch->relations ? &relations : NULL,
+                                 &late_loss);
+        if (status != UFORM_OK) goto done;
+    }
+    /* The contrastive term over the whole world; gradients go back to their owners. */
+    if (t->contrasts && items) {
+        status = uform_check_diverged(world, items * d, "the embeddings", step);
+        if (status == UFORM_OK)
+            status = uform_check_diverged(t->parameters + t->log_inverse_temperature,
+                                          t->contrastive.groups, "contrastive.log_inverse_temperature", step);
+        if (status == UFORM_OK && t->contrastive.pair_loss == UFORM_PAIR_LOSS_SIGMOID)
+            status = uform_check_diverged(t->parameters + t->contrastive_bias, t->contrastive.groups,
+                                          "contrastive.bias", step);
+        if (status != UFORM_OK) goto done;
+        uform_contrastive_batch_t cb = {items, d, world, batch->bags ? bags : NULL, groups,
+                                        batch->relations ? &relations : NULL};
+        memset(d_world, 0, items * d * sizeof(float));
+        status = uform_contrastive(t->executor, &t->contrastive, &cb,
+                                   t->parameters + t->log_inverse_temperature,
+                                   t->parameters + t->contrastive_bias, &contrastive_loss, d_world,
+                                   t->gradients + t->log_inverse_temperature,
+                                   t->gradients + t->contrastive_bias);
+        if (status != UFORM_OK) goto done;
+        for (size_t r = 0; r < replicas; r++) {
+            uform_replica_t *rep = &replica[r];
+            if (!rep->items) continue;
+            memcpy(rep->w.d_embeddings, d_world + rep->world_first * d, rep->items * d * sizeof(float));
+            uform_embed_backward(t, &rep->w);
+        }
+    }
+    /* Backward per replica, summed into one gradient buffer in replica order:
+     * the all-reduce of a data-parallel step. */
+    for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
+        if (!replica[r].rows) continue;
+        uform_backward_train(t, &replica[r].w);
+        for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
+            if (!t->media[m].width) continue;
+            uform_media_parameters_t parameters = uform_media_parameters(t, m);
+            status = uform_media_input_backward(t->executor, &parameters, &media_rows[4 * r + m],
+                                                t->hidden, replica[r].w.d_x);
+        }
+    }
+    if (status != UFORM_OK) goto done;
+
+    /* The update: AdamW at this step's rate on the clipped gradients (the
+     * gradient buffer keeps them unclipped, for inspection). */
+    float choices_loss = choice_items ? (float)(choices_sum / (double)choice_items) : 0.0f;
+    float weighted_late_loss = t->late_config.weight * late_loss;
+    float media_losses[4] = {0, 0, 0, 0};
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
+        if (media_masked[m]) media_losses[m] = (float)(media_sums[m] / (double)media_masked[m]);
+    float loss = t->masking.text_weight * masked_loss + contrastive_loss + weighted_late_loss +
+                 (t->chooses ? t->choices_weight * choices_loss : 0.0f);
+    for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
+        loss += t->media[m].weight * media_losses[m];
+    double norm;
+    float factor = uform_clip_factor(t->gradients, t->count, UFORM_CLIP_NORM, &norm);
+    float rate = (float)uform_schedule_rate(&t->schedule, step);
+    /* A diverged step is refused before it touches the weights: AdamW would
+     * spread one NaN into every parameter and moment, and a later save would
+     * write a checkpoint no load accepts. */
+    if (!isfinite(loss) || !isfinite(norm)) {
+        status = uform_fail(UFORM_DIVERGED,
+                            "step %llu: the loss is %g and the gradients' global norm is %g; a "
+                            "non-finite step was not applied (weights, moments and the step counter "
+                            "are unchanged). The run has diverged: a lower learning rate (%g at this "
+                            "step) or a resume from the last good checkpoint may help",
+                            (unsigned long long)step, (double)loss, norm, (double)rate);
+        goto done;
+    }
+    size_t overflow = uform_adamw_first_non_finite(t->executor, t->parameters, t->gradients, factor,
+                                                   t->first_moment, t->second_moment, t->decay, t->count,
+                                                   step, rate);
+    if (overflow != SIZE_MAX) {
+        const uform_slot_t *slot = uform_slot_at(t, overflow);
+        status = uform_fail(UFORM_DIVERGED,
+                            "step %llu: at the learning rate %g the update would make \"%s\"[%zu] "
+                            "non-finite; the step was not applied (weights, moments and the step "
+                            "counter are unchanged). The run has diverged: lower the learning rate",
+                            (unsigned long long)step, (double)rate, slot ? slot->name : "?",
+                            slot ? overflow - slot->offset : overflow);
+        goto done;
+    }
+    uform_adamw(t->executor, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
+                t->decay, t->count, step, rate);
+    t->step = step;
+    t->truncated += truncated;
+    t->dropped += dropped;
+
+    if (embeddings_out) {
+        status = uform_arena_acquire(arena);
+        if (status == UFORM_OK) {
+            uform_arena_rewind(arena);
+            memset(embeddings_out, 0, sizeof(*embeddings_out));
+            embeddings_out->count = count;
+            embeddings_out->scalar = outputs_scalar;
+            embeddings_out->dimensions = d;
+            embeddings_out->embedding_row_bytes = uform_output_row_bytes(outputs_scalar, d);
+            uint8_t *out = uform_arena_take(arena, count * embeddings_out->embedding_row_bytes, "embeddings");
+            if (!out) status = UFORM_OUT_OF_MEMORY;
+            else {
+                memset(out, 0, count * embeddings_out->embedding_row_bytes);
+                for (size_t i = 0; i < count; i++)
+                    if (index[i] != SIZE_MAX)
+                        uform_convert_rows(world + index[i] * d, 1, d, outputs_scalar,
+                                           out + i * embeddings_out->embedding_row_bytes,
+                                           embeddings_out->embedding_row_bytes);
+                embeddings_out->embeddings = out;
+            }
+            uform_arena_release(arena);
+        }
+    }
+    if (stats) {
+        memset(stats, 0, sizeof(*stats));
+        stats->step = step;
+        stats->learning_rate = rate;
+        stats->masked_text_loss = masked_loss;
+        stats->contrastive_loss = contrastive_loss;
+        stats->late_interaction_loss = weighted_late_loss;
+        stats->choices_loss = choices_loss;
+        stats->masked_image_loss = media_losses[UFORM_MODALITY_IMAGE];
+        stats->masked_video_loss = media_losses[UFORM_MODALITY_VIDEO];
+        stats->masked_audio_loss = media_losses[UFORM_MODALITY_AUDIO];
+        stats->loss = loss;
+        stats->truncated = t->truncated;
+        stats->dropped = t->dropped;
+        t->truncated = t->dropped = 0;
+    }
+
+done:
+    for (size_t s = 0; s < 3; s++) free(storage[s].offsets), free(storage[s].ids), free(storage[s].weights);
+    free(replica); /* the workspaces stay with the trainer */
+    free(bags);
+    uform_free_aligned(world);
+    free(lengths);
+    free(first_row);
+    free(masked);
+    if (media_rows)
+        for (size_t k = 0; k < 4 * replicas; k++) uform_media_rows_free(&media_rows[k]);
+    free(media_rows);
+    uform_tokens_free(tokens, count);
+    free(ids);
+    free(chosen);
+    return status;
+}
+
+uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                  uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                  uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
+    if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
+    UFORM_TRY(uform_trainer_enter(t, "step"));
+    uform_status_t status = uform_trainer_step_held(t, batch, arena, outputs_scalar, embeddings_out, stats);
+    uform_trainer_leave(t);
+    return status;
+}

@@ -1,0 +1,204 @@
+/* trainer_internal.h: the trainer's private state and the functions its files share.
+ *
+ * The trainer (docs/training.md) is split by what each file holds:
+ *   trainer.c      configuration, the parameter layout and initialisation, tensors
+ *   checkpoint.c   save and resume
+ *   workspace.c    the activations a step keeps, measured and pointed from one list
+ *   step_items.c   a step's items: checks, relations, replicas, media tokens
+ *   step_layers.c  the encoder's forward and backward in training, heads, choices, late interaction
+ *   step.c         one optimizer step
+ * Nothing outside c/src/train/ includes this header. */
+#ifndef UFORM_TRAINER_INTERNAL_H
+#define UFORM_TRAINER_INTERNAL_H
+
+#include "model/backward.h"
+#include "train/choices_loss.h"
+#include "backend/cpu/sgemm.h"
+#include "train/late_interaction_loss.h"
+#include "encode/media_encode.h"
+#include "train/media_objectives.h"
+#include "train/media_rows.h"
+#include "model/model.h"
+#include "train/objectives.h"
+#include "train/optimizer.h"
+#include "train/packing.h"
+#include "core/safetensors.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- parameters ---------------------------------------------------------- */
+
+typedef struct {
+    char name[64];
+    size_t offset, rows, cols;  /* cols 0: a vector of `rows` */
+    bool decay;                 /* AdamW weight decay (matrices but the byte table) */
+    bool f32;                   /* saved as F32 (else BF16) */
+} uform_slot_t;
+
+/* One media modality of the run: slots of its parameters (0 width: absent). */
+typedef struct {
+    size_t width;                 /* values per token: P*P*3, T*P*P*3 or S */
+    size_t modality, projection, projection_bias, mask, head, head_bias;
+    float mask_ratio, weight;
+} uform_trainer_media_t;
+
+typedef struct {
+    size_t norm1_weight, norm1_bias, qkv_weight, qkv_bias, out_weight, out_bias;
+    size_t norm2_weight, norm2_bias, up_weight, up_bias, down_weight, down_bias;
+} uform_block_slots_t;
+
+struct uform_trainer {
+    uform_executor_t *executor;
+    size_t depth, hidden, heads, dimensions, context;
+    uform_objective_t objective;
+    bool masks_text, contrasts;
+    bool byte_head;                    /* masked text or choices */
+    bool late, chooses;                /* late interaction / choices configured */
+    uform_late_interaction_t late_config;   /* resolved: no zero fields */
+    float choices_weight;
+    size_t choice_groups, max_choices;
+    uform_masking_t masking;
+    uform_contrastive_config_t contrastive;
+    size_t widths[64];
+    uform_schedule_t schedule;
+    uform_packing_limits_t limits;
+    uint64_t seed, step;
+    size_t truncated, dropped;         /* since the last stats read */
+
+    uform_slot_t *slots;
+    size_t slots_count, count;         /* tensors; floats in each flat buffer */
+    float *parameters, *gradients, *first_moment, *second_moment;
+    uint8_t *decay;
+    uform_block_slots_t *blocks;
+    size_t bytes_table, modality, norm_weight, norm_bias, embedding_head, bytes_bias;
+    size_t log_inverse_temperature, contrastive_bias;
+    size_t token_head, late_log_inverse_temperature, late_bias, choice_log_temperature;
+    uform_trainer_media_t media[4];    /* by uform_modality_t; [TEXT] unused */
+    uform_model_t geometry;            /* context and media shapes, for the tokenizers */
+    /* Workspaces kept across steps, one per replica: a step allocates (and the
+     * kernel zero-fills pages) only when it needs more than any step before. */
+    void **workspaces;
+    size_t *workspace_bytes;
+    size_t workspaces_count;
+    /* Set while a call uses the trainer: a trainer is used by one thread at a
+     * time (DESIGN section 3), and a second concurrent call is refused. */
+    atomic_flag busy;
+};
+
+
+/* ---- step workspace --------------------------------------------------------- */
+
+/* What one layer's forward keeps for its backward. */
+typedef struct {
+    float *input, *normed1, *mean1, *rstd1, *qkv, *attended, *logsumexp;
+    float *middle, *normed2, *mean2, *rstd2, *up, *activated;
+} uform_layer_saved_t;
+
+typedef struct {
+    size_t rows, items, selected;
+    uint32_t *ids;            /* [rows] token ids after corruption */
+    uint32_t *targets;        /* [selected] original bytes */
+    size_t *selected_rows;    /* [selected] */
+    uform_span_t *spans;      /* [items] */
+    uform_segment_t *segments;
+    uint32_t *positions;      /* [rows][3] */
+    float *cosines, *sines;   /* [rows][32] */
+    uform_layer_saved_t *layers;
+    float *output, *final_mean, *final_rstd, *states; /* x after the blocks, final norm */
+    float *pooled, *projected, *norms, *embeddings;   /* [items, H], [items, D] x3 */
+    float *logits, *losses;   /* [selected, 256], [selected] */
+    /* backward */
+    float *d_states, *d_x, *d_middle, *d_normed, *d_wide, *d_wide2, *d_attended, *d_qkv;
+    float *d_pooled, *d_projected, *d_embeddings, *d_logits, *scale;
+    void *block;              /* everything above: one block the trainer keeps across steps */
+} uform_workspace_t;
+
+
+/* One replica's share of a step: a contiguous range of the step's items. */
+typedef struct {
+    size_t first, last;        /* items [first, last) of the step */
+    size_t world_first;        /* its first kept item in the world's order */
+    size_t world_row_first;    /* its first row among the world's rows */
+    size_t items, rows, selected;
+    uform_workspace_t w;
+} uform_replica_t;
+
+/* Relations over the kept items: edges touching a dropped item go. */
+typedef struct {
+    size_t *offsets;
+    uint32_t *ids;
+    float *weights;
+} uform_edges_storage_t;
+
+/* ---- shared functions (defined in the file named above each group) ------------- */
+
+/* trainer.c */
+UFORM_INTERNAL uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what);
+UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
+UFORM_INTERNAL const uform_slot_t *uform_slot_at(const uform_trainer_t *t, size_t i);
+
+/* checkpoint.c */
+UFORM_INTERNAL uform_status_t uform_resume(uform_trainer_t *t, const char *path,
+                                           uint64_t given_seed);
+UFORM_INTERNAL uform_status_t uform_resume_peek(const char *path, uform_trainer_options_t *o);
+
+/* workspace.c */
+UFORM_INTERNAL uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t,
+                                                   size_t replica, size_t rows, size_t items,
+                                                   size_t selected);
+
+/* step_items.c */
+UFORM_INTERNAL uform_status_t uform_remap_edges(const uform_edges_t *given, size_t count,
+                                                const size_t *index, size_t kept_count,
+                                                uform_edges_storage_t *storage, uform_edges_t *out);
+UFORM_INTERNAL uform_status_t uform_check_step_batch(const uform_trainer_t *t,
+                                                     const uform_trainer_batch_t *b);
+UFORM_INTERNAL void uform_split_by_tokens(const size_t *lengths, size_t count, size_t columns,
+                                          uform_replica_t *replica, size_t replicas);
+UFORM_INTERNAL void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept,
+                                         const uint32_t *ids, const uint8_t *chosen,
+                                         size_t row_base, const uform_media_tokens_t *tokens,
+                                         uform_replica_t *replica);
+UFORM_INTERNAL bool uform_has_choices(const uform_trainer_batch_t *batch, size_t i);
+UFORM_INTERNAL void uform_tokens_free(uform_media_tokens_t *tokens, size_t count);
+UFORM_INTERNAL uform_status_t uform_replica_media(const uform_trainer_t *t,
+                                                  const uform_trainer_batch_t *batch,
+                                                  const uform_replica_t *rep, const size_t *kept,
+                                                  const size_t *first_row, const uint8_t *masked,
+                                                  const uform_media_tokens_t *tokens, size_t m,
+                                                  uform_media_rows_t *rows);
+UFORM_INTERNAL uform_status_t uform_tokenize_media(const uform_trainer_t *t,
+                                                   const uform_trainer_batch_t *b,
+                                                   uform_media_tokens_t **out);
+
+/* step_layers.c */
+UFORM_INTERNAL uform_media_parameters_t uform_media_parameters(const uform_trainer_t *t, size_t m);
+UFORM_INTERNAL uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
+                                                  const uform_batch_t *batch,
+                                                  const uform_media_rows_t *media);
+UFORM_INTERNAL void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w);
+UFORM_INTERNAL void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w);
+UFORM_INTERNAL void uform_embed(uform_trainer_t *t, uform_workspace_t *w);
+UFORM_INTERNAL float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
+                                       size_t world_selected);
+UFORM_INTERNAL uform_status_t uform_late_step(uform_trainer_t *t,
+                                              const uform_trainer_batch_t *batch,
+                                              uform_replica_t *replica, size_t replicas,
+                                              const size_t *kept, const size_t *index,
+                                              const size_t *first_row, size_t items,
+                                              size_t world_rows, const uint32_t *bags,
+                                              const uform_relations_t *relations, float *loss);
+UFORM_INTERNAL uform_status_t uform_replica_choices(uform_trainer_t *t,
+                                                    const uform_trainer_batch_t *batch,
+                                                    uform_replica_t *rep, const size_t *kept,
+                                                    const size_t *first_row, float scale,
+                                                    double *loss_sum);
+
+#endif /* UFORM_TRAINER_INTERNAL_H */
