@@ -1,30 +1,14 @@
 /* audio_encode.c: uform_audio_encode_samples and uform_audio_encode.
  *
- * A recording's chunks (audio.h) are built on a pool thread, resampling only
- * the samples the kept chunks hold; the file verb decodes to mono at the
- * model's rate first (media/decode.h). */
+ * A recording's chunks (media/media_tokens.c) are built on a pool thread,
+ * resampling only the samples the kept chunks hold; the file verb decodes to
+ * mono at the model's rate first (media/decode/). */
 #include "media/audio_tokens.h"
 #include "media/decode/resample.h"
 #include "encode/media_encode.h"
 
 #include <math.h>
 #include <stdio.h>
-
-static uform_status_t uform_recording_tokens(const uform_model_t *model, const float *samples,
-                                             size_t count, size_t rate, uform_media_tokens_t *tokens) {
-    uform_audio_layout_t layout;
-    if (!uform_audio_layout(count, rate, model->audio_sample_rate, model->audio_chunk_samples,
-                            model->context, &layout))
-        return uform_fail(UFORM_INVALID_ARGUMENT, "%zu samples at %zu Hz are too many to resample to %zu Hz",
-                          count, rate, model->audio_sample_rate);
-    tokens->axes = 1;
-    tokens->counts.samples = layout.samples;
-    tokens->counts.empty = layout.samples == 0;
-    tokens->counts.truncated = layout.kept < layout.chunks;
-    UFORM_TRY(uform_media_tokens_alloc(tokens, layout.kept, model->audio.width));
-    return uform_audio_chunks(samples, count, rate, model->audio_sample_rate, model->audio_chunk_samples,
-                              &layout, tokens->inputs, tokens->positions);
-}
 
 static uform_status_t uform_check_audio_call(const uform_model_t *model, const uform_arena_t *arena,
                                              const uform_encoded_t *encoded, const char *verb) {
@@ -107,26 +91,6 @@ uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t
     UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
     uform_audio_stats(&counts, stats);
     return UFORM_OK;
-}
-
-/* ---- files ------------------------------------------------------------------- */
-
-uform_status_t uform_audio_file_tokenize(const void *source, size_t item,
-                                                uform_media_tokens_t *tokens) {
-    const uform_media_files_t *files = source;
-    const uform_tape_t *tape = files->files;
-    const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
-    uform_audio_t audio;
-    uform_status_t status = uform_decode_audio(data, tape->offsets[item + 1] - tape->offsets[item],
-                                               files->model->audio_sample_rate, &audio);
-    if (status == UFORM_OK)
-        status = uform_recording_tokens(files->model, audio.samples, audio.count,
-                                        files->model->audio_sample_rate, tokens);
-    uform_audio_free(&audio);
-    if (status == UFORM_OK) return UFORM_OK;
-    char prefix[48];
-    snprintf(prefix, sizeof(prefix), "files[%zu]", item);
-    return uform_fail_context(status, prefix);
 }
 
 uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,

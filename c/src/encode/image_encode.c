@@ -1,39 +1,12 @@
 /* image_encode.c: uform_image_encode_pixels and uform_image_encode.
  *
- * Both turn an RGB8 image into its patches (image.h) on a pool thread; the
- * file verb decodes first (media/decode.h). */
+ * Both turn an RGB8 image into its patches (media/media_tokens.c) on a pool
+ * thread; the file verb decodes first (media/decode/). */
 #include "media/image_tokens.h"
 #include "encode/media_encode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-/* An image's patch tokens: grid, resize (skipped when the image already has
- * the grid's size), patches, positions (row, column). */
-static uform_status_t uform_image_tokens(const uform_model_t *model, const uint8_t *pixels,
-                                         size_t height, size_t width, size_t row_stride,
-                                         uform_media_tokens_t *tokens) {
-    size_t patch = model->image_patch_side, rows, cols;
-    bool shrunk;
-    uform_image_grid(height, width, patch, model->context, &rows, &cols, &shrunk);
-    tokens->axes = 2;
-    tokens->counts.shrunk = shrunk;
-    tokens->counts.resized = rows * patch != height || cols * patch != width;
-    UFORM_TRY(uform_media_tokens_alloc(tokens, rows * cols, model->image.width));
-    float *resized = uform_alloc_aligned(rows * cols, model->image.width * sizeof(float), "resized image");
-    if (!resized) return UFORM_OUT_OF_MEMORY;
-    uform_status_t status = uform_image_resize(pixels, height, width, row_stride, rows * patch,
-                                               cols * patch, resized);
-    if (status == UFORM_OK) {
-        uform_image_patches(resized, rows, cols, patch, tokens->inputs, model->image.width);
-        for (size_t p = 0; p < rows * cols; p++) {
-            tokens->positions[3 * p] = (uint32_t)(p / cols);
-            tokens->positions[3 * p + 1] = (uint32_t)(p % cols);
-        }
-    }
-    uform_free_aligned(resized);
-    return status;
-}
 
 static uform_status_t uform_check_model_call(const uform_model_t *model, const uform_arena_t *arena,
                                              const uform_encoded_t *encoded, const char *verb) {
@@ -114,28 +87,6 @@ uform_status_t uform_image_encode_pixels(uform_model_t *model, uform_executor_t 
     UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
     uform_image_stats(&counts, stats);
     return UFORM_OK;
-}
-
-/* ---- files ------------------------------------------------------------------- */
-
-uform_status_t uform_image_file_tokenize(const void *source, size_t item,
-                                                uform_media_tokens_t *tokens) {
-    const uform_media_files_t *files = source;
-    const uform_tape_t *tape = files->files;
-    const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
-    uform_image_t image;
-    uform_status_t status = uform_decode_image(data, tape->offsets[item + 1] - tape->offsets[item], &image);
-    if (status == UFORM_OK && (image.height == 0 || image.width == 0))
-        status = uform_fail(UFORM_FORMAT, "the decoder answered an image of %zu x %zu pixels",
-                            image.height, image.width);
-    if (status == UFORM_OK)
-        status = uform_image_tokens(files->model, image.pixels, image.height, image.width,
-                                    3 * image.width, tokens);
-    uform_image_free(&image);
-    if (status == UFORM_OK) return UFORM_OK;
-    char prefix[48];
-    snprintf(prefix, sizeof(prefix), "files[%zu]", item);
-    return uform_fail_context(status, prefix);
 }
 
 uform_status_t uform_image_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,

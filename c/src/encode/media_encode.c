@@ -11,21 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-uform_status_t uform_media_tokens_alloc(uform_media_tokens_t *tokens, size_t rows, size_t width) {
-    tokens->rows = rows;
-    tokens->inputs = uform_alloc_aligned(rows ? rows : 1, width * sizeof(float), "media tokens");
-    tokens->positions = uform_alloc_zeroed(rows ? rows : 1, 3 * sizeof(uint32_t), "media positions");
-    if (!tokens->inputs || !tokens->positions) return UFORM_OUT_OF_MEMORY;
-    return UFORM_OK;
-}
-
-void uform_media_tokens_free(uform_media_tokens_t *tokens) {
-    uform_free_aligned(tokens->inputs);
-    free(tokens->positions);
-    tokens->inputs = NULL;
-    tokens->positions = NULL;
-}
-
 /* One item of a group: its tokens, or the failure its pool thread saw. */
 typedef struct {
     uform_media_tokens_t tokens;

@@ -1,28 +1,10 @@
 /* video_encode.c: uform_video_encode and uform_video_encode_frames.
  *
- * A clip's tubes (video.h) are built on a pool thread; the file verb decodes
- * first, keeping every frame_stride-th frame (media/decode.h). */
+ * A clip's tubes (media/media_tokens.c) are built on a pool thread; the file
+ * verb decodes first, keeping every frame_stride-th frame (media/decode/). */
 #include "encode/media_encode.h"
-#include "media/video_tokens.h"
 
 #include <stdio.h>
-
-static uform_status_t uform_clip_tokens(const uform_model_t *model, const uform_video_t *clip,
-                                        uform_media_tokens_t *tokens) {
-    uform_video_layout_t layout;
-    uform_video_layout(clip->frames, clip->height, clip->width, model->video_patch_side,
-                       model->video_tube_frames, model->context, &layout);
-    size_t grid = layout.rows * layout.cols;
-    tokens->axes = 3;
-    tokens->counts.frames = clip->frames;
-    tokens->counts.empty = clip->frames == 0;
-    tokens->counts.truncated = layout.kept < layout.tubes;
-    UFORM_TRY(uform_media_tokens_alloc(tokens, layout.kept * grid, model->video.width));
-    if (!layout.kept) return UFORM_OK;
-    return uform_video_tubes(clip->pixels, clip->frames, clip->height, clip->width,
-                             model->video_patch_side, model->video_tube_frames, &layout,
-                             tokens->inputs, tokens->positions);
-}
 
 static uform_status_t uform_check_video_call(const uform_model_t *model, const uform_arena_t *arena,
                                              const uform_encoded_t *encoded, const char *verb) {
@@ -90,27 +72,6 @@ uform_status_t uform_video_encode_frames(uform_model_t *model, uform_executor_t 
     UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
     uform_video_stats(&counts, stats);
     return UFORM_OK;
-}
-
-/* ---- files --------------------------------------------------------------------- */
-
-uform_status_t uform_video_file_tokenize(const void *source, size_t item,
-                                                uform_media_tokens_t *tokens) {
-    const uform_media_files_t *files = source;
-    const uform_tape_t *tape = files->files;
-    const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
-    uform_video_t clip;
-    uform_status_t status = uform_decode_video(data, tape->offsets[item + 1] - tape->offsets[item],
-                                               files->model->video_frame_stride, &clip);
-    if (status == UFORM_OK && clip.frames && (clip.height == 0 || clip.width == 0))
-        status = uform_fail(UFORM_FORMAT, "the decoder answered frames of %zu x %zu pixels",
-                            clip.height, clip.width);
-    if (status == UFORM_OK) status = uform_clip_tokens(files->model, &clip, tokens);
-    uform_video_free(&clip);
-    if (status == UFORM_OK) return UFORM_OK;
-    char prefix[48];
-    snprintf(prefix, sizeof(prefix), "files[%zu]", item);
-    return uform_fail_context(status, prefix);
 }
 
 uform_status_t uform_video_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,

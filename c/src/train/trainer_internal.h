@@ -15,7 +15,7 @@
 #include "train/choices_loss.h"
 #include "backend/cpu/sgemm.h"
 #include "train/late_interaction_loss.h"
-#include "encode/media_encode.h"
+#include "media/media_tokens.h"
 #include "train/media_objectives.h"
 #include "train/media_rows.h"
 #include "model/model.h"
