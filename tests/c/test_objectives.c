@@ -3,7 +3,7 @@
  *
  * Build (from the repository root):
  *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/core/error.c c/src/core/executor.c c/src/train/objectives.c tests/c/test_objectives.c \
+ *       c/src/core/error.c c/src/core/executor.c c/src/train/masking.c c/src/train/contrastive_config.c c/src/train/objectives.c tests/c/test_objectives.c \
  *       -lm -pthread -o /tmp/test_objectives && /tmp/test_objectives
  *
  * - Random numbers and one masked item: values hard-coded from a separate

@@ -170,4 +170,21 @@ UFORM_INTERNAL uform_status_t uform_pair_losses(uform_executor_t *executor,
                                                 const uint8_t *anchors, const uint8_t *candidates,
                                                 double *scores, double *row_loss, uint8_t *scored);
 
+/* ---- shared by masking.c, contrastive_config.c and objectives.c ---- */
+
+/* A configuration field: the given value, or the derived one when it is 0. */
+static inline float uform_derive(float given, float derived) { return given == 0.0f ? derived : given; }
+
+/* One edge set over `count` items: offsets non-decreasing from 0, ids below
+ * count, no edge given twice, weights finite and non-negative. seen: count
+ * zeroed bytes, left zeroed. */
+UFORM_INTERNAL uform_status_t uform_check_edges(const uform_edges_t *edges, size_t count, uint8_t *seen,
+                                                const char *name);
+/* Everything uform_contrastive checks before it computes (nothing is written
+ * on failure). */
+UFORM_INTERNAL uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
+                                                      const uform_contrastive_batch_t *batch,
+                                                      const float *log_inverse_temperature,
+                                                      const float *bias, const float *loss);
+
 #endif /* UFORM_OBJECTIVES_H */
