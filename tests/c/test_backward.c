@@ -3,7 +3,7 @@
  *
  * Build (from the repository root), or `make c/build/tests/test_backward`:
  *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/core/error.c c/src/core/executor.c c/src/model/backward.c c/src/backend/cpu/attention.c \
+ *       c/src/core/error.c c/src/core/executor.c c/src/model/backward.c c/src/model/attention_tiled.c c/src/backend/cpu/attention.c \
  *       tests/c/test_backward.c -lm -pthread -o /tmp/test_backward && /tmp/test_backward
  *
  * For each operation:

@@ -13,6 +13,15 @@
  * attention) splits its sum into this many lanes. */
 #define UFORM_LANES 16
 
+/* Loops the compiler vectorises get AVX-512 and AVX2 clones chosen at load, so
+ * the portable code runs wide on every x86 class (the clones compute the same
+ * bits: no FMA contraction under -std=c11, no reassociation). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(UFORM_NO_CLONES)
+#define UFORM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define UFORM_VECTOR_CLONES
+#endif
+
 #define UFORM_BUILDING 1
 #include "uform.h"
 

@@ -16,12 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(UFORM_NO_CLONES)
-#define UFORM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define UFORM_VECTOR_CLONES
-#endif
-
 #define UFORM_BYTE_VALUES 256
 #define UFORM_MASK_ROW 256  /* text.bytes row of MASK */
 

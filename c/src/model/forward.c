@@ -13,13 +13,6 @@
 
 #include <math.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(UFORM_NO_CLONES)
-#define UFORM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define UFORM_VECTOR_CLONES
-#endif
-
-
 /* ---- elementwise ---------------------------------------------------------- */
 
 typedef struct {

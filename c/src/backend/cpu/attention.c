@@ -9,9 +9,9 @@
 #include <math.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define UFORM_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define UFORM_ATTENTION_CLONES __attribute__((target_clones("avx2", "default")))
 #else
-#define UFORM_VECTOR_CLONES
+#define UFORM_ATTENTION_CLONES
 #endif
 
 
@@ -20,7 +20,7 @@
 #define UFORM_PORTABLE_QUERIES 4
 #define UFORM_PORTABLE_KEYS 16
 
-UFORM_VECTOR_CLONES
+UFORM_ATTENTION_CLONES
 void uform_attention_portable(const float *q, const float *k, const float *v, size_t stride,
                               size_t n, size_t first, size_t last, float *out, size_t out_stride,
                               float *scratch) {
