@@ -2,7 +2,7 @@
 #
 #   make            libuform.a, libuform.so and the Python module (in place)
 #   make test       dependencies, C tests (also under ASan/UBSan), the C example, pytest
-#   make demo       dependencies, then the demo
+#   make demo       dependencies, then the demos (synthetic retrieval, multimodal, code search on the stdlib)
 #   make bench      benchmarks against PyTorch, writes docs/benchmarks.md (slow)
 #   make bench-pytest  the same through pytest-benchmark
 #   make bench-training  one training step against PyTorch, writes docs/benchmarks-training.md
@@ -185,6 +185,7 @@ demo: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) examples/demo.py
 	$(PYTHON) examples/demo_multimodal.py
+	$(PYTHON) examples/code_search.py
 
 # Side by side with PyTorch on the same weights; writes docs/benchmarks.md.
 bench: deps
