@@ -38,7 +38,7 @@
  * - Forwards: stated next to each check; each is a few hundred u at most of
  *   the magnitudes involved, for the same reason.
  */
-#include "model/backward.h"
+#include "backend/cpu/rows.h"
 #include "backend/cpu/kernels.h"
 
 #include <math.h>
@@ -373,7 +373,7 @@ static void rope_tables(size_t rows, const uint32_t *positions, size_t axes, flo
 
 /* Positions of rows in segments: axis 0 the index (k = 1), or (index / 5,
  * index % 5) for k = 2. */
-static uint32_t *segment_positions(const uform_span_t *segments, size_t count, size_t rows,
+static uint32_t *segment_positions(const uform_segment_t *segments, size_t count, size_t rows,
                                    size_t axes) {
     uint32_t *positions = xmalloc(rows * 3, sizeof(uint32_t));
     for (size_t s = 0; s < count; s++)
@@ -418,7 +418,7 @@ static double rope_ref_loss(void *context) {
 
 static void test_rope(size_t hidden, size_t axes) {
     char what[96];
-    const uform_span_t segments[] = {{0, 1}, {1, 2}, {3, 17}, {20, 64}, {84, 70}};
+    const uform_segment_t segments[] = {{0, 1, 1}, {1, 2, 1}, {3, 17, 1}, {20, 64, 1}, {84, 70, 1}};
     size_t rows = 154, stride = 3 * hidden, n = rows * stride;
     uint32_t *positions = segment_positions(segments, 5, rows, axes);
     float *cosines = xmalloc(rows * 32, sizeof(float)), *sines = xmalloc(rows * 32, sizeof(float));
@@ -473,7 +473,7 @@ static void test_rope(size_t hidden, size_t axes) {
 /* ==== attention ============================================================= */
 
 /* out (and lse) of one head of one segment, float64, the plain way. */
-static void attention_ref(const double *qkv, size_t hidden, uform_span_t segment, size_t head,
+static void attention_ref(const double *qkv, size_t hidden, uform_segment_t segment, size_t head,
                           double *out, double *lse) {
     size_t stride = 3 * hidden, n = segment.length;
     const double *q = qkv + segment.begin * stride + head * 64;
@@ -505,7 +505,7 @@ static void attention_ref(const double *qkv, size_t hidden, uform_span_t segment
 typedef struct {
     const double *qkv, *g;
     size_t hidden, head;
-    uform_span_t segment;
+    uform_segment_t segment;
     double *out;
 } attention_loss_t;
 
@@ -521,7 +521,7 @@ static double attention_ref_loss(void *context) {
     return loss;
 }
 
-static void test_attention(size_t hidden, float scale, const uform_span_t *segments, size_t count,
+static void test_attention(size_t hidden, float scale, const uform_segment_t *segments, size_t count,
                            bool finite_differences) {
     char what[128];
     size_t rows = 0, heads = hidden / 64, stride = 3 * hidden;
@@ -743,7 +743,7 @@ static void test_embedding(size_t width) {
 static void test_mean_pool(void) {
     size_t width = 64, rows = 9;
     /* an empty segment between others, one at the end, a 1-row segment */
-    const uform_span_t segments[] = {{0, 3}, {3, 0}, {3, 1}, {4, 5}, {9, 0}};
+    const uform_segment_t segments[] = {{0, 3, 1}, {3, 0, 1}, {3, 1, 1}, {4, 5, 1}, {9, 0, 1}};
     size_t count = 5;
     float *x = random_floats(rows * width, 1.0f), *g = random_floats(count * width, 1.0f);
     float *pooled = random_floats(count * width, 1.0f); /* garbage to overwrite */
@@ -935,12 +935,12 @@ int main(void) {
     test_rope(128, 1);
     test_rope(128, 2);
 
-    const uform_span_t mixed[] = {{0, 1}, {1, 2}, {3, 17}, {20, 64}};
+    const uform_segment_t mixed[] = {{0, 1, 1}, {1, 2, 1}, {3, 17, 1}, {20, 64, 1}};
     test_attention(64, 1.0f, mixed, 4, true);
     test_attention(128, 1.0f, mixed, 4, true);
     test_attention(128, 3.0f, mixed, 4, true);
     /* segments in any order, an empty one, and blocks of 64 rows across threads */
-    const uform_span_t long_segments[] = {{150, 1}, {0, 150}, {151, 0}, {151, 33}};
+    const uform_segment_t long_segments[] = {{150, 1, 1}, {0, 150, 1}, {151, 0, 1}, {151, 33, 1}};
     test_attention(128, 1.0f, long_segments, 4, false);
 
     test_embedding(64);

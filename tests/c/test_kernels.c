@@ -131,7 +131,7 @@ static void test_accuracy(const uform_cpu_kernels_t *kernels, uform_executor_t *
                     continue;
                 }
                 float *y = output_make(&p);
-                kernels->gemm(executor, &packed, p.x, p.x_stride, m, p.bias, y, p.y_stride);
+                kernels->gemm(executor, &packed, p.x, p.x_stride, m, p.bias, false, y, p.y_stride);
                 CHECK(check_accuracy(&p, y, bf16_x, false),
                       "%s m=%zu n=%zu k=%zu bias=%d stride pad=%zu", kernels->name, m, n, k,
                       p.bias != NULL, p.x_stride - k);
@@ -166,10 +166,10 @@ static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_
         }
         float *batch = output_make(&p);
         float *other = output_make(&p);
-        kernels->gemm(executors[0], &packed, p.x, p.x_stride, m, p.bias, batch, p.y_stride);
+        kernels->gemm(executors[0], &packed, p.x, p.x_stride, m, p.bias, false, batch, p.y_stride);
 
         for (size_t e = 1; e < executors_count; e++) {
-            kernels->gemm(executors[e], &packed, p.x, p.x_stride, m, p.bias, other, p.y_stride);
+            kernels->gemm(executors[e], &packed, p.x, p.x_stride, m, p.bias, false, other, p.y_stride);
             CHECK(same_bits(batch, p.y_stride, other, p.y_stride, m, n),
                   "%s %zu x %zu x %zu: executor %zu differs from executor 0", kernels->name, m, n,
                   k, e);
@@ -178,7 +178,7 @@ static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_
         for (size_t i = 0; i < m; i++) {
             uform_executor_t *executor = executors[i % executors_count];
             kernels->gemm(executor, &packed, p.x + i * p.x_stride, p.x_stride, 1, p.bias,
-                          other + i * p.y_stride, p.y_stride);
+                          false, other + i * p.y_stride, p.y_stride);
             if (!same_bits(batch + i * p.y_stride, p.y_stride, other + i * p.y_stride, p.y_stride,
                            1, n)) {
                 rows_alone = false;
@@ -196,7 +196,7 @@ static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_
             if (begin + count > m) count = m - begin;
             for (size_t e = 0; e < executors_count; e++) {
                 kernels->gemm(executors[e], &packed, p.x + begin * p.x_stride, p.x_stride, count,
-                              p.bias, other, p.y_stride);
+                              p.bias, false, other, p.y_stride);
                 CHECK(same_bits(batch + begin * p.y_stride, p.y_stride, other, p.y_stride, count,
                                 n),
                       "%s %zu x %zu x %zu: rows [%zu, %zu) on executor %zu differ",

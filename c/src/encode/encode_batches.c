@@ -66,7 +66,8 @@ void uform_encoder_free(uform_encoder_t *e) {
     uform_free_aligned(e->pooled);
     uform_free_aligned(e->projected);
     free(e->staged);
-    e->states = e->scratch = e->pooled = e->projected = NULL;
+    e->states = e->pooled = e->projected = NULL;
+    e->scratch = NULL;
     e->segments = NULL;
     e->positions = NULL;
     e->staged = NULL;
@@ -133,10 +134,11 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
     e->max_rows = capacity < budget ? capacity : budget;
     e->max_items = items;
     e->states = uform_alloc_aligned(capacity, hidden * sizeof(float), "states");
+    /* no item is longer than a batch (uform_encoder_add refuses it) */
+    size_t longest = model->context < capacity ? model->context : capacity;
     e->scratch = uform_alloc_aligned(
-        uform_forward_scratch_floats(model, capacity, items, model->context,
-                                     uform_executor_width(executor)),
-        sizeof(float), "forward scratch");
+        1, uform_forward_scratch_bytes(model, executor, capacity, items, longest),
+        "forward scratch");
     e->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
     e->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
     e->pooled = uform_alloc_aligned(items, hidden * sizeof(float), "pooled states");
@@ -179,15 +181,8 @@ static uform_status_t uform_encoder_run(uform_encoder_t *e) {
     if (e->rows) uform_forward(model, e->executor, &batch, e->states, e->scratch);
 
     if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
-        for (size_t s = 0; s < items; s++) {
-            const uform_segment_t *segment = &e->segments[s];
-            float *pooled = e->pooled + s * hidden;
-            memset(pooled, 0, hidden * sizeof(float));
-            for (size_t r = segment->begin; r < segment->begin + segment->length; r++)
-                for (size_t h = 0; h < hidden; h++) pooled[h] += e->states[r * hidden + h];
-            float inverse = segment->length ? 1.0f / (float)segment->length : 0.0f;
-            for (size_t h = 0; h < hidden; h++) pooled[h] *= inverse;
-        }
+        uform_backend_t backend = uform_model_backend(model, e->executor);
+        backend.ops->mean_pool_forward(&backend, e->states, hidden, e->segments, items, e->pooled);
         uform_project_normalize(model, e->executor, &model->embedding_head, e->pooled, items,
                                 e->projected);
         uform_convert_rows(e->projected, items, model->dimensions, encoded->scalar,

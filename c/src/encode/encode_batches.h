@@ -42,7 +42,7 @@ typedef struct {
     size_t max_rows, max_items;   /* budgets of one batch */
     size_t rows;                  /* rows of the open batch */
     float *states;                /* [capacity, H]: token rows, then final normed states */
-    float *scratch;               /* the forward's */
+    void *scratch;                /* the forward's */
     uform_segment_t *segments;    /* [max_items] */
     uint32_t *positions;          /* [capacity][3] */
 

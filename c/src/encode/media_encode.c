@@ -53,7 +53,7 @@ static void uform_media_embed(const uform_model_t *model, uform_executor_t *exec
     size_t hidden = model->hidden;
     if (tokens->rows == 0) return;
     model->kernels->gemm(executor, &part->projection, tokens->inputs, part->width, tokens->rows,
-                         part->bias, x, hidden);
+                         part->bias, false, x, hidden);
     for (size_t r = 0; r < tokens->rows; r++)
         for (size_t h = 0; h < hidden; h++) x[r * hidden + h] += part->modality[h];
     memcpy(positions, tokens->positions, tokens->rows * 3 * sizeof(uint32_t));

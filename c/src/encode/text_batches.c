@@ -42,8 +42,7 @@ uform_status_t uform_text_batches_init(uform_text_batches_t *batches, const ufor
     batches->capacity = rows;
     batches->states = uform_alloc_aligned(rows, model->hidden * sizeof(float), "text states");
     batches->scratch = uform_alloc_aligned(
-        uform_forward_scratch_floats(model, rows, items, longest, uform_executor_width(executor)),
-        sizeof(float), "text scratch");
+        1, uform_forward_scratch_bytes(model, executor, rows, items, longest), "text scratch");
     batches->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
     batches->positions = uform_alloc(rows, 3 * sizeof(uint32_t), "positions");
     if (!batches->states || !batches->scratch || !batches->segments || !batches->positions) {

@@ -39,7 +39,7 @@ typedef struct {
     size_t max_rows, max_items;  /* budgets of one batch */
     size_t capacity;             /* rows the buffers hold: max_rows, or all the call's + 1 */
     float *states;               /* [max_rows, H]: the final normed states after a forward */
-    float *scratch;              /* the forward's */
+    void *scratch;               /* the forward's */
     uform_segment_t *segments;   /* [max_items]: where each text of the batch sits */
     uint32_t *positions;         /* [max_rows][3] */
 } uform_text_batches_t;

@@ -24,6 +24,29 @@
 #define UFORM_DERIVED_FRAME_STRIDE 1
 #define UFORM_DERIVED_SAMPLE_RATE 16000
 
+/* ---- the blocks as the backend sees them ------------------------------------- */
+
+static uform_weight_t uform_packed_weight(const uform_packed_t *packed) {
+    return (uform_weight_t){packed, NULL, packed->n, packed->k};
+}
+
+/* Views of the loaded blocks for transformer.c (no copies). */
+static uform_status_t uform_model_transformer(uform_model_t *model) {
+    model->block_weights = uform_alloc(model->depth, sizeof(uform_block_weights_t), "block views");
+    if (!model->block_weights) return UFORM_OUT_OF_MEMORY;
+    for (size_t l = 0; l < model->depth; l++) {
+        const uform_block_t *b = &model->blocks[l];
+        model->block_weights[l] = (uform_block_weights_t){
+            b->attention_norm_weight, b->attention_norm_bias, uform_packed_weight(&b->qkv),
+            b->qkv_bias, uform_packed_weight(&b->out), b->out_bias, b->mlp_norm_weight,
+            b->mlp_norm_bias, uform_packed_weight(&b->up), b->up_bias,
+            uform_packed_weight(&b->down), b->down_bias};
+    }
+    model->transformer = (uform_transformer_t){model->depth, model->hidden, model->block_weights,
+                                               model->norm_weight, model->norm_bias};
+    return UFORM_OK;
+}
+
 /* ---- geometry from metadata ----------------------------------------------- */
 
 typedef struct {
@@ -406,6 +429,7 @@ static uform_status_t uform_load_parts(uform_loader_t *loader, const uform_geome
     for (size_t l = 0; l < model->depth; l++) UFORM_TRY(uform_load_block(loader, l, &model->blocks[l]));
     UFORM_TRY(uform_load_vector(loader, "norm.weight", hidden, true, &model->norm_weight));
     UFORM_TRY(uform_load_vector(loader, "norm.bias", hidden, true, &model->norm_bias));
+    UFORM_TRY(uform_model_transformer(model));
     UFORM_TRY(uform_load_matrix(loader, "heads.embedding.weight", model->dimensions, hidden, true,
                                 &model->embedding_head));
     if (g->token_width) {
@@ -458,6 +482,7 @@ void uform_model_free(uform_model_t *model) {
         }
         free(model->blocks);
     }
+    free(model->block_weights);
     free(model->text_bytes);
     free(model->text_modality);
     uform_media_part_t *parts[] = {&model->image, &model->video, &model->audio};

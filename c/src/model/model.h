@@ -4,6 +4,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/internal.h"
+#include "model/transformer.h"
 
 /* Weights of one pre-norm transformer block. Vectors are FP32, matrices packed
  * for the model's CPU class. */
@@ -51,6 +52,8 @@ struct uform_model {
     size_t video_patch_side, video_tube_frames, video_frame_stride;
     size_t audio_chunk_samples, audio_sample_rate;
     uform_block_t *blocks;            /* [depth] */
+    uform_block_weights_t *block_weights; /* [depth]: views of blocks for the backend */
+    uform_transformer_t transformer;  /* the blocks and final norm as transformer.c runs them */
     float *norm_weight, *norm_bias;   /* [H] */
     uform_packed_t embedding_head;    /* [D, H] */
     uform_packed_t token_head;        /* [W, H]; n == 0 without a token head */
@@ -60,34 +63,20 @@ struct uform_model {
     size_t memory_usage;              /* bytes of every buffer above */
 };
 
-/* Where each packed item sits in a forward batch. Items never attend to each
- * other; positions feed rotary embeddings. */
-typedef struct {
-    size_t begin;       /* first row of the item in the batch */
-    size_t length;      /* rows (tokens) */
-    size_t axes;        /* position axes: 1 for text/audio, 2 image, 3 video */
-} uform_segment_t;
-
-/* One forward batch: `rows` tokens of H floats each, grouped in segments.
- * positions holds `axes` integers per row (3 slots per row, unused ones 0). */
-typedef struct {
-    size_t rows;
-    size_t segments_count;
-    const uform_segment_t *segments;
-    const uint32_t *positions;   /* [rows][3] */
-} uform_batch_t;
+/* The backend a RAM model's verbs run on: its CPU class on `executor`. */
+UFORM_INTERNAL uform_backend_t uform_model_backend(const uform_model_t *model,
+                                                   uform_executor_t *executor);
 
 /* Runs the blocks and the final norm over x [rows, H] in place: on return x
- * holds the final normed states. Needs scratch from uform_forward_scratch_floats. */
-UFORM_INTERNAL size_t uform_forward_scratch_floats(const uform_model_t *model, size_t rows,
-                                                   size_t segments, size_t longest_segment,
-                                                   size_t threads);
+ * holds the final normed states. Needs `scratch` (64-byte aligned) of
+ * uform_forward_scratch_bytes for batches of up to `rows` rows in `segments`
+ * items of at most `longest` rows (every buffer grows with each of them, so a
+ * smaller batch's layout fits in the same block). */
+UFORM_INTERNAL size_t uform_forward_scratch_bytes(const uform_model_t *model,
+                                                  uform_executor_t *executor, size_t rows,
+                                                  size_t segments, size_t longest);
 UFORM_INTERNAL void uform_forward(const uform_model_t *model, uform_executor_t *executor,
-                                  const uform_batch_t *batch, float *x, float *scratch);
-
-/* cosines and sines [rows][32] of every row's rotary angles (docs/architecture.md). */
-UFORM_INTERNAL void uform_rope_tables(uform_executor_t *executor, const uform_batch_t *batch,
-                                      float *cosines, float *sines);
+                                  const uform_batch_t *batch, float *x, void *scratch);
 
 /* y = W x for rows of x, then each output row L2-normalised (x / max(|x|, 1e-12)). */
 UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_executor_t *executor,

@@ -167,8 +167,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
         uform_workspace_t *w = &rep->w;
         memset(w->d_states, 0, (rep->rows ? rep->rows : 1) * t->hidden * sizeof(float));
         if (rep->rows) {
-            uform_batch_t forward_batch = {rep->rows, rep->items, w->segments, w->positions};
-            status = uform_forward_train(t, w, &forward_batch, &media_rows[4 * r]);
+            status = uform_forward_train(t, w, &media_rows[4 * r]);
             if (status != UFORM_OK) break;
         }
         if (t->masks_text && rep->selected)
@@ -249,7 +248,9 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
         loss += t->media[m].weight * media_losses[m];
     double norm;
-    float factor = uform_clip_factor(t->gradients, t->count, UFORM_CLIP_NORM, &norm);
+    uform_backend_t *b = &t->backend;
+    float factor = uform_clip_factor(b->ops->sum_squares(b, t->gradients, t->count),
+                                     UFORM_CLIP_NORM, &norm);
     float rate = (float)uform_schedule_rate(&t->schedule, step);
     /* A diverged step is refused before it touches the weights: AdamW would
      * spread one NaN into every parameter and moment, and a later save would
@@ -263,9 +264,9 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
                             (unsigned long long)step, (double)loss, norm, (double)rate);
         goto done;
     }
-    size_t overflow = uform_adamw_first_non_finite(t->executor, t->parameters, t->gradients, factor,
-                                                   t->first_moment, t->second_moment, t->decay, t->count,
-                                                   step, rate);
+    size_t overflow = b->ops->adamw_first_non_finite(b, t->parameters, t->gradients, factor,
+                                                     t->first_moment, t->second_moment, t->decay,
+                                                     t->count, step, rate);
     if (overflow != SIZE_MAX) {
         const uform_slot_t *slot = uform_slot_at(t, overflow);
         status = uform_fail(UFORM_DIVERGED,
@@ -276,8 +277,8 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
                             slot ? overflow - slot->offset : overflow);
         goto done;
     }
-    uform_adamw(t->executor, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
-                t->decay, t->count, step, rate);
+    b->ops->adamw(b, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
+                  t->decay, t->count, step, rate);
     t->step = step;
     t->truncated += truncated;
     t->dropped += dropped;

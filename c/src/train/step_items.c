@@ -164,7 +164,7 @@ void uform_split_by_tokens(const size_t *lengths, size_t count, size_t columns,
     }
 }
 
-/* Lays out one replica's kept items in its workspace: token ids, spans,
+/* Lays out one replica's kept items in its workspace: token ids, segments,
  * positions, selected rows and their original bytes. */
 void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept,
                                  const uint32_t *ids, const uint8_t *chosen, size_t row_base,
@@ -176,7 +176,6 @@ void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept
     size_t r = 0, item = 0, s = 0;
     for (size_t i = replica->first; i < replica->last; i++) {
         if (kept[i] == SIZE_MAX) continue;
-        w->spans[item] = (uform_span_t){r, kept[i]};
         if (batch->modalities[i] != UFORM_MODALITY_TEXT) {  /* positions from the tokenizer */
             w->segments[item] = (uform_segment_t){r, kept[i], tokens[i].axes};
             memcpy(w->positions + 3 * r, tokens[i].positions, 3 * kept[i] * sizeof(uint32_t));

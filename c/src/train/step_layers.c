@@ -3,53 +3,19 @@
  * embeddings, and the choices and late-interaction terms of a replica. */
 #include "train/trainer_internal.h"
 
-/* ---- helpers ------------------------------------------------------------------ */
-
-static uform_matrix_t uform_rows_of(const float *data, size_t stride) {
-    return (uform_matrix_t){data, stride, false};
-}
-static uform_matrix_t uform_transposed(const float *data, size_t stride) {
-    return (uform_matrix_t){data, stride, true};
+/* A linear layer's dense weight at parameters + offset, [n, k]. */
+static uform_weight_t uform_dense(const uform_trainer_t *t, size_t offset, size_t n, size_t k) {
+    return (uform_weight_t){NULL, t->parameters + offset, n, k};
 }
 
-typedef struct {
-    const float *dy;
-    size_t rows, cols;
-    float *sums;
-} uform_column_task_t;
-
-/* sums[c] += sum over rows of dy[r][c], rows in order: one owner per column. */
-static void uform_column_sums_range(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
-    const uform_column_task_t *task = context;
-    for (size_t r = 0; r < task->rows; r++) {
-        const float *row = task->dy + r * task->cols;
-        for (size_t c = begin; c < end; c++) task->sums[c] += row[c];
-    }
+/* A saved forward of the workspace, as transformer.c reads it. */
+static uform_activations_t uform_saved(uform_workspace_t *w) {
+    return (uform_activations_t){true,          w->layers,  w->output, w->final_mean,
+                                 w->final_rstd, w->states,  w->cosines, w->sines, NULL};
 }
 
-static void uform_column_sums(uform_executor_t *executor, const float *dy, size_t rows, size_t cols,
-                              float *sums) {
-    uform_column_task_t task = {dy, rows, cols, sums};
-    uform_parallel_for(executor, cols, 64, uform_column_sums_range, &task);
-}
-
-/* y = x W^T + b over `rows` (W [n, k] at parameters + weight). */
-static void uform_linear(uform_trainer_t *t, const float *x, size_t rows, size_t k, size_t n,
-                         size_t weight, size_t bias, bool accumulate, float *y) {
-    uform_sgemm(t->executor, rows, n, k, uform_rows_of(x, k),
-                uform_transposed(t->parameters + weight, k), t->parameters + bias, accumulate, y, n);
-}
-
-/* dW += dy^T x, db += column sums of dy, dx (+)= dy W. */
-static void uform_linear_backward(uform_trainer_t *t, const float *x, const float *dy, size_t rows,
-                                  size_t k, size_t n, size_t weight, size_t bias, float *dx,
-                                  bool accumulate_dx) {
-    uform_sgemm(t->executor, n, k, rows, uform_transposed(dy, n), uform_rows_of(x, k), NULL, true,
-                t->gradients + weight, k);
-    uform_column_sums(t->executor, dy, rows, n, t->gradients + bias);
-    uform_sgemm(t->executor, rows, k, n, uform_rows_of(dy, n),
-                uform_rows_of(t->parameters + weight, k), NULL, accumulate_dx, dx, k);
+static uform_batch_t uform_workspace_batch(const uform_workspace_t *w) {
+    return (uform_batch_t){w->rows, w->items, w->segments, w->positions};
 }
 
 /* A media modality's parameters and gradients, as media_rows.c takes them. */
@@ -66,128 +32,84 @@ uform_media_parameters_t uform_media_parameters(const uform_trainer_t *t, size_t
 }
 
 uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
-                                          const uform_batch_t *batch, const uform_media_rows_t *media) {
-    size_t rows = w->rows, h = t->hidden;
-    uform_executor_t *ex = t->executor;
+                                   const uform_media_rows_t *media) {
+    uform_backend_t *b = &t->backend;
+    size_t h = t->hidden;
     float *p = t->parameters;
-    uform_embedding_forward(p + t->bytes_table, p + t->modality, w->ids, rows, h, w->layers[0].input);
+    b->ops->embedding_forward(b, p + t->bytes_table, p + t->modality, w->ids, w->rows, h,
+                              w->layers[0].input);
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++) {
         if (!t->media[m].width) continue;
         uform_media_parameters_t parameters = uform_media_parameters(t, m);
-        UFORM_TRY(uform_media_input_forward(ex, &parameters, &media[m], h, w->layers[0].input));
+        UFORM_TRY(uform_media_input_forward(t->executor, &parameters, &media[m], h,
+                                            w->layers[0].input));
     }
-    uform_rope_tables(ex, batch, w->cosines, w->sines);
-    for (size_t l = 0; l < t->depth; l++) {
-        const uform_block_slots_t *b = &t->blocks[l];
-        uform_layer_saved_t *s = &w->layers[l];
-        uform_layer_norm_forward(ex, s->input, rows, h, p + b->norm1_weight, p + b->norm1_bias,
-                                 s->normed1, s->mean1, s->rstd1);
-        uform_linear(t, s->normed1, rows, h, 3 * h, b->qkv_weight, b->qkv_bias, false, s->qkv);
-        uform_rope_forward(ex, s->qkv, rows, h, w->cosines, w->sines);
-        uform_attention_forward(ex, s->qkv, h, w->spans, w->items, s->attended, s->logsumexp);
-        memcpy(s->middle, s->input, rows * h * sizeof(float));
-        uform_linear(t, s->attended, rows, h, h, b->out_weight, b->out_bias, true, s->middle);
-        uform_layer_norm_forward(ex, s->middle, rows, h, p + b->norm2_weight, p + b->norm2_bias,
-                                 s->normed2, s->mean2, s->rstd2);
-        uform_linear(t, s->normed2, rows, h, 4 * h, b->up_weight, b->up_bias, false, s->up);
-        uform_gelu_forward(ex, s->up, rows * 4 * h, s->activated);
-        float *next = l + 1 < t->depth ? w->layers[l + 1].input : w->output;
-        memcpy(next, s->middle, rows * h * sizeof(float));
-        uform_linear(t, s->activated, rows, 4 * h, h, b->down_weight, b->down_bias, true, next);
-    }
-    uform_layer_norm_forward(ex, w->output, rows, h, p + t->norm_weight, p + t->norm_bias,
-                             w->states, w->final_mean, w->final_rstd);
+    uform_batch_t batch = uform_workspace_batch(w);
+    uform_activations_t saved = uform_saved(w);
+    uform_transformer_forward(b, &t->transformer, &batch, &saved);
     return UFORM_OK;
 }
 
 void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w) {
-    size_t rows = w->rows, h = t->hidden;
-    uform_executor_t *ex = t->executor;
-    float *p = t->parameters, *g = t->gradients;
-    /* d_states holds dLoss/dh; into the final norm */
-    memset(w->d_x, 0, rows * h * sizeof(float));
-    uform_layer_norm_backward(ex, w->d_states, w->output, p + t->norm_weight, w->final_mean,
-                              w->final_rstd, rows, h, w->d_x, g + t->norm_weight, g + t->norm_bias);
-    for (size_t l = t->depth; l-- > 0;) {
-        const uform_block_slots_t *b = &t->blocks[l];
-        uform_layer_saved_t *s = &w->layers[l];
-        /* x_next = middle + down(gelu(up(norm2(middle)))) */
-        memset(w->d_wide, 0, rows * 4 * h * sizeof(float));
-        uform_linear_backward(t, s->activated, w->d_x, rows, 4 * h, h, b->down_weight, b->down_bias,
-                              w->d_wide, false);
-        memset(w->d_wide2, 0, rows * 4 * h * sizeof(float));
-        uform_gelu_backward(ex, s->up, w->d_wide, rows * 4 * h, w->d_wide2);
-        uform_linear_backward(t, s->normed2, w->d_wide2, rows, h, 4 * h, b->up_weight, b->up_bias,
-                              w->d_normed, false);
-        memcpy(w->d_middle, w->d_x, rows * h * sizeof(float));
-        uform_layer_norm_backward(ex, w->d_normed, s->middle, p + b->norm2_weight, s->mean2, s->rstd2,
-                                  rows, h, w->d_middle, g + b->norm2_weight, g + b->norm2_bias);
-        /* middle = input + out(attention(rope(qkv(norm1(input))))) */
-        uform_linear_backward(t, s->attended, w->d_middle, rows, h, h, b->out_weight, b->out_bias,
-                              w->d_attended, false);
-        memset(w->d_qkv, 0, rows * 3 * h * sizeof(float));
-        uform_attention_backward(ex, s->qkv, s->attended, w->d_attended, s->logsumexp, h, w->spans,
-                                 w->items, w->d_qkv);
-        uform_rope_backward(ex, w->d_qkv, rows, h, w->cosines, w->sines);
-        uform_linear_backward(t, s->normed1, w->d_qkv, rows, h, 3 * h, b->qkv_weight, b->qkv_bias,
-                              w->d_normed, false);
-        memcpy(w->d_x, w->d_middle, rows * h * sizeof(float));
-        uform_layer_norm_backward(ex, w->d_normed, s->input, p + b->norm1_weight, s->mean1, s->rstd1,
-                                  rows, h, w->d_x, g + b->norm1_weight, g + b->norm1_bias);
-    }
-    uform_embedding_backward(ex, w->d_x, w->ids, rows, h, g + t->bytes_table, g + t->modality);
+    uform_backend_t *b = &t->backend;
+    float *g = t->gradients;
+    uform_batch_t batch = uform_workspace_batch(w);
+    uform_activations_t saved = uform_saved(w);
+    uform_backward_scratch_t scratch = {w->d_x, w->d_middle, w->d_normed, w->d_wide, w->d_wide2,
+                                        w->d_attended, w->d_qkv};
+    uform_transformer_backward(b, &t->transformer, t->block_gradients, g + t->norm_weight,
+                               g + t->norm_bias, &batch, &saved, w->d_states, &scratch);
+    b->ops->embedding_backward(b, w->d_x, w->ids, w->rows, t->hidden, g + t->bytes_table,
+                               g + t->modality);
 }
 
-/* The masked text loss and its gradient into d_states (scaled by weight). */
+/* The masked text loss and its gradient into d_states (scaled by weight):
+ * logits = states[selected] . bytes[0:256]^T + bias, softmax cross-entropy. */
 float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
-                               size_t world_selected) {
+                        size_t world_selected) {
+    uform_backend_t *b = &t->backend;
+    const uform_backend_ops_t *op = b->ops;
     size_t h = t->hidden, n = w->selected;
     if (n == 0) return 0.0f;
     float *p = t->parameters, *g = t->gradients;
-    float *gathered = w->d_normed; /* reuse: [selected, H] <= [rows, H] */
-    for (size_t i = 0; i < n; i++)
-        memcpy(gathered + i * h, w->states + w->selected_rows[i] * h, h * sizeof(float));
-    uform_sgemm(t->executor, n, UFORM_BYTES, h, uform_rows_of(gathered, h),
-                uform_transposed(p + t->bytes_table, h), p + t->bytes_bias, false, w->logits, UFORM_BYTES);
-    uform_cross_entropy_forward(w->logits, n, UFORM_BYTES, w->targets, w->losses);
+    uform_weight_t bytes = uform_dense(t, t->bytes_table, UFORM_BYTES, h);
+    float *gathered = w->d_normed;   /* reuse: [selected, H] <= [rows, H] */
+    float *d_gathered = w->d_attended;
+    op->gather_rows(b, w->states, h, w->selected_rows, n, gathered);
+    op->linear(b, &bytes, gathered, h, n, p + t->bytes_bias, false, w->logits, UFORM_BYTES);
+    op->cross_entropy_forward(b, w->logits, n, UFORM_BYTES, w->targets, w->losses);
     double total = 0;
     for (size_t i = 0; i < n; i++) total += w->losses[i];
     float scale = weight / (float)world_selected;
     for (size_t i = 0; i < n; i++) w->scale[i] = scale;
-    memset(w->d_logits, 0, n * UFORM_BYTES * sizeof(float));
-    uform_cross_entropy_backward(w->logits, n, UFORM_BYTES, w->targets, w->scale, w->d_logits);
-    /* logits = gathered . bytes[0:256]^T + bias */
-    uform_sgemm(t->executor, UFORM_BYTES, h, n, uform_transposed(w->d_logits, UFORM_BYTES),
-                uform_rows_of(gathered, h), NULL, true, g + t->bytes_table, h);
-    uform_column_sums(t->executor, w->d_logits, n, UFORM_BYTES, g + t->bytes_bias);
-    float *d_gathered = w->d_attended; /* reuse */
-    uform_sgemm(t->executor, n, h, UFORM_BYTES, uform_rows_of(w->d_logits, UFORM_BYTES),
-                uform_rows_of(p + t->bytes_table, h), NULL, false, d_gathered, h);
-    for (size_t i = 0; i < n; i++) {
-        float *dh = w->d_states + w->selected_rows[i] * h;
-        for (size_t c = 0; c < h; c++) dh[c] += d_gathered[i * h + c];
-    }
+    op->zero(b, w->d_logits, n * UFORM_BYTES * sizeof(float));
+    op->cross_entropy_backward(b, w->logits, n, UFORM_BYTES, w->targets, w->scale, w->d_logits);
+    op->linear_backward(b, &bytes, gathered, w->d_logits, n, g + t->bytes_table, g + t->bytes_bias,
+                        d_gathered, false);
+    op->scatter_add_rows(b, d_gathered, h, w->selected_rows, n, w->d_states);
     return (float)(total / (double)world_selected);
 }
 
 /* Pooled, projected, normalised embeddings of the kept items (w->embeddings). */
 void uform_embed(uform_trainer_t *t, uform_workspace_t *w) {
+    uform_backend_t *b = &t->backend;
     size_t h = t->hidden, d = t->dimensions;
-    uform_mean_pool_forward(w->states, h, w->spans, w->items, w->pooled);
-    uform_sgemm(t->executor, w->items, d, h, uform_rows_of(w->pooled, h),
-                uform_transposed(t->parameters + t->embedding_head, h), NULL, false, w->projected, d);
-    uform_normalize_forward(w->projected, w->items, d, w->embeddings, w->norms);
+    uform_weight_t head = uform_dense(t, t->embedding_head, d, h);
+    b->ops->mean_pool_forward(b, w->states, h, w->segments, w->items, w->pooled);
+    b->ops->linear(b, &head, w->pooled, h, w->items, NULL, false, w->projected, d);
+    b->ops->normalize_forward(b, w->projected, w->items, d, w->embeddings, w->norms);
 }
 
 void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w) {
+    uform_backend_t *b = &t->backend;
     size_t h = t->hidden, d = t->dimensions;
-    memset(w->d_projected, 0, w->items * d * sizeof(float));
-    uform_normalize_backward(w->d_embeddings, w->embeddings, w->norms, w->items, d, w->d_projected);
-    uform_sgemm(t->executor, d, h, w->items, uform_transposed(w->d_projected, d),
-                uform_rows_of(w->pooled, h), NULL, true, t->gradients + t->embedding_head, h);
-    uform_sgemm(t->executor, w->items, h, d, uform_rows_of(w->d_projected, d),
-                uform_rows_of(t->parameters + t->embedding_head, h), NULL, false, w->d_pooled, h);
-    uform_mean_pool_backward(w->d_pooled, h, w->spans, w->items, w->d_states);
+    uform_weight_t head = uform_dense(t, t->embedding_head, d, h);
+    b->ops->zero(b, w->d_projected, w->items * d * sizeof(float));
+    b->ops->normalize_backward(b, w->d_embeddings, w->embeddings, w->norms, w->items, d,
+                               w->d_projected);
+    b->ops->linear_backward(b, &head, w->pooled, w->d_projected, w->items,
+                            t->gradients + t->embedding_head, NULL, w->d_pooled, false);
+    b->ops->mean_pool_backward(b, w->d_pooled, h, w->segments, w->items, w->d_states);
 }
 
 /* The choices term of one replica's items (docs/training.md section 10):
@@ -291,13 +213,15 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
     }
     float *d_vectors = vectors + world_rows * width, *projected = d_vectors + world_rows * width;
     const float *p = t->parameters;
+    uform_backend_t *b = &t->backend;
+    uform_weight_t head = uform_dense(t, t->token_head, width, h);
     for (size_t r = 0; r < replicas; r++) {
         uform_replica_t *rep = &replica[r];
         if (!rep->rows) continue;
-        uform_sgemm(t->executor, rep->rows, width, h, uform_rows_of(rep->w.states, h),
-                    uform_transposed(p + t->token_head, h), NULL, false, projected, width);
-        uform_normalize_forward(projected, rep->rows, width, vectors + rep->world_row_first * width,
-                                norms + rep->world_row_first);
+        b->ops->linear(b, &head, rep->w.states, h, rep->rows, NULL, false, projected, width);
+        b->ops->normalize_forward(b, projected, rep->rows, width,
+                                  vectors + rep->world_row_first * width,
+                                  norms + rep->world_row_first);
     }
     uform_late_admit(t, batch, replica, replicas, kept, index, first_row, layout, layout + items,
                      layout + 2 * items);
@@ -312,13 +236,11 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
         uform_replica_t *rep = &replica[r];
         if (!rep->rows) continue;
         size_t base = rep->world_row_first;
-        memset(projected, 0, rep->rows * width * sizeof(float));
-        uform_normalize_backward(d_vectors + base * width, vectors + base * width, norms + base,
-                                 rep->rows, width, projected);
-        uform_sgemm(t->executor, width, h, rep->rows, uform_transposed(projected, width),
-                    uform_rows_of(rep->w.states, h), NULL, true, t->gradients + t->token_head, h);
-        uform_sgemm(t->executor, rep->rows, h, width, uform_rows_of(projected, width),
-                    uform_rows_of(p + t->token_head, h), NULL, true, rep->w.d_states, h);
+        b->ops->zero(b, projected, rep->rows * width * sizeof(float));
+        b->ops->normalize_backward(b, d_vectors + base * width, vectors + base * width,
+                                   norms + base, rep->rows, width, projected);
+        b->ops->linear_backward(b, &head, rep->w.states, projected, rep->rows,
+                                t->gradients + t->token_head, NULL, rep->w.d_states, true);
     }
     uform_free_aligned(vectors), free(norms), free(layout);
     return status;

@@ -160,6 +160,8 @@ void uform_trainer_free(uform_trainer_t *t) {
     free(t->decay);
     free(t->slots);
     free(t->blocks);
+    free(t->block_weights);
+    free(t->block_gradients);
     free(t);
 }
 
@@ -313,6 +315,35 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     return UFORM_OK;
 }
 
+/* The backend and the views of the blocks transformer.c runs: pointers into the
+ * flat parameter and gradient buffers, which never move. */
+static uform_status_t uform_trainer_views(uform_trainer_t *t) {
+    t->backend = uform_cpu_backend(UFORM_CPU_CLASS_AUTO, t->executor);
+    t->block_weights = uform_alloc(t->depth, sizeof(uform_block_weights_t), "trainer block views");
+    t->block_gradients = uform_alloc(t->depth, sizeof(uform_block_gradients_t), "trainer gradient views");
+    if (!t->block_weights || !t->block_gradients) return UFORM_OUT_OF_MEMORY;
+    const float *p = t->parameters;
+    float *g = t->gradients;
+    size_t h = t->hidden;
+    for (size_t l = 0; l < t->depth; l++) {
+        const uform_block_slots_t *s = &t->blocks[l];
+        t->block_weights[l] = (uform_block_weights_t){
+            p + s->norm1_weight, p + s->norm1_bias,
+            (uform_weight_t){NULL, p + s->qkv_weight, 3 * h, h}, p + s->qkv_bias,
+            (uform_weight_t){NULL, p + s->out_weight, h, h}, p + s->out_bias,
+            p + s->norm2_weight, p + s->norm2_bias,
+            (uform_weight_t){NULL, p + s->up_weight, 4 * h, h}, p + s->up_bias,
+            (uform_weight_t){NULL, p + s->down_weight, h, 4 * h}, p + s->down_bias};
+        t->block_gradients[l] = (uform_block_gradients_t){
+            g + s->norm1_weight, g + s->norm1_bias, g + s->qkv_weight, g + s->qkv_bias,
+            g + s->out_weight, g + s->out_bias, g + s->norm2_weight, g + s->norm2_bias,
+            g + s->up_weight, g + s->up_bias, g + s->down_weight, g + s->down_bias};
+    }
+    t->transformer = (uform_transformer_t){t->depth, h, t->block_weights, p + t->norm_weight,
+                                           p + t->norm_bias};
+    return UFORM_OK;
+}
+
 uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_trainer_options_t *options,
                                       uform_trainer_t **result) {
     if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: the out-pointer is NULL");
@@ -343,6 +374,7 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
         status = t->parameters && t->gradients && t->first_moment && t->second_moment && t->decay
                      ? UFORM_OK : UFORM_OUT_OF_MEMORY;
     }
+    if (status == UFORM_OK) status = uform_trainer_views(t);
     if (status != UFORM_OK) {
         uform_trainer_free(t);
         return status;

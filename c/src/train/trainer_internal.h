@@ -11,7 +11,8 @@
 #ifndef UFORM_TRAINER_INTERNAL_H
 #define UFORM_TRAINER_INTERNAL_H
 
-#include "model/backward.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/rows.h"
 #include "train/choices_loss.h"
 #include "backend/cpu/sgemm.h"
 #include "train/late_interaction_loss.h"
@@ -23,11 +24,6 @@
 #include "train/optimizer.h"
 #include "train/packing.h"
 #include "core/safetensors.h"
-#include <math.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,6 +52,7 @@ typedef struct {
 
 struct uform_trainer {
     uform_executor_t *executor;
+    uform_backend_t backend;           /* what the step's math runs on (the CPU's) */
     size_t depth, hidden, heads, dimensions, context;
     uform_objective_t objective;
     bool masks_text, contrasts;
@@ -77,6 +74,10 @@ struct uform_trainer {
     float *parameters, *gradients, *first_moment, *second_moment;
     uint8_t *decay;
     uform_block_slots_t *blocks;
+    /* The blocks as transformer.c sees them: views into parameters and gradients. */
+    uform_block_weights_t *block_weights;
+    uform_block_gradients_t *block_gradients;
+    uform_transformer_t transformer;
     size_t bytes_table, modality, norm_weight, norm_bias, embedding_head, bytes_bias;
     size_t log_inverse_temperature, contrastive_bias;
     size_t token_head, late_log_inverse_temperature, late_bias, choice_log_temperature;
@@ -95,22 +96,15 @@ struct uform_trainer {
 
 /* ---- step workspace --------------------------------------------------------- */
 
-/* What one layer's forward keeps for its backward. */
-typedef struct {
-    float *input, *normed1, *mean1, *rstd1, *qkv, *attended, *logsumexp;
-    float *middle, *normed2, *mean2, *rstd2, *up, *activated;
-} uform_layer_saved_t;
-
 typedef struct {
     size_t rows, items, selected;
     uint32_t *ids;            /* [rows] token ids after corruption */
     uint32_t *targets;        /* [selected] original bytes */
     size_t *selected_rows;    /* [selected] */
-    uform_span_t *spans;      /* [items] */
-    uform_segment_t *segments;
+    uform_segment_t *segments; /* [items] */
     uint32_t *positions;      /* [rows][3] */
     float *cosines, *sines;   /* [rows][32] */
-    uform_layer_saved_t *layers;
+    uform_layer_activations_t *layers; /* [depth] */
     float *output, *final_mean, *final_rstd, *states; /* x after the blocks, final norm */
     float *pooled, *projected, *norms, *embeddings;   /* [items, H], [items, D] x3 */
     float *logits, *losses;   /* [selected, 256], [selected] */
@@ -181,7 +175,6 @@ UFORM_INTERNAL uform_status_t uform_tokenize_media(const uform_trainer_t *t,
 /* step_layers.c */
 UFORM_INTERNAL uform_media_parameters_t uform_media_parameters(const uform_trainer_t *t, size_t m);
 UFORM_INTERNAL uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
-                                                  const uform_batch_t *batch,
                                                   const uform_media_rows_t *media);
 UFORM_INTERNAL void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w);
 UFORM_INTERNAL void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w);

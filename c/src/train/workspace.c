@@ -13,7 +13,7 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
     size_t offset = 0;
     /* A measuring walk still needs layer records to point into: a small
      * stand-in, rewritten for each layer (only offsets matter then). */
-    uform_layer_saved_t measuring;
+    uform_layer_activations_t measuring;
 #define UFORM_TAKE(pointer, count)                                                             \
     do {                                                                                       \
         offset = (offset + 63) & ~(size_t)63;                                                  \
@@ -22,7 +22,7 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
     } while (0)
     UFORM_TAKE(w->layers, depth);
     for (size_t l = 0; l < depth; l++) {
-        uform_layer_saved_t *s = base ? &w->layers[l] : &measuring;
+        uform_layer_activations_t *s = base ? &w->layers[l] : &measuring;
         UFORM_TAKE(s->input, rows * h);
         UFORM_TAKE(s->normed1, rows * h);
         UFORM_TAKE(s->mean1, rows);
@@ -40,7 +40,6 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
     UFORM_TAKE(w->ids, rows);
     UFORM_TAKE(w->targets, selected);
     UFORM_TAKE(w->selected_rows, selected);
-    UFORM_TAKE(w->spans, items);
     UFORM_TAKE(w->segments, items);
     UFORM_TAKE(w->positions, 3 * rows);
     UFORM_TAKE(w->cosines, rows * UFORM_PAIRS);

@@ -62,6 +62,7 @@ typedef struct {
     const float *x;
     size_t x_stride, m;
     const float *bias;
+    bool accumulate;    /* the first k block starts from y instead of 0 */
     float *y;
     size_t y_stride;
     size_t mc;          /* rows per task, a multiple of mr */
@@ -92,7 +93,7 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
         size_t q1 = uform_min(q0 + job->nc_panels, panels);
         for (size_t k0 = 0; k0 < k; k0 += gc->kc) {
             size_t kb = uform_min(gc->kc, k - k0);
-            int first = k0 == 0;
+            int first = k0 == 0 && !job->accumulate;
             int last = k0 + kb == k;
             for (size_t i = i0; i < i1; i += mr) {
                 size_t rows = uform_min(mr, i1 - i);
@@ -132,11 +133,11 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
 
 void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
                     const uform_packed_t *w, const float *x, size_t x_stride, size_t m,
-                    const float *bias, float *y, size_t y_stride) {
+                    const float *bias, bool accumulate, float *y, size_t y_stride) {
     if (m == 0 || w->n == 0) return;
     size_t mr = gemm_class->mr, nr = gemm_class->nr;
     size_t panels = w->n / nr + (w->n % nr != 0);
-    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias, y, y_stride, 0, 0, 0};
+    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias, accumulate, y, y_stride, 0, 0, 0};
 
     /* Tiles of up to 8 kernel rows x 512 columns keep a task's y block and
      * W block within L2. With several threads, shrink them until there are

@@ -62,6 +62,7 @@ UFORM_INTERNAL uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_cla
                                               uform_packed_t *packed);
 UFORM_INTERNAL void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
                                    const uform_packed_t *w, const float *x, size_t x_stride,
-                                   size_t m, const float *bias, float *y, size_t y_stride);
+                                   size_t m, const float *bias, bool accumulate, float *y,
+                                   size_t y_stride);
 
 #endif /* UFORM_CPU_GEMM_H */

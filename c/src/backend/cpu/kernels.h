@@ -13,7 +13,7 @@
 #ifndef UFORM_CPU_KERNELS_H
 #define UFORM_CPU_KERNELS_H
 
-#include "core/internal.h"
+#include "backend/backend.h"
 
 typedef struct {
     size_t n;        /* output features (rows of W) */
@@ -27,10 +27,12 @@ typedef struct {
     const char *name;                    /* "serial", "haswell", "skylake", "sapphire" */
     /* Packs W [n, k] given as BF16 bits, row-major. */
     uform_status_t (*pack)(const uint16_t *weights, size_t n, size_t k, uform_packed_t *packed);
-    /* y[m, n] = x[m, k] * W^T + bias (bias may be NULL); x rows are x_stride
-     * floats apart, y rows y_stride floats apart; runs on the executor. */
+    /* y[m, n] = (accumulate ? y : 0) + x[m, k] * W^T + bias (bias may be NULL):
+     * each y element one chain from y or 0 over k, bias added last. x rows are
+     * x_stride floats apart, y rows y_stride floats apart; runs on the executor. */
     void (*gemm)(uform_executor_t *executor, const uform_packed_t *w, const float *x,
-                 size_t x_stride, size_t m, const float *bias, float *y, size_t y_stride);
+                 size_t x_stride, size_t m, const float *bias, bool accumulate, float *y,
+                 size_t y_stride);
     /* One head of attention within one item of n tokens, for queries
      * [first, last): out[i] = sum_j softmax_j(q_i . k_j / 8) v_j. q, k and v
      * point at the item's row 0, rows `stride` floats apart, 64 wide (rotary
@@ -60,6 +62,15 @@ UFORM_INTERNAL void uform_attention_bf16(const float *q, const float *k, const f
                                          size_t stride, size_t n, size_t first, size_t last,
                                          float *out, size_t out_stride, float *scratch);
 #endif
+
+/* attention_inference.c: every head of every segment on a class's kernel,
+ * spread over the executor; scratch of uform_attention_inference_scratch_bytes. */
+UFORM_INTERNAL size_t uform_attention_inference_scratch_bytes(size_t threads, size_t segments,
+                                                              size_t longest);
+UFORM_INTERNAL void uform_attention_inference(const uform_cpu_kernels_t *kernels,
+                                              uform_executor_t *executor, const float *qkv,
+                                              size_t hidden, const uform_segment_t *segments,
+                                              size_t count, float *out, void *scratch);
 
 /* The class tables, each defined in its own file (serial.c, haswell.c, ...).
  * A class whose file was not compiled for this target has no table. */

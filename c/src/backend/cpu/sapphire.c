@@ -121,8 +121,8 @@ static uform_status_t uform_sapphire_pack(const uint16_t *weights, size_t n, siz
 
 static void uform_sapphire_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
                                     const float *x, size_t x_stride, size_t m, const float *bias,
-                                    float *y, size_t y_stride) {
-    uform_gemm_run(&uform_sapphire_gemm, executor, w, x, x_stride, m, bias, y, y_stride);
+                                    bool accumulate, float *y, size_t y_stride) {
+    uform_gemm_run(&uform_sapphire_gemm, executor, w, x, x_stride, m, bias, accumulate, y, y_stride);
 }
 
 const uform_cpu_kernels_t uform_cpu_kernels_sapphire = {

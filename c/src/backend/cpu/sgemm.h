@@ -17,14 +17,7 @@
 #ifndef UFORM_CPU_SGEMM_H
 #define UFORM_CPU_SGEMM_H
 
-#include "core/internal.h"
-
-typedef struct {
-    const float *data;
-    size_t stride;      /* floats between consecutive rows of the stored matrix */
-    bool transposed;    /* false: element (i, p) at data[i * stride + p];
-                           true: at data[p * stride + i] */
-} uform_matrix_t;
+#include "backend/backend.h"
 
 /* c[m, n] = (accumulate ? c : 0) + op(a)[m, k] . op(b)[k, n] (+ bias[n] when not NULL),
  * where op(b)[p, j] = b.transposed ? b.data[j * stride + p] : b.data[p * stride + j].

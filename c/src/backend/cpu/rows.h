@@ -1,5 +1,6 @@
-/* backward.h: forward/backward pairs of the model's row-wise operations in FP32,
- * for the CPU trainer (issue 3; not wired into a public verb yet).
+/* rows.h: the CPU backend's row-wise operations and attention in FP32, forward
+ * and backward (behind backend.h's table: backend/cpu/cpu_backend.c). Private
+ * to backend/cpu/ (and the tests of this backend).
  *
  * Conventions, as in llm.c: every backward ACCUMULATES into its gradient
  * outputs (dx += ..., dweight += ...), so callers zero gradients once per step
@@ -10,10 +11,10 @@
  * Weight gradients (dweight, dbias, dtable) are summed over rows in row order
  * by the thread that owns their column range, so they are deterministic too.
  */
-#ifndef UFORM_BACKWARD_H
-#define UFORM_BACKWARD_H
+#ifndef UFORM_CPU_ROWS_H
+#define UFORM_CPU_ROWS_H
 
-#include "core/internal.h"
+#include "backend/backend.h"
 
 /* ---- LayerNorm: y = (x - mean) * rstd * weight + bias, biased variance, eps 1e-5 */
 UFORM_INTERNAL void uform_layer_norm_forward(uform_executor_t *executor, const float *x, size_t rows,
@@ -34,6 +35,9 @@ UFORM_INTERNAL void uform_gelu_backward(uform_executor_t *executor, const float 
  * matrix [rows, 3H] (q at columns [0, H), k at [H, 2H)). cosines/sines are
  * [rows][32] tables (as forward.c builds them from positions). Backward
  * rotates the gradients of q and k by -t, in place on dqkv. */
+UFORM_INTERNAL void uform_rope_tables(uform_executor_t *executor, const uform_segment_t *segments,
+                                      size_t count, const uint32_t *positions, float *cosines,
+                                      float *sines);
 UFORM_INTERNAL void uform_rope_forward(uform_executor_t *executor, float *qkv, size_t rows,
                                        size_t hidden, const float *cosines, const float *sines);
 UFORM_INTERNAL void uform_rope_backward(uform_executor_t *executor, float *dqkv, size_t rows,
@@ -44,37 +48,32 @@ UFORM_INTERNAL void uform_rope_backward(uform_executor_t *executor, float *dqkv,
  * saved: log sum_j exp(score_ij) per query row and head, so backward
  * recomputes the probabilities instead of storing [n x n] per head.
  * segments: `count` items of (begin, length) rows; every row belongs to one. */
-typedef struct {
-    size_t begin, length;
-} uform_span_t;
-
 UFORM_INTERNAL void uform_attention_forward(uform_executor_t *executor, const float *qkv,
-                                            size_t hidden, const uform_span_t *segments,
+                                            size_t hidden, const uform_segment_t *segments,
                                             size_t count, float *out, float *logsumexp);
 /* dqkv [rows, 3H] += gradients of q, k, v given dout [rows, H]. */
 UFORM_INTERNAL void uform_attention_backward(uform_executor_t *executor, const float *qkv,
                                              const float *out, const float *dout,
                                              const float *logsumexp, size_t hidden,
-                                             const uform_span_t *segments, size_t count,
+                                             const uform_segment_t *segments, size_t count,
                                              float *dqkv);
 
 /* The same two functions computed in register tiles with no scratch memory
- * (backward.c): what attention_train.c falls back to when it cannot allocate its
+ * (attention_tiled.c): what attention_train.c falls back to when it cannot allocate its
  * per-thread score matrices. */
 UFORM_INTERNAL void uform_attention_forward_tiled(uform_executor_t *executor, const float *qkv,
-                                                  size_t hidden, const uform_span_t *segments,
+                                                  size_t hidden, const uform_segment_t *segments,
                                                   size_t count, float *out, float *logsumexp);
 UFORM_INTERNAL void uform_attention_backward_tiled(uform_executor_t *executor, const float *qkv,
                                                    const float *out, const float *dout,
                                                    const float *logsumexp, size_t hidden,
-                                                   const uform_span_t *segments, size_t count,
+                                                   const uform_segment_t *segments, size_t count,
                                                    float *dqkv);
 
 /* ---- Embedding lookup: y[r] = table[ids[r]] + modality. Backward:
  * dtable[ids[r]] += dy[r], dmodality += sum_r dy[r] (rows in order). Rows
  * whose id is UFORM_NOT_TEXT (image, video and audio rows of a mixed batch)
  * are neither written nor read. */
-#define UFORM_NOT_TEXT UINT32_MAX
 UFORM_INTERNAL void uform_embedding_forward(const float *table, const float *modality,
                                             const uint32_t *ids, size_t rows, size_t width,
                                             float *y);
@@ -85,10 +84,10 @@ UFORM_INTERNAL void uform_embedding_backward(uform_executor_t *executor, const f
 /* ---- Mean pooling over each segment's rows: pooled [count, width]; an
  * empty segment pools to zeros (and passes no gradient). */
 UFORM_INTERNAL void uform_mean_pool_forward(const float *x, size_t width,
-                                            const uform_span_t *segments, size_t count,
+                                            const uform_segment_t *segments, size_t count,
                                             float *pooled);
 UFORM_INTERNAL void uform_mean_pool_backward(const float *dpooled, size_t width,
-                                             const uform_span_t *segments, size_t count,
+                                             const uform_segment_t *segments, size_t count,
                                              float *dx);
 
 /* ---- L2 normalisation of rows: y = x / max(|x|, 1e-12); norms [rows] saved. */
@@ -107,4 +106,22 @@ UFORM_INTERNAL void uform_cross_entropy_backward(const float *logits, size_t row
                                                  const uint32_t *targets, const float *scale,
                                                  float *dlogits);
 
-#endif /* UFORM_BACKWARD_H */
+/* ---- adamw.c */
+/* One AdamW update of `count` parameters, as torch.optim.AdamW (decoupled decay,
+ * bias-corrected moments) on gradients multiplied by `gradient_scale` (the
+ * clipping factor); decay[i] != 0 marks parameters that decay. */
+UFORM_INTERNAL void uform_adamw(uform_executor_t *executor, float *parameters, const float *gradients,
+                                float gradient_scale, float *first_moment, float *second_moment,
+                                const uint8_t *decay, size_t count, uint64_t step, float learning_rate);
+
+/* The lowest index whose parameter or moments that same update would make
+ * non-finite (an absurd learning rate overflows even from finite gradients),
+ * SIZE_MAX when none: a read-only pass run before uform_adamw, so a diverging
+ * update is refused instead of applied. */
+UFORM_INTERNAL size_t uform_adamw_first_non_finite(uform_executor_t *executor, float *parameters,
+                                                   const float *gradients, float gradient_scale,
+                                                   float *first_moment, float *second_moment,
+                                                   const uint8_t *decay, size_t count, uint64_t step,
+                                                   float learning_rate);
+
+#endif /* UFORM_CPU_ROWS_H */

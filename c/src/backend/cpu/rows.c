@@ -1,7 +1,7 @@
-/* backward.c: forward/backward pairs of the row-wise operations, FP32, for the
- * CPU trainer (backward.h).
+/* rows.c: the CPU backend's row-wise operations, forward and backward, FP32
+ * (rows.h), used by inference and training alike.
  *
- * Math: the inference path's (forward.c, cpu/attention.c, docs/architecture.md),
+ * Math: docs/architecture.md; the same as cpu/attention.c's,
  * same formulas, same epsilons, same reduction orders (16 lane partial sums), so
  * a training forward reproduces the inference forward:
  * - exp is uform_fast_exp (fast_exp.h, ~2 ulp, vectorisable) everywhere: softmax
@@ -23,7 +23,7 @@
  *   the sum to the output once (so calling backward twice doubles exactly);
  * - attention (register-tiled, attention_tiled.c) is owned by query blocks
  *   for dq and by key blocks for dk, dv. */
-#include "model/backward.h"
+#include "backend/cpu/rows.h"
 
 #include "core/fast_exp.h"
 
@@ -272,6 +272,52 @@ static void uform_rope_rows(void *context, size_t begin, size_t end, size_t thre
     }
 }
 
+/* For an item with `axes` position axes: which axis each of the 32 pairs
+ * rotates with and its inverse frequency 10000^(-i/n_a). Groups are
+ * contiguous, the first (32 mod axes) one pair larger. */
+static void uform_rope_plan(size_t axes, uint8_t axis_of_pair[UFORM_PAIRS],
+                            double frequency[UFORM_PAIRS]) {
+    size_t pair = 0;
+    for (size_t a = 0; a < axes; a++) {
+        size_t group = UFORM_PAIRS / axes + (a < UFORM_PAIRS % axes ? 1 : 0);
+        for (size_t i = 0; i < group; i++, pair++) {
+            axis_of_pair[pair] = (uint8_t)a;
+            frequency[pair] = pow(10000.0, -(double)i / (double)group);
+        }
+    }
+}
+
+typedef struct {
+    const uform_segment_t *segments;
+    const uint32_t *positions;
+    float *cosines, *sines; /* [rows][32] */
+} uform_rope_table_task_t;
+
+static void uform_rope_table_segments(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_rope_table_task_t *task = context;
+    for (size_t s = begin; s < end; s++) {
+        const uform_segment_t *segment = &task->segments[s];
+        uint8_t axis_of_pair[UFORM_PAIRS];
+        double frequency[UFORM_PAIRS];
+        uform_rope_plan(segment->axes, axis_of_pair, frequency);
+        for (size_t r = segment->begin; r < segment->begin + segment->length; r++) {
+            const uint32_t *position = task->positions + r * 3;
+            for (size_t j = 0; j < UFORM_PAIRS; j++) {
+                double angle = (double)position[axis_of_pair[j]] * frequency[j];
+                task->cosines[r * UFORM_PAIRS + j] = (float)cos(angle);
+                task->sines[r * UFORM_PAIRS + j] = (float)sin(angle);
+            }
+        }
+    }
+}
+
+void uform_rope_tables(uform_executor_t *executor, const uform_segment_t *segments, size_t count,
+                       const uint32_t *positions, float *cosines, float *sines) {
+    uform_rope_table_task_t table = {segments, positions, cosines, sines};
+    uform_parallel_for(executor, count, 1, uform_rope_table_segments, &table);
+}
+
 void uform_rope_forward(uform_executor_t *executor, float *qkv, size_t rows, size_t hidden,
                         const float *cosines, const float *sines) {
     uform_rope_task_t task = {qkv, hidden, cosines, sines, 1.0f};
@@ -343,7 +389,7 @@ void uform_embedding_backward(uform_executor_t *executor, const float *dy, const
 /* ==== mean pooling ========================================================== */
 
 /* text.c's pooling: sum over rows in order, times 1/length. */
-void uform_mean_pool_forward(const float *x, size_t width, const uform_span_t *segments,
+void uform_mean_pool_forward(const float *x, size_t width, const uform_segment_t *segments,
                              size_t count, float *pooled) {
     for (size_t s = 0; s < count; s++) {
         float *target = pooled + s * width;
@@ -355,7 +401,7 @@ void uform_mean_pool_forward(const float *x, size_t width, const uform_span_t *s
     }
 }
 
-void uform_mean_pool_backward(const float *dpooled, size_t width, const uform_span_t *segments,
+void uform_mean_pool_backward(const float *dpooled, size_t width, const uform_segment_t *segments,
                               size_t count, float *dx) {
     for (size_t s = 0; s < count; s++) {
         if (!segments[s].length) continue;

@@ -9,7 +9,7 @@
  *           dQ += dS K, dK += dS^T Q, dV += P^T dO
  * Every product runs on one thread with its own fixed order, so results do not
  * depend on the thread count. */
-#include "model/backward.h"
+#include "backend/cpu/rows.h"
 #include "backend/cpu/sgemm.h"
 #include "core/fast_exp.h"
 
@@ -22,7 +22,7 @@ typedef struct {
     const float *qkv, *out, *dout, *logsumexp;
     float *result, *lse_out;   /* out and lse (forward) or dqkv (backward) */
     size_t hidden, heads;
-    const uform_span_t *segments;
+    const uform_segment_t *segments;
     float *scratch;            /* [threads][2 n^2] */
     size_t scratch_per_thread;
 } uform_attention_job_t;
@@ -43,7 +43,7 @@ static void uform_attention_forward_tasks(void *context, size_t begin, size_t en
     size_t hidden = job->hidden, stride = 3 * hidden;
     float *scores = job->scratch + thread * job->scratch_per_thread;
     for (size_t t = begin; t < end; t++) {
-        const uform_span_t *segment = &job->segments[t / job->heads];
+        const uform_segment_t *segment = &job->segments[t / job->heads];
         size_t head = t % job->heads, n = segment->length;
         if (n == 0) continue;
         const float *q = job->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
@@ -70,7 +70,7 @@ static void uform_attention_backward_tasks(void *context, size_t begin, size_t e
     size_t hidden = job->hidden, stride = 3 * hidden;
     float *p = job->scratch + thread * job->scratch_per_thread;
     for (size_t t = begin; t < end; t++) {
-        const uform_span_t *segment = &job->segments[t / job->heads];
+        const uform_segment_t *segment = &job->segments[t / job->heads];
         size_t head = t % job->heads, n = segment->length;
         if (n == 0) continue;
         float *ds = p + n * n;
@@ -107,7 +107,7 @@ static void uform_attention_backward_tasks(void *context, size_t begin, size_t e
 }
 
 /* Per-thread scratch for two n x n matrices of the longest item, or NULL. */
-static float *uform_attention_scratch(uform_executor_t *executor, const uform_span_t *segments,
+static float *uform_attention_scratch(uform_executor_t *executor, const uform_segment_t *segments,
                                       size_t count, size_t *per_thread) {
     size_t longest = 0;
     for (size_t s = 0; s < count; s++) longest = segments[s].length > longest ? segments[s].length : longest;
@@ -123,7 +123,7 @@ static float *uform_attention_scratch(uform_executor_t *executor, const uform_sp
 }
 
 void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_t hidden,
-                             const uform_span_t *segments, size_t count, float *out,
+                             const uform_segment_t *segments, size_t count, float *out,
                              float *logsumexp) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_job_t job = {.qkv = qkv, .result = out, .lse_out = logsumexp, .hidden = hidden,
@@ -140,7 +140,7 @@ void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_
 
 void uform_attention_backward(uform_executor_t *executor, const float *qkv, const float *out,
                               const float *dout, const float *logsumexp, size_t hidden,
-                              const uform_span_t *segments, size_t count, float *dqkv) {
+                              const uform_segment_t *segments, size_t count, float *dqkv) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_job_t job = {.qkv = qkv, .out = out, .dout = dout, .logsumexp = logsumexp,
                                  .result = dqkv, .hidden = hidden, .heads = hidden / UFORM_HEAD_WIDTH,

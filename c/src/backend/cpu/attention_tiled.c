@@ -9,7 +9,7 @@
  * values. It costs ~1.4x the minimal flops and needs no cross-thread reduction.
  * Nothing allocates except the task table (count + 1 sizes); if that fails the
  * same tasks run serially on the calling thread, which gives the same bits. */
-#include "model/backward.h"
+#include "backend/cpu/rows.h"
 
 #include "core/fast_exp.h"
 
@@ -69,7 +69,7 @@ typedef struct {
     float *result;   /* forward: out; backward: dqkv */
     float *lse_out;  /* forward: logsumexp */
     size_t hidden, heads;
-    const uform_span_t *segments;
+    const uform_segment_t *segments;
     size_t count;
     const size_t *first_task; /* [count + 1]: blocks of (segment, head) before each segment */
 } uform_attention_task_t;
@@ -80,7 +80,7 @@ typedef struct {
  * the scores costs less than an [n] buffer per thread would complicate). */
 UFORM_VECTOR_CLONES
 static void uform_attention_forward_block(const uform_attention_task_t *task,
-                                          const uform_span_t *segment, size_t head,
+                                          const uform_segment_t *segment, size_t head,
                                           size_t first, size_t last) {
     size_t hidden = task->hidden, stride = 3 * hidden, n = segment->length;
     const float *q = task->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
@@ -172,7 +172,7 @@ UFORM_INLINE void uform_attention_probabilities(float scores[][UFORM_KT], float 
 /* dq for queries [first, last) of one head: dq_i += sum over j in order of ds_ij k_j. */
 UFORM_VECTOR_CLONES
 static void uform_attention_dq_block(const uform_attention_task_t *task,
-                                     const uform_span_t *segment, size_t head, size_t first,
+                                     const uform_segment_t *segment, size_t head, size_t first,
                                      size_t last) {
     size_t hidden = task->hidden, heads = task->heads, stride = 3 * hidden, n = segment->length;
     size_t offset = head * UFORM_HEAD_WIDTH;
@@ -223,7 +223,7 @@ static void uform_attention_dq_block(const uform_attention_task_t *task,
  * p_ij dO_i, dk_j += sum over i in order of ds_ij q_i. */
 UFORM_VECTOR_CLONES
 static void uform_attention_dkv_block(const uform_attention_task_t *task,
-                                      const uform_span_t *segment, size_t head, size_t first,
+                                      const uform_segment_t *segment, size_t head, size_t first,
                                       size_t last) {
     size_t hidden = task->hidden, heads = task->heads, stride = 3 * hidden, n = segment->length;
     size_t offset = head * UFORM_HEAD_WIDTH;
@@ -285,7 +285,7 @@ static void uform_attention_dkv_block(const uform_attention_task_t *task,
 }
 
 typedef void (*uform_attention_block_fn_t)(const uform_attention_task_t *task,
-                                           const uform_span_t *segment, size_t head,
+                                           const uform_segment_t *segment, size_t head,
                                            size_t first, size_t last);
 
 typedef struct {
@@ -301,7 +301,7 @@ static size_t uform_attention_blocks(size_t length) {
 static void uform_attention_run(const uform_attention_job_t *job, size_t segment_index,
                                 size_t local) {
     const uform_attention_task_t *task = job->task;
-    const uform_span_t *segment = &task->segments[segment_index];
+    const uform_segment_t *segment = &task->segments[segment_index];
     size_t head = local % task->heads, block = local / task->heads;
     size_t first = block * UFORM_BLOCK;
     size_t last = first + UFORM_BLOCK < segment->length ? first + UFORM_BLOCK : segment->length;
@@ -350,7 +350,7 @@ static void uform_attention_for_each(uform_executor_t *executor, uform_attention
 }
 
 void uform_attention_forward_tiled(uform_executor_t *executor, const float *qkv, size_t hidden,
-                                   const uform_span_t *segments, size_t count, float *out,
+                                   const uform_segment_t *segments, size_t count, float *out,
                                    float *logsumexp) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_task_t task = {.qkv = qkv, .result = out, .lse_out = logsumexp,
@@ -361,7 +361,7 @@ void uform_attention_forward_tiled(uform_executor_t *executor, const float *qkv,
 
 void uform_attention_backward_tiled(uform_executor_t *executor, const float *qkv,
                                     const float *out, const float *dout, const float *logsumexp,
-                                    size_t hidden, const uform_span_t *segments, size_t count,
+                                    size_t hidden, const uform_segment_t *segments, size_t count,
                                     float *dqkv) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_task_t task = {.qkv = qkv, .out = out, .dout = dout, .logsumexp = logsumexp,

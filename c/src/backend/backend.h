@@ -1,0 +1,199 @@
+/* backend.h: the interface a device implements so the model runs on it.
+ *
+ * In the spirit of ggml-backend's ggml_backend_i: a backend is the memory of a
+ * device and a table of the operations the model is written in. The model
+ * (model/encoder.c: one forward, one backward) and the trainer call only these
+ * entries; each backend (backend/cpu/ today, c/cuda/ next) implements them and
+ * nothing else. tests/c/test_ops.c checks every entry of a backend against a
+ * float64 reference, so a new backend is tested by passing it to that test.
+ *
+ * Conventions:
+ * - Pointers given to operations are device memory of this backend (for the
+ *   CPU backend that is host memory). Sizes are in elements unless named bytes.
+ * - Operations return nothing: a backend that can fail inside one (a GPU
+ *   launch) records its first failure and reports it from `synchronize`. The
+ *   CPU backend's operations cannot fail (every allocation they make has a
+ *   fallback that computes the same bits).
+ * - Backward operations ACCUMULATE into their gradient outputs (dx += ...,
+ *   dweight += ...), as in llm.c: callers zero gradients once per step.
+ * - Determinism: every output element is one fixed chain of operations that
+ *   depends neither on the rows around it in a batch nor on the thread count;
+ *   weight gradients are summed over rows in row order.
+ * - Operations run in call order on the backend's stream (the CPU backend runs
+ *   each one to completion on the executor's pool before returning).
+ */
+#ifndef UFORM_BACKEND_H
+#define UFORM_BACKEND_H
+
+#include "core/internal.h"
+
+/* ---- operands ------------------------------------------------------------ */
+
+/* A matrix operand of `gemm`: element (i, p) at data[i * stride + p], or at
+ * data[p * stride + i] when transposed. */
+typedef struct {
+    const float *data;
+    size_t stride;      /* floats between consecutive rows of the stored matrix */
+    bool transposed;
+} uform_matrix_t;
+
+/* A weight matrix W [n, k] (y = W x) as the backend holds it: packed once at
+ * load in the backend's own layout for inference (BF16 on the CPU classes), or
+ * FP32 row-major masters the trainer updates every step. Exactly one of
+ * packed / dense is set. */
+typedef struct {
+    const void *packed;  /* the backend's packed form (CPU: uform_packed_t) */
+    const float *dense;  /* FP32 [n, k], row-major */
+    size_t n, k;
+} uform_weight_t;
+
+/* One item of a packed batch: rows [begin, begin + length); items never
+ * attend to each other. axes: rotary position axes (1 text/audio, 2 image,
+ * 3 video). */
+typedef struct {
+    size_t begin;
+    size_t length;
+    size_t axes;
+} uform_segment_t;
+
+/* Rows whose embedding id is this (media rows of a mixed batch) are neither
+ * written by embedding_forward nor read by embedding_backward. */
+#define UFORM_NOT_TEXT UINT32_MAX
+
+typedef struct uform_backend uform_backend_t;
+
+#define UFORM_ADAM_BETA1 0.9f
+#define UFORM_ADAM_BETA2 0.999f
+#define UFORM_ADAM_EPSILON 1e-8f
+#define UFORM_WEIGHT_DECAY 0.01f
+
+/* ---- the interface --------------------------------------------------------- */
+
+typedef struct {
+    const char *name;   /* "cpu", "cuda" */
+
+    /* -- memory of the device -- */
+    void *(*alloc)(uform_backend_t *b, size_t bytes);   /* 64-byte aligned; NULL + error set */
+    void (*free)(uform_backend_t *b, void *memory);
+    void (*upload)(uform_backend_t *b, void *device, const void *host, size_t bytes);
+    void (*download)(uform_backend_t *b, void *host, const void *device, size_t bytes);
+    void (*copy)(uform_backend_t *b, void *destination, const void *source, size_t bytes);
+    void (*zero)(uform_backend_t *b, void *memory, size_t bytes);
+    /* Waits for every operation issued; the first failure since the last call. */
+    uform_status_t (*synchronize)(uform_backend_t *b);
+
+    /* -- matrix products -- */
+    /* c[m, n] = (accumulate ? c : 0) + op(a)[m, k] op(b)[k, n] (+ bias[n]): FP32
+     * throughout. Every c[i, j] is one chain over p in order from c[i, j] or +0,
+     * bias added last. c overlaps none of a, b, bias. */
+    void (*gemm)(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a,
+                 uform_matrix_t bm, const float *bias, bool accumulate, float *c, size_t c_stride);
+    /* y[rows, n] = (accumulate ? y : 0) + x[rows, k] W^T (+ bias): the layers'
+     * product, on packed or dense weights. accumulate fuses the residual add. */
+    void (*linear)(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
+                   size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+    /* Its backward on dense weights: dW += dy^T x, dbias += column sums of dy
+     * (dbias may be NULL), dx (+)= dy W (dx may be NULL). x [rows, k], dy [rows, n]. */
+    void (*linear_backward)(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                            const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
+                            bool accumulate_dx);
+
+    /* -- row-wise layers -- */
+    /* y = (x - mean) rstd weight + bias per row, biased variance, eps 1e-5; y may
+     * be x. mean and rstd [rows] are saved when not NULL. */
+    void (*layer_norm_forward)(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                               const float *weight, const float *bias, float *y, float *mean,
+                               float *rstd);
+    void (*layer_norm_backward)(uform_backend_t *b, const float *dy, const float *x,
+                                const float *weight, const float *mean, const float *rstd,
+                                size_t rows, size_t width, float *dx, float *dweight,
+                                float *dbias);
+    /* tanh GELU, elementwise; y may be x. */
+    void (*gelu_forward)(uform_backend_t *b, const float *x, size_t count, float *y);
+    void (*gelu_backward)(uform_backend_t *b, const float *x, const float *dy, size_t count,
+                          float *dx);
+    /* cosines and sines [rows][32] of every row's rotary angles; positions hold
+     * 3 integers per row, `axes` of them used by the row's segment. */
+    void (*rope_tables)(uform_backend_t *b, const uform_segment_t *segments, size_t count,
+                        const uint32_t *positions, float *cosines, float *sines);
+    /* Rotates q and k of every head in place on a qkv matrix [rows, 3H];
+     * backward rotates their gradients back, in place on dqkv. */
+    void (*rope_forward)(uform_backend_t *b, float *qkv, size_t rows, size_t hidden,
+                         const float *cosines, const float *sines);
+    void (*rope_backward)(uform_backend_t *b, float *dqkv, size_t rows, size_t hidden,
+                          const float *cosines, const float *sines);
+    /* y[r] = table[ids[r]] + modality, skipping UFORM_NOT_TEXT rows; backward
+     * scatters dy into dtable and sums it into dmodality, rows in order. */
+    void (*embedding_forward)(uform_backend_t *b, const float *table, const float *modality,
+                              const uint32_t *ids, size_t rows, size_t width, float *y);
+    void (*embedding_backward)(uform_backend_t *b, const float *dy, const uint32_t *ids,
+                               size_t rows, size_t width, float *dtable, float *dmodality);
+
+    /* -- attention over packed segments, heads of 64 -- */
+    /* out [rows, H] from qkv [rows, 3H] (rotary applied), each segment alone.
+     * logsumexp [rows][heads] is saved for the backward when not NULL (training);
+     * NULL is the inference path, which may use `scratch` of
+     * attention_scratch_bytes (NULL there: none needed). */
+    size_t (*attention_scratch_bytes)(uform_backend_t *b, size_t hidden, size_t segments,
+                                      size_t longest);
+    void (*attention_forward)(uform_backend_t *b, const float *qkv, size_t hidden,
+                              const uform_segment_t *segments, size_t count, float *out,
+                              float *logsumexp, void *scratch);
+    /* dqkv += the gradients of q, k, v given dout [rows, H]. */
+    void (*attention_backward)(uform_backend_t *b, const float *qkv, const float *out,
+                               const float *dout, const float *logsumexp, size_t hidden,
+                               const uform_segment_t *segments, size_t count, float *dqkv);
+
+    /* -- heads -- */
+    /* pooled [count, width]: the mean of each segment's rows (zeros when empty). */
+    void (*mean_pool_forward)(uform_backend_t *b, const float *x, size_t width,
+                              const uform_segment_t *segments, size_t count, float *pooled);
+    void (*mean_pool_backward)(uform_backend_t *b, const float *dpooled, size_t width,
+                               const uform_segment_t *segments, size_t count, float *dx);
+    /* y = x / max(|x|, 1e-12) per row; y may be x; norms [rows] saved when not NULL. */
+    void (*normalize_forward)(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                              float *y, float *norms);
+    void (*normalize_backward)(uform_backend_t *b, const float *dy, const float *y,
+                               const float *norms, size_t rows, size_t width, float *dx);
+    /* losses[r] = logsumexp(logits[r]) - logits[r][targets[r]]; backward:
+     * dlogits[r] += scale[r] (softmax(logits[r]) - onehot(targets[r])). */
+    void (*cross_entropy_forward)(uform_backend_t *b, const float *logits, size_t rows,
+                                  size_t classes, const uint32_t *targets, float *losses);
+    void (*cross_entropy_backward)(uform_backend_t *b, const float *logits, size_t rows,
+                                   size_t classes, const uint32_t *targets, const float *scale,
+                                   float *dlogits);
+    /* dst[i] = src[rows[i]] (gather) and dst[rows[i]] += src[i] (scatter_add,
+     * in index order), rows of `width`. */
+    void (*gather_rows)(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
+                        size_t count, float *dst);
+    void (*scatter_add_rows)(uform_backend_t *b, const float *src, size_t width,
+                             const size_t *rows, size_t count, float *dst);
+
+    /* -- the optimizer over flat buffers: torch.optim.AdamW with the constants
+     * below (UFORM_ADAM_*, decoupled weight decay UFORM_WEIGHT_DECAY) -- */
+    /* sum of squares of `count` values, accumulated in float64 in index order. */
+    double (*sum_squares)(uform_backend_t *b, const float *values, size_t count);
+    /* One torch.optim.AdamW update on gradients times gradient_scale; decay[i]
+     * != 0 marks decayed parameters. */
+    void (*adamw)(uform_backend_t *b, float *parameters, const float *gradients,
+                  float gradient_scale, float *first_moment, float *second_moment,
+                  const uint8_t *decay, size_t count, uint64_t step, float learning_rate);
+    /* The lowest index that same update would make non-finite, SIZE_MAX when
+     * none; changes nothing. */
+    size_t (*adamw_first_non_finite)(uform_backend_t *b, const float *parameters,
+                                     const float *gradients, float gradient_scale,
+                                     const float *first_moment, const float *second_moment,
+                                     const uint8_t *decay, size_t count, uint64_t step,
+                                     float learning_rate);
+} uform_backend_ops_t;
+
+/* A backend instance: its table and what its operations run on. Cheap to
+ * make per call (a value on the stack): it owns nothing. */
+struct uform_backend {
+    const uform_backend_ops_t *ops;
+    uform_executor_t *executor;   /* CPU: the pool operations run on (NULL: the caller alone) */
+    const void *device;           /* backend-private: the CPU class's kernels */
+    uform_status_t failure;       /* the first failure since synchronize */
+};
+
+#endif /* UFORM_BACKEND_H */

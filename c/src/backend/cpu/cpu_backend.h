@@ -1,0 +1,15 @@
+/* cpu_backend.h: how the rest of the library makes a CPU backend (backend.h).
+ * The one header of backend/cpu/ that files outside backend/ include. */
+#ifndef UFORM_CPU_BACKEND_H
+#define UFORM_CPU_BACKEND_H
+
+#include "backend/backend.h"
+
+UFORM_INTERNAL extern const uform_backend_ops_t uform_cpu_backend_ops;
+
+/* A CPU backend whose inference products and attention run the kernels of
+ * `cpu_class` (SERIAL when this build has no table for it) on `executor`. */
+UFORM_INTERNAL uform_backend_t uform_cpu_backend(uform_cpu_class_t cpu_class,
+                                                 uform_executor_t *executor);
+
+#endif /* UFORM_CPU_BACKEND_H */
