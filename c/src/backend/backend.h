@@ -168,6 +168,21 @@ typedef struct {
                         size_t count, float *dst);
     void (*scatter_add_rows)(uform_backend_t *b, const float *src, size_t width,
                              const size_t *rows, size_t count, float *dst);
+    /* dst[rows[i]][c] = src[i * src_stride + c] (+ add[c] when add is not NULL):
+     * media rows into the input rows (src_stride 0 broadcasts one vector);
+     * rows NULL means row i. dst may be src when rows is NULL. */
+    void (*scatter_rows)(uform_backend_t *b, const float *src, size_t src_stride, const float *add,
+                         size_t width, const size_t *rows, size_t count, float *dst);
+    /* sums[c] += sum over i of src[rows[i]][c], i in order (rows NULL: row i). */
+    void (*sum_rows)(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
+                     size_t count, float *sums);
+
+    /* -- the masked media objective -- */
+    /* Returns sum over rows of mean_k (predictions - targets)^2, float64, and
+     * writes d_predictions = scale 2 (predictions - targets) / width. */
+    double (*reconstruction_loss)(uform_backend_t *b, const float *predictions,
+                                  const float *targets, size_t rows, size_t width, float scale,
+                                  float *d_predictions);
 
     /* -- the optimizer over flat buffers: torch.optim.AdamW with the constants
      * below (UFORM_ADAM_*, decoupled weight decay UFORM_WEIGHT_DECAY) -- */

@@ -63,6 +63,7 @@ void uform_encoder_free(uform_encoder_t *e) {
     uform_free_aligned(e->scratch);
     free(e->segments);
     free(e->positions);
+    free(e->ids);
     uform_free_aligned(e->pooled);
     uform_free_aligned(e->projected);
     free(e->staged);
@@ -70,6 +71,7 @@ void uform_encoder_free(uform_encoder_t *e) {
     e->scratch = NULL;
     e->segments = NULL;
     e->positions = NULL;
+    e->ids = NULL;
     e->staged = NULL;
 }
 
@@ -141,9 +143,11 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
         "forward scratch");
     e->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
     e->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
+    e->ids = uform_alloc(capacity, sizeof(uint32_t), "token ids");
     e->pooled = uform_alloc_aligned(items, hidden * sizeof(float), "pooled states");
     e->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");
-    if (!e->states || !e->scratch || !e->segments || !e->positions || !e->pooled || !e->projected) {
+    if (!e->states || !e->scratch || !e->segments || !e->positions || !e->ids || !e->pooled ||
+        !e->projected) {
         uform_encoder_free(e);
         return UFORM_OUT_OF_MEMORY;
     }
@@ -178,10 +182,13 @@ static uform_status_t uform_encoder_run(uform_encoder_t *e) {
     size_t hidden = model->hidden, first = e->finished, items = e->added - e->finished;
     if (items == 0) return UFORM_OK;
     uform_batch_t batch = {e->rows, items, e->segments, e->positions};
+    uform_backend_t backend = uform_model_backend(model, e->executor);
+    if (e->rows && model->text_bytes)
+        backend.ops->embedding_forward(&backend, model->text_bytes, model->text_modality, e->ids,
+                                       e->rows, hidden, e->states);
     if (e->rows) uform_forward(model, e->executor, &batch, e->states, e->scratch);
 
     if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
-        uform_backend_t backend = uform_model_backend(model, e->executor);
         backend.ops->mean_pool_forward(&backend, e->states, hidden, e->segments, items, e->pooled);
         uform_project_normalize(model, e->executor, &model->embedding_head, e->pooled, items,
                                 e->projected);
@@ -203,7 +210,7 @@ static uform_status_t uform_encoder_run(uform_encoder_t *e) {
 }
 
 uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, float **x,
-                                 uint32_t **positions) {
+                                 uint32_t **ids, uint32_t **positions) {
     /* never met by the verbs (each item is at most context rows, within the bound) */
     if (rows > e->max_rows || rows > e->model->context || e->added == e->count)
         return uform_fail(UFORM_INVALID_ARGUMENT, "encoder: item %zu of %zu rows does not fit", e->added,
@@ -215,6 +222,8 @@ uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, f
     if (e->outputs & UFORM_OUTPUTS_TOKENS)
         e->encoded->token_offsets[e->added + 1] = e->encoded->token_offsets[e->added] + rows;
     *x = e->states + e->rows * e->model->hidden;
+    *ids = e->ids + e->rows;
+    for (size_t r = 0; r < rows; r++) (*ids)[r] = UFORM_NOT_TEXT;
     *positions = e->positions + 3 * e->rows;
     memset(*positions, 0, rows * 3 * sizeof(uint32_t));
     e->rows += rows;

@@ -45,6 +45,7 @@ typedef struct {
     void *scratch;                /* the forward's */
     uform_segment_t *segments;    /* [max_items] */
     uint32_t *positions;          /* [capacity][3] */
+    uint32_t *ids;                /* [capacity]: text rows' byte ids, UFORM_NOT_TEXT for media */
 
     /* heads */
     float *pooled;                /* [max_items, H] */
@@ -70,11 +71,14 @@ UFORM_INTERNAL uform_status_t uform_encoder_begin(uform_encoder_t *encoder, cons
 
 /* Adds the next item: `rows` token rows (at most context) with `axes`
  * position axes. Runs the open batch first when the item does not fit.
- * *x receives where to write the item's rows [rows, H] and *positions their
- * positions [rows][3] (unused axes 0), both valid until the next call.
+ * *x receives where to write a media item's rows [rows, H], *ids where a text
+ * item writes its byte ids [rows] instead (the batch's embedding lookup fills
+ * its rows; they start as UFORM_NOT_TEXT) and *positions their positions
+ * [rows][3] (unused axes 0), all valid until the next call.
  * Fails with UFORM_CANCELLED when the progress handler asks. */
 UFORM_INTERNAL uform_status_t uform_encoder_add(uform_encoder_t *encoder, size_t rows, size_t axes,
-                                                float **x, uint32_t **positions);
+                                                float **x, uint32_t **ids,
+                                                uint32_t **positions);
 
 /* Runs the last batch and completes *encoded. */
 UFORM_INTERNAL uform_status_t uform_encoder_finish(uform_encoder_t *encoder);

@@ -52,10 +52,11 @@ static void uform_media_embed(const uform_model_t *model, uform_executor_t *exec
                               float *x, uint32_t *positions) {
     size_t hidden = model->hidden;
     if (tokens->rows == 0) return;
-    model->kernels->gemm(executor, &part->projection, tokens->inputs, part->width, tokens->rows,
-                         part->bias, false, x, hidden);
-    for (size_t r = 0; r < tokens->rows; r++)
-        for (size_t h = 0; h < hidden; h++) x[r * hidden + h] += part->modality[h];
+    uform_backend_t backend = uform_model_backend(model, executor);
+    uform_weight_t projection = {&part->projection, NULL, part->projection.n, part->projection.k};
+    backend.ops->linear(&backend, &projection, tokens->inputs, part->width, tokens->rows,
+                        part->bias, false, x, hidden);
+    backend.ops->scatter_rows(&backend, x, hidden, part->modality, hidden, NULL, tokens->rows, x);
     memcpy(positions, tokens->positions, tokens->rows * 3 * sizeof(uint32_t));
 }
 
@@ -92,9 +93,9 @@ static uform_status_t uform_media_encode_held(const uform_model_t *model, uform_
                 break;
             }
             float *x;
-            uint32_t *positions;
+            uint32_t *ids, *positions;
             status = uform_encoder_add(&encoder, slots[k].tokens.rows, slots[k].tokens.axes, &x,
-                                       &positions);
+                                       &ids, &positions);
             if (status != UFORM_OK) break;
             uform_media_embed(model, executor, call->part, &slots[k].tokens, x, positions);
             counts->tokens += slots[k].tokens.rows;

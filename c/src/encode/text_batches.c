@@ -26,6 +26,7 @@ void uform_text_batches_free(uform_text_batches_t *batches) {
     uform_free_aligned(batches->scratch);
     free(batches->segments);
     free(batches->positions);
+    free(batches->ids);
     memset(batches, 0, sizeof(*batches));
 }
 
@@ -45,7 +46,9 @@ uform_status_t uform_text_batches_init(uform_text_batches_t *batches, const ufor
         1, uform_forward_scratch_bytes(model, executor, rows, items, longest), "text scratch");
     batches->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
     batches->positions = uform_alloc(rows, 3 * sizeof(uint32_t), "positions");
-    if (!batches->states || !batches->scratch || !batches->segments || !batches->positions) {
+    batches->ids = uform_alloc(rows, sizeof(uint32_t), "token ids");
+    if (!batches->states || !batches->scratch || !batches->segments || !batches->positions ||
+        !batches->ids) {
         uform_text_batches_free(batches);
         return UFORM_OUT_OF_MEMORY;
     }
@@ -61,13 +64,10 @@ size_t uform_text_batch_end(const uform_text_batches_t *batches, const uform_tex
     return last;
 }
 
-/* Writes one row: a text.bytes row plus the modality vector, at `position`. */
-static void uform_text_row(const uform_model_t *model, size_t token, uint32_t position,
-                           uform_text_batches_t *batches, size_t row) {
-    size_t hidden = model->hidden;
-    const float *embedding = model->text_bytes + token * hidden;
-    float *x = batches->states + row * hidden;
-    for (size_t h = 0; h < hidden; h++) x[h] = embedding[h] + model->text_modality[h];
+/* One row: its id (a byte, or 256 for MASK) for the lookup, at `position`. */
+static void uform_text_row(uint32_t token, uint32_t position, uform_text_batches_t *batches,
+                           size_t row) {
+    batches->ids[row] = token;
     batches->positions[3 * row] = position;
     batches->positions[3 * row + 1] = 0;
     batches->positions[3 * row + 2] = 0;
@@ -82,9 +82,13 @@ void uform_text_batch_forward(const uform_model_t *model, uform_executor_t *exec
         size_t kept = uform_text_kept(layout, texts, i);
         const uint8_t *bytes = data ? data + texts->offsets[i] : NULL;
         batches->segments[i - first] = (uform_segment_t){rows, uform_text_rows(layout, texts, i), 1};
-        for (size_t t = 0; t < kept; t++) uform_text_row(model, bytes[t], (uint32_t)t, batches, rows++);
-        if (layout->mask) uform_text_row(model, 256, (uint32_t)kept, batches, rows++);
+        for (size_t t = 0; t < kept; t++) uform_text_row(bytes[t], (uint32_t)t, batches, rows++);
+        if (layout->mask) uform_text_row(256, (uint32_t)kept, batches, rows++);
     }
+    if (!rows) return;
     uform_batch_t batch = {rows, last - first, batches->segments, batches->positions};
-    if (rows) uform_forward(model, executor, &batch, batches->states, batches->scratch);
+    uform_backend_t backend = uform_model_backend(model, executor);
+    backend.ops->embedding_forward(&backend, model->text_bytes, model->text_modality, batches->ids,
+                                   rows, model->hidden, batches->states);
+    uform_forward(model, executor, &batch, batches->states, batches->scratch);
 }

@@ -42,6 +42,7 @@ typedef struct {
     void *scratch;               /* the forward's */
     uform_segment_t *segments;   /* [max_items]: where each text of the batch sits */
     uint32_t *positions;         /* [max_rows][3] */
+    uint32_t *ids;               /* [max_rows]: byte ids (256: MASK) for the embedding lookup */
 } uform_text_batches_t;
 
 /* Budgets for `count` texts of `total_rows` rows in all: about 64 MiB of

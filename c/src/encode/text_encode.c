@@ -39,19 +39,17 @@ static uform_status_t uform_text_encode_into(uform_model_t *model, uform_executo
     uform_encoder_t encoder;
     UFORM_TRY(uform_encoder_begin(&encoder, model, executor, options, outputs, scalar, arena, encoded,
                                   count, total_tokens, true));
-    size_t hidden = model->hidden;
     const uint8_t *data = texts->data;
     uform_status_t status = UFORM_OK;
     for (size_t i = 0; i < count && status == UFORM_OK; i++) {
         size_t n = uform_text_tokens(model, texts, i);
         float *x;
-        uint32_t *positions;
-        status = uform_encoder_add(&encoder, n, 1, &x, &positions);
+        uint32_t *ids, *positions;
+        status = uform_encoder_add(&encoder, n, 1, &x, &ids, &positions);
         if (status != UFORM_OK) break;
         const uint8_t *bytes = data ? data + texts->offsets[i] : NULL;
         for (size_t t = 0; t < n; t++) {
-            const float *embedding = model->text_bytes + (size_t)bytes[t] * hidden;
-            for (size_t h = 0; h < hidden; h++) x[t * hidden + h] = embedding[h] + model->text_modality[h];
+            ids[t] = bytes[t];
             positions[3 * t] = (uint32_t)t;
         }
     }

@@ -46,18 +46,3 @@ void uform_patch_targets(const float *patches, size_t rows, size_t width, float 
     }
 }
 
-double uform_reconstruction_loss(const float *predictions, const float *targets, size_t rows,
-                                 size_t width, float scale, float *d_predictions) {
-    double total = 0;
-    const float factor = 2.0f * scale / (float)width;
-    for (size_t r = 0; r < rows; r++) {
-        double row = 0;
-        for (size_t k = 0; k < width; k++) {
-            float difference = predictions[r * width + k] - targets[r * width + k];
-            row += (double)difference * (double)difference;
-            d_predictions[r * width + k] = factor * difference;
-        }
-        total += row / (double)width;
-    }
-    return total;
-}

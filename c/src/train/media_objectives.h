@@ -24,10 +24,5 @@ UFORM_INTERNAL uform_status_t uform_mask_patches(float ratio, uint64_t seed, uin
  * values (biased variance, float64 sums). */
 UFORM_INTERNAL void uform_patch_targets(const float *patches, size_t rows, size_t width, float *targets);
 
-/* Returns sum over rows of mean_k (predictions - targets)^2 (float64) and
- * writes d_predictions = scale * 2 (predictions - targets) / width. */
-UFORM_INTERNAL double uform_reconstruction_loss(const float *predictions, const float *targets,
-                                                size_t rows, size_t width, float scale,
-                                                float *d_predictions);
 
 #endif /* UFORM_MEDIA_OBJECTIVES_H */

@@ -5,7 +5,7 @@
 #ifndef UFORM_MEDIA_ROWS_H
 #define UFORM_MEDIA_ROWS_H
 
-#include "core/internal.h"
+#include "backend/backend.h"
 
 /* One modality's parameters and the gradients they accumulate into. mask,
  * head and head_bias (and their gradients) are NULL when the run does not
@@ -34,13 +34,13 @@ UFORM_INTERNAL void uform_media_rows_free(uform_media_rows_t *rows);
 
 /* x[row] = W token + b + modality for fed rows, mask + modality for masked
  * rows (x: the replica's input rows of H). */
-UFORM_INTERNAL uform_status_t uform_media_input_forward(uform_executor_t *executor,
+UFORM_INTERNAL uform_status_t uform_media_input_forward(uform_backend_t *b,
                                                         const uform_media_parameters_t *p,
                                                         const uform_media_rows_t *rows,
                                                         size_t hidden, float *x);
 
 /* Adds the gradients of the input rows dx into W, b, modality and mask. */
-UFORM_INTERNAL uform_status_t uform_media_input_backward(uform_executor_t *executor,
+UFORM_INTERNAL uform_status_t uform_media_input_backward(uform_backend_t *b,
                                                          const uform_media_parameters_t *p,
                                                          const uform_media_rows_t *rows,
                                                          size_t hidden, const float *dx);
@@ -48,7 +48,7 @@ UFORM_INTERNAL uform_status_t uform_media_input_backward(uform_executor_t *execu
 /* The reconstruction of the masked rows from their final states: adds
  * sum_rows mean_k (head h + b - target)^2 to *loss_sum (float64), and the
  * gradients of scale x that sum into the head, its bias and d_states. */
-UFORM_INTERNAL uform_status_t uform_media_reconstruction(uform_executor_t *executor,
+UFORM_INTERNAL uform_status_t uform_media_reconstruction(uform_backend_t *b,
                                                          const uform_media_parameters_t *p,
                                                          const uform_media_rows_t *rows,
                                                          size_t hidden, const float *states,

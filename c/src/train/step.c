@@ -175,7 +175,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
         for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
             if (!t->media[m].width || !media_masked[m]) continue;
             uform_media_parameters_t parameters = uform_media_parameters(t, m);
-            status = uform_media_reconstruction(t->executor, &parameters, &media_rows[4 * r + m],
+            status = uform_media_reconstruction(&t->backend, &parameters, &media_rows[4 * r + m],
                                                 t->hidden, w->states,
                                                 t->media[m].weight / (float)media_masked[m],
                                                 &media_sums[m], w->d_states);
@@ -230,7 +230,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
         for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
             if (!t->media[m].width) continue;
             uform_media_parameters_t parameters = uform_media_parameters(t, m);
-            status = uform_media_input_backward(t->executor, &parameters, &media_rows[4 * r + m],
+            status = uform_media_input_backward(&t->backend, &parameters, &media_rows[4 * r + m],
                                                 t->hidden, replica[r].w.d_x);
         }
     }

@@ -41,7 +41,7 @@ uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++) {
         if (!t->media[m].width) continue;
         uform_media_parameters_t parameters = uform_media_parameters(t, m);
-        UFORM_TRY(uform_media_input_forward(t->executor, &parameters, &media[m], h,
+        UFORM_TRY(uform_media_input_forward(b, &parameters, &media[m], h,
                                             w->layers[0].input));
     }
     uform_batch_t batch = uform_workspace_batch(w);

@@ -245,6 +245,47 @@ static void uform_cpu_scatter_add_rows(uform_backend_t *b, const float *src, siz
     }
 }
 
+static void uform_cpu_scatter_rows(uform_backend_t *b, const float *src, size_t src_stride,
+                                   const float *add, size_t width, const size_t *rows,
+                                   size_t count, float *dst) {
+    (void)b;
+    for (size_t i = 0; i < count; i++) {
+        const float *source = src + i * src_stride;
+        float *target = dst + (rows ? rows[i] : i) * width;
+        if (add)
+            for (size_t c = 0; c < width; c++) target[c] = source[c] + add[c];
+        else if (target != source)
+            memmove(target, source, width * sizeof(float));
+    }
+}
+
+static void uform_cpu_sum_rows(uform_backend_t *b, const float *src, size_t width,
+                               const size_t *rows, size_t count, float *sums) {
+    (void)b;
+    for (size_t i = 0; i < count; i++) {
+        const float *row = src + (rows ? rows[i] : i) * width;
+        for (size_t c = 0; c < width; c++) sums[c] += row[c];
+    }
+}
+
+static double uform_cpu_reconstruction_loss(uform_backend_t *b, const float *predictions,
+                                            const float *targets, size_t rows, size_t width,
+                                            float scale, float *d_predictions) {
+    (void)b;
+    double total = 0;
+    const float factor = 2.0f * scale / (float)width;
+    for (size_t r = 0; r < rows; r++) {
+        double row = 0;
+        for (size_t k = 0; k < width; k++) {
+            float difference = predictions[r * width + k] - targets[r * width + k];
+            row += (double)difference * (double)difference;
+            d_predictions[r * width + k] = factor * difference;
+        }
+        total += row / (double)width;
+    }
+    return total;
+}
+
 /* ---- optimizer ----------------------------------------------------------------------- */
 
 static double uform_cpu_sum_squares(uform_backend_t *b, const float *values, size_t count) {
@@ -306,6 +347,9 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .cross_entropy_backward = uform_cpu_cross_entropy_backward,
     .gather_rows = uform_cpu_gather_rows,
     .scatter_add_rows = uform_cpu_scatter_add_rows,
+    .scatter_rows = uform_cpu_scatter_rows,
+    .sum_rows = uform_cpu_sum_rows,
+    .reconstruction_loss = uform_cpu_reconstruction_loss,
     .sum_squares = uform_cpu_sum_squares,
     .adamw = uform_cpu_adamw,
     .adamw_first_non_finite = uform_cpu_adamw_first_non_finite,
