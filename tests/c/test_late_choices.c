@@ -5,8 +5,7 @@
  * this checks the backward passes alone, close to the code. */
 #include "check.h"
 
-#include "train/choices_loss.h"
-#include "train/late_interaction_loss.h"
+#include "backend/cpu/losses.h"
 #include "uform.h"
 
 #include <math.h>

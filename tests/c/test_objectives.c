@@ -23,6 +23,7 @@
  *   Hand-written cases pin the precedence rules independently of ref_loss.
  */
 #include "train/objectives.h"
+#include "backend/cpu/losses.h"
 
 #include <math.h>
 #include <stdio.h>

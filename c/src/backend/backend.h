@@ -25,7 +25,7 @@
 #ifndef UFORM_BACKEND_H
 #define UFORM_BACKEND_H
 
-#include "core/internal.h"
+#include "backend/losses.h"
 
 /* ---- operands ------------------------------------------------------------ */
 
@@ -176,6 +176,27 @@ typedef struct {
     /* sums[c] += sum over i of src[rows[i]][c], i in order (rows NULL: row i). */
     void (*sum_rows)(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
                      size_t count, float *sums);
+
+    /* -- the objectives (losses.h; docs/training.md sections 3, 9, 10): each
+     * checks its inputs (loss_checks.c) and fails with INVALID_ARGUMENT before
+     * computing anything; gradients ADD into their outputs -- */
+    uform_status_t (*contrastive_loss)(uform_backend_t *b, const uform_contrastive_config_t *config,
+                                       const uform_contrastive_batch_t *batch,
+                                       const float *log_inverse_temperature, const float *bias,
+                                       float *loss, float *d_embeddings,
+                                       float *d_log_inverse_temperature, float *d_bias);
+    uform_status_t (*late_interaction_loss)(uform_backend_t *b,
+                                            const uform_contrastive_config_t *relations_config,
+                                            uform_pair_loss_form_t form,
+                                            const uform_late_batch_t *batch,
+                                            float log_inverse_temperature, float bias,
+                                            float weight, float *loss, float *d_vectors,
+                                            float *d_log_inverse_temperature, float *d_bias);
+    void (*choices_loss)(uform_backend_t *b, const uform_choices_batch_t *batch,
+                         const float *bytes_table, const float *bytes_bias,
+                         const float *log_temperature, float scale, double *loss_sum,
+                         float *d_states, float *d_bytes_table, float *d_bytes_bias,
+                         float *d_log_temperature);
 
     /* -- the masked media objective -- */
     /* Returns sum over rows of mean_k (predictions - targets)^2, float64, and

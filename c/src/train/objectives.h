@@ -9,7 +9,7 @@
 #ifndef UFORM_OBJECTIVES_H
 #define UFORM_OBJECTIVES_H
 
-#include "core/internal.h"
+#include "backend/losses.h"
 
 /* ---- 1. Random numbers ------------------------------------------------------ */
 
@@ -66,28 +66,6 @@ UFORM_INTERNAL size_t uform_mask_text(const uform_masking_t *resolved, uint64_t 
 
 /* ---- 3. Contrastive --------------------------------------------------------- */
 
-#define UFORM_MATRYOSHKA_WIDTHS_MAX 64
-
-/* The items of one step's world, as the loss sees them. */
-typedef struct {
-    size_t count;                       /* N items in the world */
-    size_t dimensions;                  /* D */
-    const float *embeddings;            /* [N, D], unit rows (or zero rows for empty items) */
-    const uint32_t *bags;               /* NULL: no bag positives; equal ids share a bag */
-    const uint32_t *groups;             /* NULL: all group 0; else each < config->groups */
-    const uform_relations_t *relations; /* NULL: none; CSR over the N items */
-} uform_contrastive_batch_t;
-
-/* A resolved configuration (uform_contrastive_resolve): no zero fields. */
-typedef struct {
-    const size_t *widths;               /* Matryoshka prefix widths, each in [1, D], distinct */
-    size_t widths_count;                /* 1 .. UFORM_MATRYOSHKA_WIDTHS_MAX */
-    uform_negatives_t negatives;        /* AMBIENT or NAMED */
-    float ambient_repulsion_weight;     /* finite, >= 0 */
-    uform_pair_loss_form_t pair_loss;   /* BALANCED, RANKED or SIGMOID */
-    size_t groups;                      /* G >= 1 */
-} uform_contrastive_config_t;
-
 /* Fills `config` from `given` (NULL: all derived) for embeddings of
  * `dimensions` scalars: matryoshka_dimensions NULL or count 0 derives [D];
  * temperature_groups 0 derives 1; inverse_temperature 0 derives 10;
@@ -109,82 +87,7 @@ UFORM_INTERNAL uform_status_t uform_contrastive_resolve(const uform_contrastive_
                                                         float *initial_log_inverse_temperature,
                                                         float *initial_bias);
 
-/* The contrastive term of docs/training.md section 3, forward and backward.
- *
- * Writes the loss to *loss and ADDS its gradients into d_embeddings [N, D],
- * d_log_inverse_temperature [G] and d_bias [G] (any of the three may be NULL
- * when that gradient is not wanted; d_bias only receives nonzero values under
- * SIGMOID). log_inverse_temperature [G] must be finite; bias [G] is read only
- * under SIGMOID (it may be NULL otherwise) and must then be finite.
- *
- * Relations of anchor i to candidate j != i, by precedence: ignore edge >
- * attract edge (positive, its weight) > same bag (positive, 1) > repel edge
- * (negative, its weight) > AMBIENT (negative, ambient_repulsion_weight) /
- * NAMED (not scored). Self edges (i -> i) are dropped. An edge set with NULL
- * offsets is empty; otherwise offsets holds N + 1 non-decreasing values from
- * 0 (offsets[N] is the number of edges), anchor i's edges are
- * ids[offsets[i] .. offsets[i+1]) (and weights likewise, NULL: all 1), every
- * id < N, every weight finite and >= 0, and no candidate appears twice in one
- * anchor's row of one edge set (as tests/reference/training.py rejects it).
- *
- * BALANCED and RANKED score an anchor when its positives' weights sum to more
- * than 0 (zero-weight positives still enter the BALANCED denominator, as the
- * formula's sum over P_i says) and average over the scored anchors; when none
- * is scored the loss is 0 and no gradient is added. SIGMOID averages over all
- * N anchors. The term is the mean over the Matryoshka widths, where e^w =
- * e[0:w] / max(|e[0:w]|, 1e-12) and the gradient flows back through that
- * renormalisation to the full rows; a prefix that is exactly zero (an empty
- * item) is scored with cosine 0 and receives no gradient.
- *
- * Computes in float64 (scores, log-sum-exp, softplus) and stores the [N, N]
- * score gradients in FP32 (N^2 * 4 bytes of scratch); every sum runs in a
- * fixed order, so the results do not depend on the executor (NULL: this
- * thread only) or its thread count.
- *
- * UFORM_INVALID_ARGUMENT naming the problem, with nothing written, for a bad
- * configuration, a group id >= G, a bad edge set, non-finite embeddings or
- * parameters, or a NULL pointer the call needs; UFORM_OUT_OF_MEMORY when the
- * scratch cannot be allocated. */
-UFORM_INTERNAL uform_status_t uform_contrastive(uform_executor_t *executor,
-                                                const uform_contrastive_config_t *config,
-                                                const uform_contrastive_batch_t *batch,
-                                                const float *log_inverse_temperature,
-                                                const float *bias, float *loss, float *d_embeddings,
-                                                float *d_log_inverse_temperature, float *d_bias);
-
-/* The pair losses of section 3 over a score matrix the caller computed (late
- * interaction, docs/training.md section 9). Anchor i (anchors[i] != 0) scores
- * candidates j != i with candidates[j] != 0, classified by the relations'
- * precedence with config's negatives and ambient weight (config's widths and
- * groups are not read); `form` is BALANCED, RANKED or SIGMOID. scores [n, n]
- * holds s_ij on entry and dloss_i/ds_ij on return (0 outside scored rows and
- * unscored pairs); row_loss[i] and scored[i] report each anchor (a BALANCED or
- * RANKED anchor is scored when its positives' weights sum to more than 0,
- * every SIGMOID anchor is). Unscaled: the caller averages. Edges are checked
- * as uform_contrastive checks them. */
-UFORM_INTERNAL uform_status_t uform_pair_losses(uform_executor_t *executor,
-                                                const uform_contrastive_config_t *config,
-                                                uform_pair_loss_form_t form, size_t n,
-                                                const uint32_t *bags,
-                                                const uform_relations_t *relations,
-                                                const uint8_t *anchors, const uint8_t *candidates,
-                                                double *scores, double *row_loss, uint8_t *scored);
-
-/* ---- shared by masking.c, contrastive_config.c and objectives.c ---- */
-
 /* A configuration field: the given value, or the derived one when it is 0. */
 static inline float uform_derive(float given, float derived) { return given == 0.0f ? derived : given; }
-
-/* One edge set over `count` items: offsets non-decreasing from 0, ids below
- * count, no edge given twice, weights finite and non-negative. seen: count
- * zeroed bytes, left zeroed. */
-UFORM_INTERNAL uform_status_t uform_check_edges(const uform_edges_t *edges, size_t count, uint8_t *seen,
-                                                const char *name);
-/* Everything uform_contrastive checks before it computes (nothing is written
- * on failure). */
-UFORM_INTERNAL uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
-                                                      const uform_contrastive_batch_t *batch,
-                                                      const float *log_inverse_temperature,
-                                                      const float *bias, const float *loss);
 
 #endif /* UFORM_OBJECTIVES_H */

@@ -209,7 +209,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
         uform_contrastive_batch_t cb = {items, d, world, batch->bags ? bags : NULL, groups,
                                         batch->relations ? &relations : NULL};
         memset(d_world, 0, items * d * sizeof(float));
-        status = uform_contrastive(t->executor, &t->contrastive, &cb,
+        status = t->backend.ops->contrastive_loss(&t->backend, &t->contrastive, &cb,
                                    t->parameters + t->log_inverse_temperature,
                                    t->parameters + t->contrastive_bias, &contrastive_loss, d_world,
                                    t->gradients + t->log_inverse_temperature,

@@ -149,7 +149,7 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
     }
     uform_choices_batch_t choices = {n, h, states, bytes, targets, starts, groups};
     float *g = t->gradients;
-    uform_choices_loss(&choices, t->parameters + t->bytes_table, t->parameters + t->bytes_bias,
+    t->backend.ops->choices_loss(&t->backend, &choices, t->parameters + t->bytes_table, t->parameters + t->bytes_bias,
                        t->parameters + t->choice_log_temperature, scale, loss_sum, d_states,
                        g + t->bytes_table, g + t->bytes_bias, g + t->choice_log_temperature);
     for (size_t k = 0; k < n; k++) {
@@ -228,8 +228,8 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
     memset(d_vectors, 0, world_rows * width * sizeof(float));
     uform_late_batch_t late = {items, width, vectors, layout, layout + items, layout + 2 * items,
                                bags, relations};
-    uform_status_t status = uform_late_interaction_loss(
-        t->executor, &t->contrastive, t->late_config.pair_loss, &late,
+    uform_status_t status = b->ops->late_interaction_loss(
+        b, &t->contrastive, t->late_config.pair_loss, &late,
         p[t->late_log_inverse_temperature], p[t->late_bias], t->late_config.weight, loss, d_vectors,
         t->gradients + t->late_log_inverse_temperature, t->gradients + t->late_bias);
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {

@@ -12,10 +12,6 @@
 #define UFORM_TRAINER_INTERNAL_H
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/rows.h"
-#include "train/choices_loss.h"
-#include "backend/cpu/sgemm.h"
-#include "train/late_interaction_loss.h"
 #include "media/media_tokens.h"
 #include "train/media_objectives.h"
 #include "train/media_rows.h"

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/losses.h"
 #include "backend/cpu/rows.h"
 #include "backend/cpu/sgemm.h"
 
@@ -286,6 +287,37 @@ static double uform_cpu_reconstruction_loss(uform_backend_t *b, const float *pre
     return total;
 }
 
+static uform_status_t uform_cpu_contrastive_loss(uform_backend_t *b,
+                                                 const uform_contrastive_config_t *config,
+                                                 const uform_contrastive_batch_t *batch,
+                                                 const float *log_inverse_temperature,
+                                                 const float *bias, float *loss,
+                                                 float *d_embeddings,
+                                                 float *d_log_inverse_temperature, float *d_bias) {
+    return uform_contrastive(b->executor, config, batch, log_inverse_temperature, bias, loss,
+                             d_embeddings, d_log_inverse_temperature, d_bias);
+}
+
+static uform_status_t uform_cpu_late_interaction_loss(
+    uform_backend_t *b, const uform_contrastive_config_t *relations_config,
+    uform_pair_loss_form_t form, const uform_late_batch_t *batch, float log_inverse_temperature,
+    float bias, float weight, float *loss, float *d_vectors, float *d_log_inverse_temperature,
+    float *d_bias) {
+    return uform_late_interaction_loss(b->executor, relations_config, form, batch,
+                                       log_inverse_temperature, bias, weight, loss, d_vectors,
+                                       d_log_inverse_temperature, d_bias);
+}
+
+static void uform_cpu_choices_loss(uform_backend_t *b, const uform_choices_batch_t *batch,
+                                   const float *bytes_table, const float *bytes_bias,
+                                   const float *log_temperature, float scale, double *loss_sum,
+                                   float *d_states, float *d_bytes_table, float *d_bytes_bias,
+                                   float *d_log_temperature) {
+    (void)b;
+    uform_choices_loss(batch, bytes_table, bytes_bias, log_temperature, scale, loss_sum, d_states,
+                       d_bytes_table, d_bytes_bias, d_log_temperature);
+}
+
 /* ---- optimizer ----------------------------------------------------------------------- */
 
 static double uform_cpu_sum_squares(uform_backend_t *b, const float *values, size_t count) {
@@ -349,6 +381,9 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .scatter_add_rows = uform_cpu_scatter_add_rows,
     .scatter_rows = uform_cpu_scatter_rows,
     .sum_rows = uform_cpu_sum_rows,
+    .contrastive_loss = uform_cpu_contrastive_loss,
+    .late_interaction_loss = uform_cpu_late_interaction_loss,
+    .choices_loss = uform_cpu_choices_loss,
     .reconstruction_loss = uform_cpu_reconstruction_loss,
     .sum_squares = uform_cpu_sum_squares,
     .adamw = uform_cpu_adamw,

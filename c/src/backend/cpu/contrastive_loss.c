@@ -1,8 +1,8 @@
-/* objectives.c: docs/training.md section 3: the contrastive loss and its
- * gradients over a batch's embeddings, and the pair losses over a given score
- * matrix (late interaction). Configuration and checks: contrastive_config.c;
- * random numbers and masking: masking.c. See objectives.h. */
-#include "train/objectives.h"
+/* contrastive_loss.c: the CPU backend's contrastive loss (docs/training.md
+ * section 3) and its gradients over a batch's embeddings, and the pair losses
+ * over a given score matrix (late interaction), in float64. Configuration:
+ * train/contrastive_config.c; input checks: backend/loss_checks.c. */
+#include "backend/cpu/losses.h"
 
 #include <math.h>
 #include <stdlib.h>

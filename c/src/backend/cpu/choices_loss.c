@@ -1,7 +1,7 @@
 /* choices_loss.c: the calibrated-choices training term (docs/training.md
  * section 10). A step has few items with choices and at most 256 choices each,
  * so the logits are computed directly, only for the choice bytes, in float64. */
-#include "train/choices_loss.h"
+#include "backend/cpu/losses.h"
 
 #include <math.h>
 

@@ -8,7 +8,7 @@
  * relations and forms (uform_pair_losses). Backward writes query gradients per
  * anchor and document gradients per document, each in a fixed order, so no two
  * threads ever add to the same row. */
-#include "train/late_interaction_loss.h"
+#include "backend/cpu/losses.h"
 
 #include "backend/cpu/sgemm.h"
 
