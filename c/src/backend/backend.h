@@ -177,6 +177,12 @@ typedef struct {
     void (*sum_rows)(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
                      size_t count, float *sums);
 
+    /* -- MaxSim (uform_late_interaction_scores, checked): scores[q, d] =
+     * mean over q's rows of the max over d's rows of their dot product, 0 when
+     * either has no rows; independent of the thread count -- */
+    uform_status_t (*maxsim)(uform_backend_t *b, const uform_token_rows_t *queries,
+                             const uform_token_rows_t *documents, float *scores);
+
     /* -- the objectives (losses.h; docs/training.md sections 3, 9, 10): each
      * checks its inputs (loss_checks.c) and fails with INVALID_ARGUMENT before
      * computing anything; gradients ADD into their outputs -- */

@@ -106,6 +106,10 @@ UFORM_INTERNAL void uform_cross_entropy_backward(const float *logits, size_t row
                                                  const uint32_t *targets, const float *scale,
                                                  float *dlogits);
 
+/* ---- maxsim.c: backend.h's maxsim */
+UFORM_INTERNAL uform_status_t uform_cpu_maxsim(uform_backend_t *b, const uform_token_rows_t *queries,
+                                               const uform_token_rows_t *documents, float *scores);
+
 /* ---- adamw.c */
 /* One AdamW update of `count` parameters, as torch.optim.AdamW (decoupled decay,
  * bias-corrected moments) on gradients multiplied by `gradient_scale` (the
