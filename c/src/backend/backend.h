@@ -183,6 +183,19 @@ typedef struct {
     uform_status_t (*maxsim)(uform_backend_t *b, const uform_token_rows_t *queries,
                              const uform_token_rows_t *documents, float *scores);
 
+    /* -- the choices head in inference (text_choose): item c is segment c, its
+     * MASK the segment's last row; its choices are entry (choices->count == 1 ?
+     * 0 : first_entry + c) of the tape; probabilities[offsets[c] ..
+     * offsets[c + 1]) = softmax over them of (h . table[k] + bias[k]) /
+     * exp(log_temperature[groups[c]]) (groups NULL: group 0; log_temperature
+     * NULL: temperature 1) -- */
+    void (*choice_probabilities)(uform_backend_t *b, const float *states, size_t hidden,
+                                 const uform_segment_t *segments, size_t count,
+                                 const uform_tape_t *choices, size_t first_entry,
+                                 const uint32_t *groups, const float *table, const float *bias,
+                                 const float *log_temperature, const size_t *offsets,
+                                 float *probabilities);
+
     /* -- the objectives (losses.h; docs/training.md sections 3, 9, 10): each
      * checks its inputs (loss_checks.c) and fails with INVALID_ARGUMENT before
      * computing anything; gradients ADD into their outputs -- */

@@ -79,63 +79,6 @@ static uform_status_t uform_check_groups(const uform_model_t *model, const uint3
     return UFORM_OK;
 }
 
-/* ---- scoring the MASK rows --------------------------------------------------- */
-
-typedef struct {
-    const uform_model_t *model;
-    const uform_tape_t *choices;
-    const uint32_t *groups;            /* NULL: group 0 */
-    const float *states;               /* the batch's final normed states */
-    const uform_segment_t *segments;   /* the batch's texts; MASK is each one's last row */
-    size_t first;                      /* the batch's first text */
-    const size_t *offsets;             /* the answer's boundaries */
-    float *probabilities;              /* the answer */
-} uform_choose_task_t;
-
-static inline float uform_dot(const float *a, const float *b, size_t width) {
-    float partial[UFORM_LANES] = {0};
-    for (size_t i = 0; i < width; i += UFORM_LANES)
-        for (size_t l = 0; l < UFORM_LANES && i + l < width; l++) partial[l] += a[i + l] * b[i + l];
-    float sum = 0;
-    for (size_t l = 0; l < UFORM_LANES; l++) sum += partial[l];
-    return sum;
-}
-
-/* Probabilities of the batch's texts [begin, end). */
-UFORM_VECTOR_CLONES
-static void uform_choose_texts(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
-    const uform_choose_task_t *task = context;
-    const uform_model_t *model = task->model;
-    size_t hidden = model->hidden;
-    const uint8_t *data = task->choices->data;
-    for (size_t s = begin; s < end; s++) {
-        size_t text = task->first + s;
-        const uform_segment_t *segment = &task->segments[s];
-        const float *mask = task->states + (segment->begin + segment->length - 1) * hidden;
-        size_t entry = uform_choice_entry(task->choices, text);
-        const uint8_t *bytes = data + task->choices->offsets[entry];
-        size_t n = task->offsets[text + 1] - task->offsets[text];
-        float *p = task->probabilities + task->offsets[text];
-
-        uint32_t group = task->groups ? task->groups[text] : 0;
-        float temperature = model->choice_log_temperature
-                                ? expf(model->choice_log_temperature[group]) : 1.0f;
-        float largest = -INFINITY;
-        for (size_t c = 0; c < n; c++) {
-            const float *row = model->text_bytes + (size_t)bytes[c] * hidden;
-            p[c] = (uform_dot(mask, row, hidden) + model->bytes_bias[bytes[c]]) / temperature;
-            if (p[c] > largest) largest = p[c];
-        }
-        float sum = 0;
-        for (size_t c = 0; c < n; c++) {
-            p[c] = expf(p[c] - largest);
-            sum += p[c];
-        }
-        for (size_t c = 0; c < n; c++) p[c] /= sum;
-    }
-}
-
 /* ---- the verb ---------------------------------------------------------------- */
 
 static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executor_t *executor,
@@ -188,9 +131,12 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
     for (size_t first = 0; first < count && status == UFORM_OK;) {
         size_t last = uform_text_batch_end(&batches, &layout, texts, first);
         uform_text_batch_forward(model, executor, &layout, texts, first, last, &batches);
-        uform_choose_task_t task = {model, choices, groups, batches.states, batches.segments,
-                                    first, offsets, probabilities};
-        uform_parallel_for(executor, last - first, 16, uform_choose_texts, &task);
+        uform_backend_t backend = uform_model_backend(model, executor);
+        backend.ops->choice_probabilities(&backend, batches.states, model->hidden,
+                                          batches.segments, last - first, choices, first,
+                                          groups ? groups + first : NULL, model->text_bytes,
+                                          model->bytes_bias, model->choice_log_temperature,
+                                          offsets + first, probabilities);
         first = last;
         status = uform_progress_update(&progress, first);
     }

@@ -382,6 +382,7 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .scatter_rows = uform_cpu_scatter_rows,
     .sum_rows = uform_cpu_sum_rows,
     .maxsim = uform_cpu_maxsim,
+    .choice_probabilities = uform_cpu_choice_probabilities,
     .contrastive_loss = uform_cpu_contrastive_loss,
     .late_interaction_loss = uform_cpu_late_interaction_loss,
     .choices_loss = uform_cpu_choices_loss,

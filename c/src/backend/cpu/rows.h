@@ -110,6 +110,13 @@ UFORM_INTERNAL void uform_cross_entropy_backward(const float *logits, size_t row
 UFORM_INTERNAL uform_status_t uform_cpu_maxsim(uform_backend_t *b, const uform_token_rows_t *queries,
                                                const uform_token_rows_t *documents, float *scores);
 
+/* ---- choice_probabilities.c: backend.h's choice_probabilities */
+UFORM_INTERNAL void uform_cpu_choice_probabilities(
+    uform_backend_t *b, const float *states, size_t hidden, const uform_segment_t *segments,
+    size_t count, const uform_tape_t *choices, size_t first_entry, const uint32_t *groups,
+    const float *table, const float *bias, const float *log_temperature, const size_t *offsets,
+    float *probabilities);
+
 /* ---- adamw.c */
 /* One AdamW update of `count` parameters, as torch.optim.AdamW (decoupled decay,
  * bias-corrected moments) on gradients multiplied by `gradient_scale` (the
