@@ -135,9 +135,10 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
     size_t projected_rows = capacity > items ? capacity : items;
     e->max_rows = capacity < budget ? capacity : budget;
     e->max_items = items;
+    /* No item is longer than a batch (uform_encoder_add): every thread's attention
+     * scratch is sized for that, not for the context (gigabytes at context 2^24). */
+    size_t longest = e->max_rows < model->context ? e->max_rows : model->context;
     e->states = uform_alloc_aligned(capacity, hidden * sizeof(float), "states");
-    /* no item is longer than a batch (uform_encoder_add refuses it) */
-    size_t longest = model->context < capacity ? model->context : capacity;
     e->scratch = uform_alloc_aligned(
         1, uform_forward_scratch_bytes(model, executor, capacity, items, longest),
         "forward scratch");

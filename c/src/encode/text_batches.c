@@ -37,7 +37,9 @@ uform_status_t uform_text_batches_init(uform_text_batches_t *batches, const ufor
     /* A call smaller than one batch gets scratch of its own size (+1: never 0 bytes). */
     size_t rows = total_rows < budget ? total_rows + 1 : budget;
     size_t items = budget < count ? budget : count;
-    size_t longest = model->context < budget ? model->context : budget;
+    /* No text is longer than the context or than the call's rows: every thread's
+     * attention scratch is sized for that (budget is never below the context). */
+    size_t longest = model->context < rows ? model->context : rows;
     batches->max_rows = budget;
     batches->max_items = items;
     batches->capacity = rows;
