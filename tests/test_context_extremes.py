@@ -31,13 +31,12 @@ keeps its first floor(context / grid) tubes, a recording its first `context` chu
 one unit over the context must give exactly the bits of the input cut to the context
 (when the cut input is itself a valid input) and be counted as truncated.
 
-Found: at context 2^24 the media file verbs (image_encode, audio_encode, video_encode) and
-uform_video_encode_frames ask for about 50 GB for a single small item and fail with
-OutOfMemoryError; those tests are strict xfails (SIZED_BY_CONTEXT, below). text_encode,
-text_choose, image_encode_pixels and audio_encode_samples needed 5 GiB of attention scratch
-per executor thread (c/src/encode/encode_batches.c and text_batches.c sized it for the
-context, not for the call): fixed there, and checked under ASan by
-tests/c/test_context_extremes.c.
+Found and fixed: at context 2^24 the media file verbs (image_encode, audio_encode,
+video_encode) and uform_video_encode_frames asked for about 50 GB for a single small item
+(batches were floored at the context), and text_encode, text_choose, image_encode_pixels
+and audio_encode_samples needed 5 GiB of attention scratch per executor thread
+(c/src/encode/encode_batches.c and text_batches.c sized it for the context, not for the
+call). Checked under ASan by tests/c/test_context_extremes.c too.
 
 Tolerances are the existing tests' own, imported with their derivations: FP32_TOLERANCE
 (2e-5 per component) and BF16_TOLERANCE (3e-2 and cosine > 0.999 on SAPPHIRE) from
@@ -754,22 +753,14 @@ def test_audio_encode_samples_at_the_max_context(media_checkpoint, tmp_path, rat
     assert f32["stats"]["truncated"] == 0 and f32["stats"]["samples"] == sum(lengths)
 
 
-# The encoder sizes the states and forward scratch of a call for min(bound + 1,
-# uform_batch_rows(model)) rows (uform_encoder_begin, c/src/encode/encode_batches.c), and
-# uform_batch_rows is never below the context. The file verbs cannot know an item's rows
-# before decoding it and uform_video_encode_frames does not compute them, so all four bound
-# a call by count x context (c/src/encode/image_encode.c uform_image_encode,
-# audio_encode.c uform_audio_encode, video_encode.c uform_rows_bound): at context 2^24, one
-# 8 x 8 image file asks for 2^24 rows of scratch, about 50 GB, and fails with
-# OutOfMemoryError ("forward scratch: cannot allocate ... bytes") wherever less is free.
-SIZED_BY_CONTEXT = pytest.mark.xfail(
-    strict=True, raises=SizedByContext,
-    reason="media verbs whose rows are not known up front size a call's scratch for "
-           "count x context rows (c/src/encode/encode_batches.c uform_encoder_begin with "
-           "the rows_bound of image_encode.c, audio_encode.c, video_encode.c): ~50 GB at 2^24")
-
-
-@SIZED_BY_CONTEXT
+# The file verbs cannot know an item's rows before decoding it and
+# uform_video_encode_frames does not compute them, so all four bound a call by count x
+# context (c/src/encode/image_encode.c, audio_encode.c, video_encode.c). The encoder used
+# to size its states and forward scratch for min(bound + 1, uform_batch_rows(model)) rows
+# with uform_batch_rows floored at the context: at context 2^24 one 8 x 8 image file asked
+# for about 50 GB and failed with OutOfMemoryError. Batches are no longer floored at the
+# context (an item longer than a batch gets a batch of its own, the buffers grown for it),
+# and these four tests run inside the same 4 GiB address-space limit as the others.
 def test_video_frames_at_the_max_context(media_checkpoint, tmp_path):
     path = media_checkpoint(context=MAX_CONTEXT, **MEDIA_SHAPE)
     clips = [random_pixels((TUBE * 3 + 1, 3 * PATCH, 4 * PATCH, 3), 6), np.zeros((0, 0, 0, 3), np.uint8)]
@@ -782,7 +773,6 @@ def test_video_frames_at_the_max_context(media_checkpoint, tmp_path):
             expected_embeddings, expected_tokens, empty=(1,))
 
 
-@SIZED_BY_CONTEXT
 def test_image_file_at_the_max_context(media_checkpoint, tmp_path):
     needs(2, "PNG")
     from PIL import Image
@@ -800,7 +790,6 @@ def test_image_file_at_the_max_context(media_checkpoint, tmp_path):
             expected_embeddings, expected_tokens)
 
 
-@SIZED_BY_CONTEXT
 def test_audio_file_at_the_max_context(media_checkpoint, tmp_path):
     needs(16, "WAV")
     import soundfile
@@ -815,7 +804,6 @@ def test_audio_file_at_the_max_context(media_checkpoint, tmp_path):
             expected_tokens)
 
 
-@SIZED_BY_CONTEXT
 def test_video_file_at_the_max_context(media_checkpoint, tmp_path):
     needs(8, "MP4/WebM")
     import media_fixtures

@@ -10,6 +10,15 @@
  * "backend specifics" section below). main() runs every CPU class this machine
  * runs, each on executors of 1 and 2 threads.
  *
+ * Device memory: every array an operation reads or writes element-wise is
+ * allocated with b->ops->alloc, index arrays included (segments, positions,
+ * ids, targets, rows, decay flags). The objectives' descriptions stay on the
+ * host as structs do (a uform_weight_t, a batch, a configuration): their data
+ * arrays (embeddings, token vectors, states, parameters, gradients, losses)
+ * are device memory, their structure (widths, bags, groups, relations, offsets,
+ * choice bytes and targets) host memory, since every backend checks it on the
+ * host (loss_checks.c).
+ *
  * Build and run (from the repository root):
  *   make c/build/tests/test_ops && c/build/tests/test_ops
  * UFORM_TEST_VERBOSE=1 prints the worst error of every comparison.
@@ -30,7 +39,11 @@
  *   own size, and a second call adds the same increment again (the increment
  *   after two calls is twice the reference);
  * - determinism: 1 and 2 threads give the same bits (test_determinism), and a
- *   row (a segment, for attention) computed alone equals it inside a batch.
+ *   row (a segment, for attention) computed alone equals it inside a batch;
+ * - the objectives (contrastive, late interaction, choices) against float64
+ *   references of docs/training.md sections 3, 9 and 10 (the contrastive one
+ *   and its fixture are test_objectives.c's), their gradients by finite
+ *   differences of those references, and MaxSim against a float64 oracle.
  *
  * Gradient tolerance (the relative check of test_backward.c):
  * |a_i - e_i| <= 1e-4 * max(|e_i|, fraction * max_j |e_j|): FP32 chains of at
@@ -279,10 +292,11 @@ static void increment_bound_check(const char *label, const char *what, const flo
         size_t i = indices ? indices[t] : t;
         double increment = (double)got[i] - (base ? (double)base[i] : 0.0);
         /* each add into the running value rounds once, by at most u of a
-         * value no larger than |base| + calls |expected| or |got| */
+         * value no larger than |base| + calls |expected| or |got|; that worst
+         * case is reached (mean_pool_backward: 0.97 of it), so allow 2 u */
         double running = fmax(fabs((double)got[i]), (base ? fabs((double)base[i]) : 0.0) +
                                                         calls * fabs(expected[t]));
-        double allowed = calls * bound[i] + calls * U32 * running + 1e-30;
+        double allowed = calls * bound[i] + 2 * calls * U32 * running + 1e-30;
         double error = fabs(increment - calls * expected[t]) / allowed;
         if (!(error <= worst)) {
             worst = error;
@@ -488,11 +502,10 @@ static void linear_case(uform_backend_t *b, const char *label, size_t rows, size
     }
     CHECK(padding, "%s %s: the padding of y was written", label, what);
 
-    /* rows alone and a window of rows at an odd offset: the batch's bits */
-    size_t windows[4][2] = {{0, 1}, {rows / 2, 1}, {rows - 1, 1}, {rows / 3, rows - rows / 3}};
+    /* every row alone, and a window of rows at an odd offset: the batch's bits */
     bool alone = true;
-    for (size_t t = 0; t < 4; t++) {
-        size_t first = windows[t][0], count = windows[t][1];
+    for (size_t t = 0; t <= rows; t++) {
+        size_t first = t < rows ? t : rows / 3, count = t < rows ? 1 : rows - rows / 3;
         float *dalone = dev_floats(b, y0 + first * y_stride, count * y_stride);
         b->ops->linear(b, weight, dx + first * x_stride, x_stride, count, dbias, accumulate,
                        dalone, y_stride);
@@ -738,17 +751,16 @@ static void layer_norm_case(uform_backend_t *b, const char *label, size_t rows, 
     snprintf(name, sizeof(name), "%s: rstd", what);
     forward_check(label, name, rstd, rstd_ref, rows, ((double)width + 24) * U32, 0);
 
-    /* a row alone equals it inside the batch */
+    /* every row alone equals it inside the batch */
     bool alone = true;
-    size_t picks[3] = {0, rows / 2, rows - 1};
-    float *d_one = dev_alloc(b, width * sizeof(float));
-    for (size_t t = 0; t < 3; t++) {
-        b->ops->layer_norm_forward(b, d_x + picks[t] * width, 1, width, d_w, d_b, d_one, NULL, NULL);
+    float *d_one = dev_alloc(b, width * sizeof(float)), *one = xmalloc(width, sizeof(float));
+    for (size_t row = 0; row < rows; row++) {
+        b->ops->layer_norm_forward(b, d_x + row * width, 1, width, d_w, d_b, d_one, NULL, NULL);
         sync_check(b, label, what);
-        float *one = fetch(b, d_one, width);
-        alone &= same_bits(one, y + picks[t] * width, width * sizeof(float));
-        free(one);
+        fetch_into(b, one, d_one, width);
+        alone &= same_bits(one, y + row * width, width * sizeof(float));
     }
+    free(one);
     CHECK(alone, "%s %s: a row alone differs from the batch", label, what);
 
     /* backward: analytic float64 gradients, xhat = (x - mean) rstd,
@@ -1802,6 +1814,528 @@ static void test_reconstruction_loss(uform_backend_t *b, const char *label) {
     free(pred); free(target); free(d); free(e_d);
 }
 
+/* ==== MaxSim =================================================================== */
+
+/* scores[q, d] = mean over q's rows of the max over d's rows of their dot
+ * product (0 when either side has no rows), F32 rows padded past the width.
+ * Each dot is an FP32 chain of W products (<= (2W + 2) u of sum |q d|), the
+ * max a selection, the mean a float64 sum and division: (2W + 8) u of the
+ * largest sum |q d| of the pair. */
+static void test_maxsim(uform_backend_t *b, const char *label) {
+    size_t width = 40, row_floats = 43; /* row_bytes > width * 4 */
+    /* rows 3, 0, 1, 260 and 5, 1, 0, 1030: past the CPU's 256-query and
+     * 1024-document chunks */
+    static const size_t query_offsets[] = {0, 3, 3, 4, 264};
+    static const size_t document_offsets[] = {0, 5, 6, 6, 1036};
+    size_t queries = 4, documents = 4, q_rows = 264, d_rows = 1036;
+    float *q = random_floats(q_rows * row_floats, 1.0f), *d = random_floats(d_rows * row_floats, 1.0f);
+    for (size_t r = 0; r < q_rows; r++)
+        for (size_t c = width; c < row_floats; c++) q[r * row_floats + c] = NAN; /* not read */
+    for (size_t r = 0; r < d_rows; r++)
+        for (size_t c = width; c < row_floats; c++) d[r * row_floats + c] = NAN;
+    float *d_q = dev_floats(b, q, q_rows * row_floats), *d_d = dev_floats(b, d, d_rows * row_floats);
+    float *d_scores = dev_alloc(b, queries * documents * sizeof(float));
+    uform_token_rows_t qs = {d_q, query_offsets, queries, width, row_floats * sizeof(float),
+                             UFORM_SCALAR_F32};
+    uform_token_rows_t ds = {d_d, document_offsets, documents, width, row_floats * sizeof(float),
+                             UFORM_SCALAR_F32};
+    uform_status_t status = b->ops->maxsim(b, &qs, &ds, d_scores);
+    CHECK(status == UFORM_OK, "%s maxsim: status %d (%s)", label, (int)status, uform_last_error());
+    sync_check(b, label, "maxsim");
+    float *scores = fetch(b, d_scores, queries * documents);
+    double ref[16], bound[16];
+    for (size_t i = 0; i < queries; i++)
+        for (size_t j = 0; j < documents; j++) {
+            size_t q0 = query_offsets[i], q1 = query_offsets[i + 1];
+            size_t d0 = document_offsets[j], d1 = document_offsets[j + 1];
+            double sum = 0, largest = 0;
+            for (size_t t = q0; t < q1 && d1 > d0; t++) {
+                double best = -INFINITY;
+                for (size_t u = d0; u < d1; u++) {
+                    double dot = 0, magnitude = 0;
+                    for (size_t c = 0; c < width; c++) {
+                        dot += (double)q[t * row_floats + c] * d[u * row_floats + c];
+                        magnitude += fabs((double)q[t * row_floats + c] * d[u * row_floats + c]);
+                    }
+                    best = fmax(best, dot);
+                    largest = fmax(largest, magnitude);
+                }
+                sum += best;
+            }
+            ref[i * documents + j] = q1 > q0 && d1 > d0 ? sum / (double)(q1 - q0) : 0.0;
+            bound[i * documents + j] = (2.0 * (double)width + 8) * U32 * largest + 1e-30;
+        }
+    bound_check(label, "maxsim", scores, ref, bound, queries * documents);
+    bool zeros = true;
+    for (size_t j = 0; j < documents; j++) zeros &= scores[1 * documents + j] == 0.0f;
+    for (size_t i = 0; i < queries; i++) zeros &= scores[i * documents + 2] == 0.0f;
+    CHECK(zeros, "%s maxsim: an item without rows does not score 0", label);
+    dev_free(b, d_q); dev_free(b, d_d); dev_free(b, d_scores);
+    free(q); free(d); free(scores);
+}
+
+/* ==== the objectives: a float64 reference of docs/training.md sections 3, 9, 10 ==== */
+
+enum { REF_NONE, REF_POSITIVE, REF_NEGATIVE };
+
+/* test_objectives.c's reference: the sum of the weights of edges i -> j. */
+static double ref_edge(const uform_edges_t *edges, size_t i, size_t j, int *found) {
+    double sum = 0;
+    *found = 0;
+    if (!edges || !edges->offsets) return 0;
+    for (size_t e = edges->offsets[i]; e < edges->offsets[i + 1]; e++)
+        if (edges->ids[e] == j) {
+            *found = 1;
+            sum += edges->weights ? (double)edges->weights[e] : 1.0;
+        }
+    return sum;
+}
+
+/* Section 3's precedence: ignore > attract > bag > repel > AMBIENT / NAMED. */
+static int ref_relation(const uform_contrastive_config_t *config, const uint32_t *bags,
+                        const uform_relations_t *relations, size_t i, size_t j, double *weight) {
+    int found;
+    *weight = 0;
+    if (i == j) return REF_NONE;
+    ref_edge(relations ? &relations->ignore : NULL, i, j, &found);
+    if (found) return REF_NONE;
+    double w = ref_edge(relations ? &relations->attract : NULL, i, j, &found);
+    if (found) {
+        *weight = w;
+        return REF_POSITIVE;
+    }
+    if (bags && bags[i] == bags[j]) {
+        *weight = 1;
+        return REF_POSITIVE;
+    }
+    w = ref_edge(relations ? &relations->repel : NULL, i, j, &found);
+    if (found) {
+        *weight = w;
+        return REF_NEGATIVE;
+    }
+    if (config->negatives == UFORM_NEGATIVES_AMBIENT) {
+        *weight = config->ambient_repulsion_weight;
+        return REF_NEGATIVE;
+    }
+    return REF_NONE;
+}
+
+/* One anchor's pair loss over scores s[j] of the candidates with kind[j] and
+ * weight[j]; *scored: whether the anchor counts in the average. */
+static double ref_pair_loss(uform_pair_loss_form_t form, size_t n, const double *s,
+                            const int *kind, const double *weight, bool *scored) {
+    double positive_weights = 0, denominator_positive = 0, denominator_negative = 0, loss = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (kind[j] == REF_POSITIVE) {
+            positive_weights += weight[j];
+            denominator_positive += exp(s[j]);
+        }
+        if (kind[j] == REF_NEGATIVE) denominator_negative += weight[j] * exp(s[j]);
+    }
+    if (form == UFORM_PAIR_LOSS_SIGMOID) {
+        *scored = true;
+        for (size_t j = 0; j < n; j++) {
+            if (kind[j] == REF_POSITIVE) loss += weight[j] * log1p(exp(-s[j]));
+            if (kind[j] == REF_NEGATIVE) loss += weight[j] * log1p(exp(s[j]));
+        }
+        return loss;
+    }
+    *scored = positive_weights > 0;
+    if (!*scored) return 0;
+    for (size_t j = 0; j < n; j++) {
+        if (kind[j] != REF_POSITIVE) continue;
+        double denominator = form == UFORM_PAIR_LOSS_BALANCED
+                                 ? denominator_positive + denominator_negative
+                                 : exp(s[j]) + denominator_negative;
+        loss -= weight[j] / positive_weights * (s[j] - log(denominator));
+    }
+    return loss;
+}
+
+#define OBJECTIVE_ITEMS 10
+#define OBJECTIVE_DIMS 16
+
+/* test_objectives.c's fixture: bags, groups and weighted edges with conflicts. */
+static const uint32_t fixture_bags[OBJECTIVE_ITEMS] = {0, 0, 0, 1, 1, 2, 3, 3, 4, 5};
+static const uint32_t fixture_groups[OBJECTIVE_ITEMS] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+static const size_t attract_offsets[OBJECTIVE_ITEMS + 1] = {0, 1, 1, 1, 2, 3, 3, 5, 5, 5, 6};
+static const uint32_t attract_ids[] = {5, 9, 3, 2, 7, 3};
+static const float attract_weights[] = {2.5f, 1.5f, 0.0f, 0.7f, 0.0f, 1.5f};
+static const size_t repel_offsets[OBJECTIVE_ITEMS + 1] = {0, 1, 2, 3, 4, 4, 5, 6, 6, 7, 7};
+static const uint32_t repel_ids[] = {1, 0, 8, 3, 6, 2, 9};
+static const float repel_weights[] = {3.0f, 1.0f, 2.0f, 9.0f, 0.25f, 4.0f, 0.0f};
+static const size_t ignore_offsets[OBJECTIVE_ITEMS + 1] = {0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 3};
+static const uint32_t ignore_ids[] = {2, 6, 3};
+
+static uform_relations_t fixture_relations(void) {
+    uform_relations_t r;
+    r.attract = (uform_edges_t){attract_offsets, attract_ids, attract_weights};
+    r.repel = (uform_edges_t){repel_offsets, repel_ids, repel_weights};
+    r.ignore = (uform_edges_t){ignore_offsets, ignore_ids, NULL};
+    return r;
+}
+
+static const char *form_name(uform_pair_loss_form_t form) {
+    return form == UFORM_PAIR_LOSS_BALANCED ? "BALANCED"
+           : form == UFORM_PAIR_LOSS_RANKED ? "RANKED"
+                                            : "SIGMOID";
+}
+
+static void unit_rows(float *e, size_t n, size_t d) {
+    for (size_t i = 0; i < n; i++) {
+        double norm = 0;
+        for (size_t c = 0; c < d; c++) {
+            e[i * d + c] = rng_float();
+            norm += (double)e[i * d + c] * e[i * d + c];
+        }
+        for (size_t c = 0; c < d; c++) e[i * d + c] = (float)(e[i * d + c] / sqrt(norm));
+    }
+}
+
+/* The contrastive term (section 3), the mean over the Matryoshka widths. */
+typedef struct {
+    const uform_contrastive_config_t *config;
+    size_t n, d;
+    double *e, *tau, *bias;
+    const uint32_t *bags, *groups;
+    const uform_relations_t *relations;
+} contrastive_ref_t;
+
+static double contrastive_ref_loss(void *context) {
+    const contrastive_ref_t *c = context;
+    size_t n = c->n, d = c->d;
+    double total = 0, *u = xmalloc(n * d, sizeof(double));
+    double s[OBJECTIVE_ITEMS], weight[OBJECTIVE_ITEMS];
+    int kind[OBJECTIVE_ITEMS];
+    for (size_t k = 0; k < c->config->widths_count; k++) {
+        size_t w = c->config->widths[k];
+        for (size_t i = 0; i < n; i++) {
+            double norm = 0;
+            for (size_t x = 0; x < w; x++) norm += c->e[i * d + x] * c->e[i * d + x];
+            for (size_t x = 0; x < w; x++) u[i * w + x] = c->e[i * d + x] / fmax(sqrt(norm), 1e-12);
+        }
+        double sum = 0;
+        size_t anchors = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t g = c->groups ? c->groups[i] : 0;
+            double shift = c->config->pair_loss == UFORM_PAIR_LOSS_SIGMOID ? c->bias[g] : 0.0;
+            for (size_t j = 0; j < n; j++) {
+                kind[j] = ref_relation(c->config, c->bags, c->relations, i, j, &weight[j]);
+                double dot = 0;
+                for (size_t x = 0; x < w; x++) dot += u[i * w + x] * u[j * w + x];
+                s[j] = dot * exp(c->tau[g]) + shift;
+            }
+            bool scored;
+            sum += ref_pair_loss(c->config->pair_loss, n, s, kind, weight, &scored);
+            anchors += scored;
+        }
+        if (anchors) total += sum / (double)anchors;
+    }
+    free(u);
+    return total / (double)c->config->widths_count;
+}
+
+/* contrastive_loss: the loss (float64 inside, stored in FP32: 1e-6 relative
+ * with margin) and every gradient by finite differences, twice (they add),
+ * for every pair form, AMBIENT and NAMED, two groups, widths {8, 16}; then a
+ * non-finite temperature is refused with nothing written. */
+static void contrastive_case(uform_backend_t *b, const char *label, uform_pair_loss_form_t form,
+                             uform_negatives_t negatives) {
+    char what[96], name[160];
+    snprintf(what, sizeof(what), "contrastive_loss %s %s", form_name(form),
+             negatives == UFORM_NEGATIVES_AMBIENT ? "AMBIENT" : "NAMED");
+    static const size_t widths[2] = {8, 16};
+    size_t n = OBJECTIVE_ITEMS, d = OBJECTIVE_DIMS, count = n * d;
+    uform_contrastive_config_t config = {widths, 2, negatives, 0.8f, form, 2};
+    uform_relations_t relations = fixture_relations();
+    float *e = xmalloc(count, sizeof(float));
+    unit_rows(e, n, d);
+    float tau[2] = {logf(6.0f), logf(9.0f)}, bias[2] = {-1.5f, -0.5f};
+    double *ed = to_double(e, count), td[2] = {tau[0], tau[1]}, bd[2] = {bias[0], bias[1]};
+    contrastive_ref_t ref = {&config, n, d, ed, td, bd, fixture_bags, fixture_groups, &relations};
+    double expected = contrastive_ref_loss(&ref);
+    double *numeric = xmalloc(count + 4, sizeof(double));
+    for (size_t k = 0; k < count; k++) numeric[k] = central(contrastive_ref_loss, &ref, &ed[k], STEP);
+    for (size_t g = 0; g < 2; g++) {
+        numeric[count + g] = central(contrastive_ref_loss, &ref, &td[g], STEP);
+        numeric[count + 2 + g] = central(contrastive_ref_loss, &ref, &bd[g], STEP);
+    }
+    float *de0 = base_like(numeric, count, count), dt0[2], db0[2];
+    for (size_t g = 0; g < 2; g++) {
+        dt0[g] = (float)(0.5 * rng_float() * fmax(fabs(numeric[count + g]), 1e-3));
+        db0[g] = (float)(0.5 * rng_float() * fmax(fabs(numeric[count + 2 + g]), 1e-3));
+    }
+    float *d_e = dev_floats(b, e, count), *d_tau = dev_floats(b, tau, 2), *d_bias = dev_floats(b, bias, 2);
+    float *d_loss = dev_floats(b, &(float){-1.0f}, 1), *d_de = dev_floats(b, de0, count);
+    float *d_dt = dev_floats(b, dt0, 2), *d_db = dev_floats(b, db0, 2);
+    uform_contrastive_batch_t batch = {n, d, d_e, fixture_bags, fixture_groups, &relations};
+    float *de[2], dt[2][2], db[2][2], loss[2];
+    for (int call = 0; call < 2; call++) {
+        uform_status_t status = b->ops->contrastive_loss(b, &config, &batch, d_tau, d_bias, d_loss,
+                                                         d_de, d_dt, d_db);
+        CHECK(status == UFORM_OK, "%s %s: status %d (%s)", label, what, (int)status,
+              uform_last_error());
+        sync_check(b, label, what);
+        de[call] = fetch(b, d_de, count);
+        fetch_into(b, dt[call], d_dt, 2);
+        fetch_into(b, db[call], d_db, 2);
+        fetch_into(b, &loss[call], d_loss, 1);
+    }
+    CHECK(fabs(loss[0] - expected) <= 1e-6 * fmax(1.0, fabs(expected)) && loss[1] == loss[0],
+          "%s %s: loss %.9g, reference %.9g", label, what, (double)loss[0], expected);
+    CHECK(expected > 0.01, "%s %s: the fixture scores something (%g)", label, what, expected);
+    for (int call = 0; call < 2; call++) {
+        snprintf(name, sizeof(name), "%s: d_embeddings", what);
+        increment_check(label, name, de[call], de0, call + 1, numeric, NULL, count, 0.01, 0);
+        snprintf(name, sizeof(name), "%s: d_log_inverse_temperature", what);
+        increment_check(label, name, dt[call], dt0, call + 1, numeric + count, NULL, 2, 0, 1e-3);
+        if (form == UFORM_PAIR_LOSS_SIGMOID) {
+            snprintf(name, sizeof(name), "%s: d_bias", what);
+            increment_check(label, name, db[call], db0, call + 1, numeric + count + 2, NULL, 2, 0,
+                            1e-3);
+        }
+    }
+    /* a non-finite temperature: INVALID_ARGUMENT, nothing written */
+    float *d_bad = dev_floats(b, (float[2]){tau[0], NAN}, 2);
+    uform_status_t status = b->ops->contrastive_loss(b, &config, &batch, d_bad, d_bias, d_loss, d_de,
+                                                     d_dt, d_db);
+    CHECK(status == UFORM_INVALID_ARGUMENT, "%s %s: a NaN temperature gave status %d", label, what,
+          (int)status);
+    float *after = fetch(b, d_de, count), loss_after;
+    fetch_into(b, &loss_after, d_loss, 1);
+    CHECK(same_bits(after, de[1], count * sizeof(float)) && loss_after == loss[1],
+          "%s %s: a refused call wrote its outputs", label, what);
+    dev_free(b, d_e); dev_free(b, d_tau); dev_free(b, d_bias); dev_free(b, d_loss); dev_free(b, d_de);
+    dev_free(b, d_dt); dev_free(b, d_db); dev_free(b, d_bad);
+    free(e); free(ed); free(numeric); free(de0); free(de[0]); free(de[1]); free(after);
+}
+
+/* late_interaction_loss (section 9): MaxSim of query items against document
+ * items j != i, s = m exp(tau) (+ b under SIGMOID), section 3's relations and
+ * pair forms; the unweighted term, gradients times `weight`, added. */
+#define LATE_ITEMS 5
+#define LATE_ROWS 13
+#define LATE_WIDTH 8
+static const size_t late_first[LATE_ITEMS] = {0, 3, 5, 9, 10};
+static const size_t late_queries[LATE_ITEMS] = {2, 0, 4, 1, 3};   /* item 0: 2 of its 3 rows */
+static const size_t late_documents[LATE_ITEMS] = {3, 2, 4, 0, 3}; /* item 3: no document */
+static const uint32_t late_bags[LATE_ITEMS] = {0, 0, 1, 1, 2};
+
+typedef struct {
+    const uform_contrastive_config_t *config;
+    uform_pair_loss_form_t form;
+    double *v, *tau, *bias;
+} late_ref_t;
+
+static double late_ref_loss(void *context) {
+    const late_ref_t *l = context;
+    double sum = 0, s[LATE_ITEMS], weight[LATE_ITEMS];
+    int kind[LATE_ITEMS];
+    size_t anchors = 0;
+    for (size_t i = 0; i < LATE_ITEMS; i++) {
+        if (!late_queries[i]) continue;
+        for (size_t j = 0; j < LATE_ITEMS; j++) {
+            kind[j] = REF_NONE;
+            s[j] = 0;
+            if (j == i || !late_documents[j]) continue;
+            kind[j] = ref_relation(l->config, late_bags, NULL, i, j, &weight[j]);
+            double m = 0;
+            for (size_t t = 0; t < late_queries[i]; t++) {
+                const double *q = l->v + (late_first[i] + t) * LATE_WIDTH;
+                double best = -INFINITY;
+                for (size_t u = 0; u < late_documents[j]; u++) {
+                    const double *dv = l->v + (late_first[j] + u) * LATE_WIDTH;
+                    double dot = 0;
+                    for (size_t c = 0; c < LATE_WIDTH; c++) dot += q[c] * dv[c];
+                    best = fmax(best, dot);
+                }
+                m += best;
+            }
+            m /= (double)late_queries[i];
+            s[j] = m * exp(*l->tau) + (l->form == UFORM_PAIR_LOSS_SIGMOID ? *l->bias : 0.0);
+        }
+        bool scored;
+        sum += ref_pair_loss(l->form, LATE_ITEMS, s, kind, weight, &scored);
+        anchors += scored;
+    }
+    return anchors ? sum / (double)anchors : 0.0;
+}
+
+static void late_interaction_case(uform_backend_t *b, const char *label, uform_pair_loss_form_t form) {
+    char what[96], name[160];
+    snprintf(what, sizeof(what), "late_interaction_loss %s", form_name(form));
+    uform_contrastive_config_t config;
+    memset(&config, 0, sizeof(config));
+    config.negatives = UFORM_NEGATIVES_AMBIENT;
+    config.ambient_repulsion_weight = 0.6f;
+    config.groups = 1;
+    size_t count = LATE_ROWS * LATE_WIDTH;
+    float *v = xmalloc(count, sizeof(float));
+    unit_rows(v, LATE_ROWS, LATE_WIDTH);
+    float tau = 1.2f, bias = form == UFORM_PAIR_LOSS_SIGMOID ? -0.5f : 0.0f, weight = 0.75f;
+    double *vd = to_double(v, count), td = tau, bd = bias;
+    late_ref_t ref = {&config, form, vd, &td, &bd};
+    double expected = late_ref_loss(&ref), *numeric = xmalloc(count + 2, sizeof(double));
+    for (size_t k = 0; k < count; k++) numeric[k] = weight * central(late_ref_loss, &ref, &vd[k], STEP);
+    numeric[count] = weight * central(late_ref_loss, &ref, &td, STEP);
+    numeric[count + 1] = weight * central(late_ref_loss, &ref, &bd, STEP);
+    float *dv0 = base_like(numeric, count, count);
+    float dt0 = (float)(0.5 * rng_float() * fabs(numeric[count]));
+    float db0 = (float)(0.5 * rng_float() * fmax(fabs(numeric[count + 1]), 1e-3));
+    float *d_v = dev_floats(b, v, count), *d_dv = dev_floats(b, dv0, count);
+    float *d_loss = dev_alloc(b, sizeof(float)), *d_dt = dev_floats(b, &dt0, 1);
+    float *d_db = dev_floats(b, &db0, 1);
+    uform_late_batch_t batch = {LATE_ITEMS, LATE_WIDTH, d_v, late_first, late_queries,
+                                late_documents, late_bags, NULL};
+    float *dv[2], dt[2], db[2], loss = 0;
+    for (int call = 0; call < 2; call++) {
+        uform_status_t status = b->ops->late_interaction_loss(b, &config, form, &batch, tau, bias,
+                                                              weight, d_loss, d_dv, d_dt, d_db);
+        CHECK(status == UFORM_OK, "%s %s: status %d (%s)", label, what, (int)status,
+              uform_last_error());
+        sync_check(b, label, what);
+        dv[call] = fetch(b, d_dv, count);
+        fetch_into(b, &dt[call], d_dt, 1);
+        fetch_into(b, &db[call], d_db, 1);
+        fetch_into(b, &loss, d_loss, 1);
+    }
+    /* FP32 dot products of 8 terms (<= 18 u of |q||d| <= 1) times exp(tau) ~ 3.3
+     * move each score by ~4e-6 and the loss by as much (its derivative in
+     * each score is below 1 in magnitude) */
+    CHECK(fabs(loss - expected) <= 1e-5 * fmax(1.0, fabs(expected)), "%s %s: loss %.9g, reference %.9g",
+          label, what, (double)loss, expected);
+    CHECK(expected > 0.01, "%s %s: the fixture scores something (%g)", label, what, expected);
+    for (int call = 0; call < 2; call++) {
+        snprintf(name, sizeof(name), "%s: d_vectors", what);
+        increment_check(label, name, dv[call], dv0, call + 1, numeric, NULL, count, 0.01, 0);
+        snprintf(name, sizeof(name), "%s: d_log_inverse_temperature", what);
+        increment_check(label, name, &dt[call], &dt0, call + 1, numeric + count, NULL, 1, 0, 1e-3);
+        if (form == UFORM_PAIR_LOSS_SIGMOID) {
+            snprintf(name, sizeof(name), "%s: d_bias", what);
+            increment_check(label, name, &db[call], &db0, call + 1, numeric + count + 1, NULL, 1, 0,
+                            1e-3);
+        }
+    }
+    dev_free(b, d_v); dev_free(b, d_dv); dev_free(b, d_loss); dev_free(b, d_dt); dev_free(b, d_db);
+    free(v); free(vd); free(numeric); free(dv0); free(dv[0]); free(dv[1]);
+}
+
+/* choices_loss (section 10): z_c = (h . table[c] + bias[c]) / exp(log_t[g]),
+ * loss_sum += sum over items of -sum_c y_c log softmax(z)_c (float64), and the
+ * gradients of scale x that sum: d_states written, the rest added. */
+#define CHOICE_HIDDEN 20
+static const uint8_t choice_bytes[6] = {'A', 'B', 'C', 'y', 'A', 'n'};
+static const float choice_targets[6] = {0.7f, 0.2f, 0.1f, 0.0f, 1.0f, 0.5f};
+static const size_t choice_offsets[4] = {0, 3, 5, 6}; /* 3 choices, 2 sharing 'A', 1 */
+static const uint32_t choice_groups[3] = {0, 1, 1};
+
+typedef struct {
+    double *states, *table, *bias, *log_t;
+} choices_ref_t;
+
+static double choices_ref_loss(void *context) {
+    const choices_ref_t *c = context;
+    double total = 0;
+    for (size_t item = 0; item < 3; item++) {
+        double z[3], top = -INFINITY, sum = 0;
+        size_t first = choice_offsets[item], choices = choice_offsets[item + 1] - first;
+        for (size_t k = 0; k < choices; k++) {
+            double logit = c->bias[choice_bytes[first + k]];
+            for (size_t x = 0; x < CHOICE_HIDDEN; x++)
+                logit += c->states[item * CHOICE_HIDDEN + x] *
+                         c->table[choice_bytes[first + k] * CHOICE_HIDDEN + x];
+            z[k] = logit / exp(c->log_t[choice_groups[item]]);
+            top = fmax(top, z[k]);
+        }
+        for (size_t k = 0; k < choices; k++) sum += exp(z[k] - top);
+        for (size_t k = 0; k < choices; k++)
+            total -= choice_targets[first + k] * (z[k] - top - log(sum));
+    }
+    return total;
+}
+
+static void test_choices_loss(uform_backend_t *b, const char *label) {
+    const char *what = "choices_loss";
+    char name[96];
+    size_t items = 3, table_count = 256 * CHOICE_HIDDEN;
+    float *states = random_floats(items * CHOICE_HIDDEN, 1.0f), *table = random_floats(table_count, 0.5f);
+    float *bias = random_floats(256, 0.5f), log_t[2] = {0.3f, -0.4f}, scale = 0.6f;
+    double *sd = to_double(states, items * CHOICE_HIDDEN), *tbd = to_double(table, table_count);
+    double *bsd = to_double(bias, 256), ltd[2] = {log_t[0], log_t[1]};
+    choices_ref_t ref = {sd, tbd, bsd, ltd};
+    double expected = choices_ref_loss(&ref);
+    /* gradients of scale x the loss by central differences: states, the used
+     * table rows (others get 0), bias, temperatures */
+    double *e_states = xmalloc(items * CHOICE_HIDDEN, sizeof(double));
+    double *e_table = xmalloc(table_count, sizeof(double)), *e_bias = xmalloc(256, sizeof(double));
+    double e_log_t[2];
+    for (size_t k = 0; k < items * CHOICE_HIDDEN; k++)
+        e_states[k] = scale * central(choices_ref_loss, &ref, &sd[k], STEP);
+    for (size_t c = 0; c < 6; c++) {
+        size_t byte = choice_bytes[c];
+        if (e_bias[byte] != 0) continue; /* 'A' twice */
+        e_bias[byte] = scale * central(choices_ref_loss, &ref, &bsd[byte], STEP);
+        for (size_t x = 0; x < CHOICE_HIDDEN; x++)
+            e_table[byte * CHOICE_HIDDEN + x] =
+                scale * central(choices_ref_loss, &ref, &tbd[byte * CHOICE_HIDDEN + x], STEP);
+    }
+    for (size_t g = 0; g < 2; g++) e_log_t[g] = scale * central(choices_ref_loss, &ref, &ltd[g], STEP);
+    float *ds0 = filled(items * CHOICE_HIDDEN, NAN); /* written, not added */
+    float *dt0 = base_like(e_table, table_count, table_count), *db0 = base_like(e_bias, 256, 256);
+    float dl0[2] = {(float)(0.5 * e_log_t[0]), (float)(-0.3 * e_log_t[1])};
+    float *d_states = dev_floats(b, states, items * CHOICE_HIDDEN), *d_table = dev_floats(b, table, table_count);
+    float *d_bias = dev_floats(b, bias, 256), *d_log_t = dev_floats(b, log_t, 2);
+    float *d_ds = dev_floats(b, ds0, items * CHOICE_HIDDEN), *d_dt = dev_floats(b, dt0, table_count);
+    float *d_db = dev_floats(b, db0, 256), *d_dl = dev_floats(b, dl0, 2);
+    uform_choices_batch_t batch = {items, CHOICE_HIDDEN, d_states, choice_bytes, choice_targets,
+                                   choice_offsets, choice_groups};
+    double loss_sum = 0.25; /* added to */
+    float *ds[2], *dtab[2], *dbias[2], dl[2][2];
+    for (int call = 0; call < 2; call++) {
+        b->ops->choices_loss(b, &batch, d_table, d_bias, d_log_t, scale, &loss_sum, d_ds, d_dt, d_db,
+                             d_dl);
+        sync_check(b, label, what);
+        ds[call] = fetch(b, d_ds, items * CHOICE_HIDDEN);
+        dtab[call] = fetch(b, d_dt, table_count);
+        dbias[call] = fetch(b, d_db, 256);
+        fetch_into(b, dl[call], d_dl, 2);
+    }
+    /* float64 inside: 1e-9 relative covers the FP32 inputs' exact conversion */
+    CHECK(fabs(loss_sum - (0.25 + 2 * expected)) <= 1e-9 * (0.25 + 2 * expected),
+          "%s %s: loss_sum %.12g after two calls, expected %.12g", label, what, loss_sum,
+          0.25 + 2 * expected);
+    for (int call = 0; call < 2; call++) {
+        snprintf(name, sizeof(name), "%s: d_states (written)", what);
+        increment_check(label, name, ds[call], NULL, 1, e_states, NULL, items * CHOICE_HIDDEN, 0.01, 0);
+        snprintf(name, sizeof(name), "%s: d_bytes_table", what);
+        increment_check(label, name, dtab[call], dt0, call + 1, e_table, NULL, table_count, 0.01, 0);
+        snprintf(name, sizeof(name), "%s: d_bytes_bias", what);
+        increment_check(label, name, dbias[call], db0, call + 1, e_bias, NULL, 256, 0.01, 0);
+        snprintf(name, sizeof(name), "%s: d_log_temperature", what);
+        increment_check(label, name, dl[call], dl0, call + 1, e_log_t, NULL, 2, 0.01, 0);
+    }
+    dev_free(b, d_states); dev_free(b, d_table); dev_free(b, d_bias); dev_free(b, d_log_t);
+    dev_free(b, d_ds); dev_free(b, d_dt); dev_free(b, d_db); dev_free(b, d_dl);
+    free(states); free(table); free(bias); free(sd); free(tbd); free(bsd); free(e_states);
+    free(e_table); free(e_bias); free(ds0); free(dt0); free(db0);
+    for (int call = 0; call < 2; call++) {
+        free(ds[call]);
+        free(dtab[call]);
+        free(dbias[call]);
+    }
+}
+
+static void test_objectives(uform_backend_t *b, const char *label) {
+    static const uform_pair_loss_form_t forms[3] = {UFORM_PAIR_LOSS_BALANCED, UFORM_PAIR_LOSS_RANKED,
+                                                    UFORM_PAIR_LOSS_SIGMOID};
+    for (size_t f = 0; f < 3; f++) {
+        contrastive_case(b, label, forms[f], UFORM_NEGATIVES_AMBIENT);
+        contrastive_case(b, label, forms[f], UFORM_NEGATIVES_NAMED);
+        late_interaction_case(b, label, forms[f]);
+    }
+    test_choices_loss(b, label);
+}
+
 /* ==== sum of squares ========================================================= */
 
 static void test_sum_squares(uform_backend_t *b, const char *label) {
@@ -2009,6 +2543,8 @@ static void test_backend(uform_backend_t *b, const char *label) {
     test_gather_scatter(b, label);
     test_scatter_sum_rows(b, label);
     test_reconstruction_loss(b, label);
+    test_maxsim(b, label);
+    test_objectives(b, label);
     test_sum_squares(b, label);
     test_adamw(b, label);
     printf("%s: %s\n", label, failed == before ? "ok" : "FAILED");
@@ -2018,9 +2554,9 @@ static void test_backend(uform_backend_t *b, const char *label) {
 
 /* The results of a few operations on one backend, fetched to the host. */
 typedef struct {
-    float *buffers[16];
-    size_t sizes[16];
-    const char *names[16];
+    float *buffers[24];
+    size_t sizes[24];
+    const char *names[24];
     size_t count;
 } results_t;
 
@@ -2038,6 +2574,9 @@ typedef struct {
     uint16_t *bits;
     uform_segment_t segments[3];
     adam_state_t adam;
+    float *embeddings;                         /* [40, 24] unit rows */
+    uint32_t bags[40], groups[40];
+    size_t token_offsets[41], single_offsets[41]; /* items of 0..2 rows; of one row */
 } shared_inputs_t;
 
 static results_t run_some(uform_backend_t *b, const char *label, const shared_inputs_t *in) {
@@ -2115,6 +2654,32 @@ static results_t run_some(uform_backend_t *b, const char *label, const shared_in
     keep(&r, b, "gelu dx", d_gdx, e);
     keep(&r, b, "adamw parameters", adam.p, in->adam.count);
 
+    /* contrastive_loss over 40 items (bags of 3, two groups, widths {24, 8}) and
+     * maxsim of 40 query items against 40 documents on the same rows */
+    static const size_t widths[2] = {24, 8};
+    uform_contrastive_config_t config = {widths, 2, UFORM_NEGATIVES_AMBIENT, 1.0f,
+                                         UFORM_PAIR_LOSS_BALANCED, 2};
+    float *d_e = dev_floats(b, in->embeddings, 40 * 24), *d_tau = dev_floats(b, (float[2]){2.0f, 2.3f}, 2);
+    float *d_loss = dev_alloc(b, sizeof(float)), *d_de = dev_alloc(b, 40 * 24 * sizeof(float));
+    float *d_dt = dev_alloc(b, 2 * sizeof(float)), *d_scores = dev_alloc(b, 40 * 40 * sizeof(float));
+    b->ops->zero(b, d_de, 40 * 24 * sizeof(float));
+    b->ops->zero(b, d_dt, 2 * sizeof(float));
+    uform_contrastive_batch_t batch = {40, 24, d_e, in->bags, in->groups, NULL};
+    uform_status_t status = b->ops->contrastive_loss(b, &config, &batch, d_tau, NULL, d_loss, d_de,
+                                                     d_dt, NULL);
+    CHECK(status == UFORM_OK, "%s determinism: contrastive_loss %s", label, uform_last_error());
+    uform_token_rows_t rows_side = {d_e, in->token_offsets, 40, 24, 24 * sizeof(float), UFORM_SCALAR_F32};
+    uform_token_rows_t single = {d_e, in->single_offsets, 40, 24, 24 * sizeof(float), UFORM_SCALAR_F32};
+    status = b->ops->maxsim(b, &rows_side, &single, d_scores);
+    CHECK(status == UFORM_OK, "%s determinism: maxsim %s", label, uform_last_error());
+    sync_check(b, label, "determinism: objectives");
+    keep(&r, b, "contrastive_loss loss", d_loss, 1);
+    keep(&r, b, "contrastive_loss d_embeddings", d_de, 40 * 24);
+    keep(&r, b, "contrastive_loss d_log_inverse_temperature", d_dt, 2);
+    keep(&r, b, "maxsim", d_scores, 40 * 40);
+    dev_free(b, d_e); dev_free(b, d_tau); dev_free(b, d_loss); dev_free(b, d_de); dev_free(b, d_dt);
+    dev_free(b, d_scores);
+
     dev_free(b, d_x); dev_free(b, d_w); dev_free(b, d_bias); dev_free(b, d_y); dev_free(b, d_y2);
     dev_free(b, d_dy); dev_free(b, d_dw); dev_free(b, d_db); dev_free(b, d_dx); dev_free(b, d_lx);
     dev_free(b, d_lw); dev_free(b, d_lb); dev_free(b, d_ldy); dev_free(b, d_ly);
@@ -2150,6 +2715,16 @@ static void test_determinism(uform_backend_t *one, uform_backend_t *two, const c
     in.gelu_x = random_floats(in.elements, 5.0f);
     in.gelu_dy = random_floats(in.elements, 1.0f);
     in.adam = adam_state(in.elements, false);
+    in.embeddings = xmalloc(40 * 24, sizeof(float));
+    unit_rows(in.embeddings, 40, 24);
+    for (size_t i = 0; i < 40; i++) {
+        in.bags[i] = (uint32_t)(i / 3);
+        in.groups[i] = (uint32_t)(i % 2);
+        in.single_offsets[i] = i;
+        in.token_offsets[i] = i < 20 ? 2 * i : 40; /* 20 items of 2 rows, then empty ones */
+    }
+    in.single_offsets[40] = 40;
+    in.token_offsets[40] = 40;
     results_t a = run_some(one, label, &in), b = run_some(two, label, &in);
     CHECK(a.count == b.count, "%s determinism: %zu results against %zu", label, a.count, b.count);
     for (size_t i = 0; i < a.count && i < b.count; i++) {
@@ -2160,7 +2735,7 @@ static void test_determinism(uform_backend_t *one, uform_backend_t *two, const c
     }
     free(in.x); free(in.wf); free(in.bits); free(in.bias); free(in.dy); free(in.ln_x);
     free(in.ln_w); free(in.ln_b); free(in.ln_dy); free(in.qkv); free(in.dout); free(in.gelu_x);
-    free(in.gelu_dy);
+    free(in.gelu_dy); free(in.embeddings);
     adam_state_free(&in.adam);
 }
 

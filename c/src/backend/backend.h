@@ -8,8 +8,13 @@
  * float64 reference, so a new backend is tested by passing it to that test.
  *
  * Conventions:
- * - Pointers given to operations are device memory of this backend (for the
- *   CPU backend that is host memory). Sizes are in elements unless named bytes.
+ * - Activations, weights, gradients, optimizer state and the index arrays the
+ *   operations take (segments, positions, ids, row lists, targets) are device
+ *   memory of this backend (for the CPU backend, host memory). The objectives'
+ *   structures (losses.h: bags, groups, relations, offsets) and the token rows
+ *   of maxsim are host memory; their checks (loss_checks.c) read parameters
+ *   on the host too, which a device backend must provide for (issue 11).
+ *   Sizes are in elements unless named bytes.
  * - Operations return nothing: a backend that can fail inside one (a GPU
  *   launch) records its first failure and reports it from `synchronize`. The
  *   CPU backend's operations cannot fail (every allocation they make has a
@@ -198,7 +203,8 @@ typedef struct {
 
     /* -- the objectives (losses.h; docs/training.md sections 3, 9, 10): each
      * checks its inputs (loss_checks.c) and fails with INVALID_ARGUMENT before
-     * computing anything; gradients ADD into their outputs -- */
+     * computing anything; gradients ADD into their outputs, except choices_loss's
+     * d_states [count, H], which it writes -- */
     uform_status_t (*contrastive_loss)(uform_backend_t *b, const uform_contrastive_config_t *config,
                                        const uform_contrastive_batch_t *batch,
                                        const float *log_inverse_temperature, const float *bias,
@@ -246,7 +252,7 @@ typedef struct {
  * make per call (a value on the stack): it owns nothing. */
 struct uform_backend {
     const uform_backend_ops_t *ops;
-    uform_executor_t *executor;   /* CPU: the pool operations run on (NULL: the caller alone) */
+    uform_executor_t *executor;   /* CPU: the pool operations run on (required) */
     const void *device;           /* backend-private: the CPU class's kernels */
     uform_status_t failure;       /* the first failure since synchronize */
 };

@@ -49,13 +49,10 @@ uform_status_t uform_check_encode_options(const uform_model_t *model,
     }
 }
 
-/* Rows per forward batch: enough for efficient GEMMs, bounded so scratch stays
- * near 64 MiB at any width; never below context, so every item fits. */
 size_t uform_batch_rows(const uform_model_t *model) {
     size_t per_row = 10 * model->hidden + 64;
     size_t rows = ((size_t)16 << 20) / per_row;
-    if (rows < 256) rows = 256;
-    return rows > model->context ? rows : model->context;
+    return rows < 256 ? 256 : rows;
 }
 
 void uform_encoder_free(uform_encoder_t *e) {
@@ -109,6 +106,33 @@ static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t s
     return UFORM_OK;
 }
 
+/* (Re)allocates the per-row buffers for batches of `capacity` rows; the open
+ * batch must be empty. Every thread's attention scratch is sized for the
+ * longest item a batch can hold: capacity rows, at most the context. */
+static uform_status_t uform_encoder_rows(uform_encoder_t *e, size_t capacity) {
+    const uform_model_t *model = e->model;
+    size_t hidden = model->hidden;
+    size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
+    size_t projected_rows = capacity > e->max_items ? capacity : e->max_items;
+    size_t longest = capacity < model->context ? capacity : model->context;
+    uform_free_aligned(e->states);
+    uform_free_aligned(e->scratch);
+    uform_free_aligned(e->projected);
+    free(e->positions);
+    free(e->ids);
+    e->states = uform_alloc_aligned(capacity, hidden * sizeof(float), "states");
+    e->scratch = uform_alloc_aligned(
+        1, uform_forward_scratch_bytes(model, e->executor, capacity, e->max_items, longest),
+        "forward scratch");
+    e->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
+    e->ids = uform_alloc(capacity, sizeof(uint32_t), "token ids");
+    e->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");
+    e->max_rows = capacity;
+    if (!e->states || !e->scratch || !e->positions || !e->ids || !e->projected)
+        return UFORM_OUT_OF_MEMORY;
+    return UFORM_OK;
+}
+
 uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *model,
                                    uform_executor_t *executor, const uform_encode_options_t *options,
                                    uint32_t outputs, uform_scalar_t scalar, uform_arena_t *arena,
@@ -128,27 +152,14 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
 
     size_t hidden = model->hidden;
     size_t budget = uform_batch_rows(model);
-    /* A call smaller than one batch gets scratch of its own size (+1: never 0 bytes). */
+    /* A call smaller than one batch gets buffers of its own size (+1: never 0
+     * bytes); an item longer than the batch grows them (uform_encoder_add). */
     size_t capacity = rows_bound < budget ? rows_bound + 1 : budget;
     size_t items = budget < count ? budget : count;
-    size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
-    size_t projected_rows = capacity > items ? capacity : items;
-    e->max_rows = capacity < budget ? capacity : budget;
     e->max_items = items;
-    /* No item is longer than a batch (uform_encoder_add): every thread's attention
-     * scratch is sized for that, not for the context (gigabytes at context 2^24). */
-    size_t longest = e->max_rows < model->context ? e->max_rows : model->context;
-    e->states = uform_alloc_aligned(capacity, hidden * sizeof(float), "states");
-    e->scratch = uform_alloc_aligned(
-        1, uform_forward_scratch_bytes(model, executor, capacity, items, longest),
-        "forward scratch");
     e->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
-    e->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
-    e->ids = uform_alloc(capacity, sizeof(uint32_t), "token ids");
     e->pooled = uform_alloc_aligned(items, hidden * sizeof(float), "pooled states");
-    e->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");
-    if (!e->states || !e->scratch || !e->segments || !e->positions || !e->ids || !e->pooled ||
-        !e->projected) {
+    if (!e->segments || !e->pooled || uform_encoder_rows(e, capacity) != UFORM_OK) {
         uform_encoder_free(e);
         return UFORM_OUT_OF_MEMORY;
     }
@@ -212,12 +223,14 @@ static uform_status_t uform_encoder_run(uform_encoder_t *e) {
 
 uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, float **x,
                                  uint32_t **ids, uint32_t **positions) {
-    /* never met by the verbs (each item is at most context rows, within the bound) */
-    if (rows > e->max_rows || rows > e->model->context || e->added == e->count)
+    /* never met by the verbs (each item is at most context rows) */
+    if (rows > e->model->context || e->added == e->count)
         return uform_fail(UFORM_INVALID_ARGUMENT, "encoder: item %zu of %zu rows does not fit", e->added,
                           rows);
     if (e->rows + rows > e->max_rows || e->added - e->finished == e->max_items)
         UFORM_TRY(uform_encoder_run(e));
+    /* An item longer than any batch so far: a batch of its own, buffers grown. */
+    if (rows > e->max_rows) UFORM_TRY(uform_encoder_rows(e, rows));
     size_t slot = e->added - e->finished;
     e->segments[slot] = (uform_segment_t){e->rows, rows, axes};
     if (e->outputs & UFORM_OUTPUTS_TOKENS)

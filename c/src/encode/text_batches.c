@@ -30,27 +30,39 @@ void uform_text_batches_free(uform_text_batches_t *batches) {
     memset(batches, 0, sizeof(*batches));
 }
 
+/* (Re)allocates the per-row buffers for batches of `capacity` rows. Every
+ * thread's attention scratch is sized for the longest text a batch can hold:
+ * capacity rows, at most the context. */
+static uform_status_t uform_text_batch_rows(uform_text_batches_t *batches,
+                                            const uform_model_t *model, uform_executor_t *executor,
+                                            size_t capacity) {
+    size_t longest = model->context < capacity ? model->context : capacity;
+    uform_free_aligned(batches->states);
+    uform_free_aligned(batches->scratch);
+    free(batches->positions);
+    free(batches->ids);
+    batches->capacity = capacity;
+    batches->states = uform_alloc_aligned(capacity, model->hidden * sizeof(float), "text states");
+    batches->scratch = uform_alloc_aligned(
+        1, uform_forward_scratch_bytes(model, executor, capacity, batches->max_items, longest),
+        "text scratch");
+    batches->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
+    batches->ids = uform_alloc(capacity, sizeof(uint32_t), "token ids");
+    if (!batches->states || !batches->scratch || !batches->positions || !batches->ids)
+        return UFORM_OUT_OF_MEMORY;
+    return UFORM_OK;
+}
+
 uform_status_t uform_text_batches_init(uform_text_batches_t *batches, const uform_model_t *model,
                                        uform_executor_t *executor, size_t total_rows, size_t count) {
     memset(batches, 0, sizeof(*batches));
     size_t budget = uform_batch_rows(model);
-    /* A call smaller than one batch gets scratch of its own size (+1: never 0 bytes). */
+    /* A call smaller than one batch gets buffers of its own size (+1: never 0 bytes). */
     size_t rows = total_rows < budget ? total_rows + 1 : budget;
-    size_t items = budget < count ? budget : count;
-    /* No text is longer than the context or than the call's rows: every thread's
-     * attention scratch is sized for that (budget is never below the context). */
-    size_t longest = model->context < rows ? model->context : rows;
     batches->max_rows = budget;
-    batches->max_items = items;
-    batches->capacity = rows;
-    batches->states = uform_alloc_aligned(rows, model->hidden * sizeof(float), "text states");
-    batches->scratch = uform_alloc_aligned(
-        1, uform_forward_scratch_bytes(model, executor, rows, items, longest), "text scratch");
-    batches->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
-    batches->positions = uform_alloc(rows, 3 * sizeof(uint32_t), "positions");
-    batches->ids = uform_alloc(rows, sizeof(uint32_t), "token ids");
-    if (!batches->states || !batches->scratch || !batches->segments || !batches->positions ||
-        !batches->ids) {
+    batches->max_items = budget < count ? budget : count;
+    batches->segments = uform_alloc(batches->max_items, sizeof(uform_segment_t), "segments");
+    if (!batches->segments || uform_text_batch_rows(batches, model, executor, rows) != UFORM_OK) {
         uform_text_batches_free(batches);
         return UFORM_OUT_OF_MEMORY;
     }
@@ -61,7 +73,7 @@ size_t uform_text_batch_end(const uform_text_batches_t *batches, const uform_tex
                             const uform_tape_t *texts, size_t first) {
     size_t last = first, rows = 0;
     while (last < texts->count && last - first < batches->max_items &&
-           rows + uform_text_rows(layout, texts, last) <= batches->max_rows)
+           (last == first || rows + uform_text_rows(layout, texts, last) <= batches->max_rows))
         rows += uform_text_rows(layout, texts, last++);
     return last;
 }
@@ -75,11 +87,15 @@ static void uform_text_row(uint32_t token, uint32_t position, uform_text_batches
     batches->positions[3 * row + 2] = 0;
 }
 
-void uform_text_batch_forward(const uform_model_t *model, uform_executor_t *executor,
-                              const uform_text_layout_t *layout, const uform_tape_t *texts,
-                              size_t first, size_t last, uform_text_batches_t *batches) {
+uform_status_t uform_text_batch_forward(const uform_model_t *model, uform_executor_t *executor,
+                                        const uform_text_layout_t *layout,
+                                        const uform_tape_t *texts, size_t first, size_t last,
+                                        uform_text_batches_t *batches) {
     const uint8_t *data = texts->data;
-    size_t rows = 0;
+    size_t rows = 0, needed = 0;
+    for (size_t i = first; i < last; i++) needed += uform_text_rows(layout, texts, i);
+    if (needed > batches->capacity)
+        UFORM_TRY(uform_text_batch_rows(batches, model, executor, needed));
     for (size_t i = first; i < last; i++) {
         size_t kept = uform_text_kept(layout, texts, i);
         const uint8_t *bytes = data ? data + texts->offsets[i] : NULL;
@@ -87,10 +103,11 @@ void uform_text_batch_forward(const uform_model_t *model, uform_executor_t *exec
         for (size_t t = 0; t < kept; t++) uform_text_row(bytes[t], (uint32_t)t, batches, rows++);
         if (layout->mask) uform_text_row(256, (uint32_t)kept, batches, rows++);
     }
-    if (!rows) return;
+    if (!rows) return UFORM_OK;
     uform_batch_t batch = {rows, last - first, batches->segments, batches->positions};
     uform_backend_t backend = uform_model_backend(model, executor);
     backend.ops->embedding_forward(&backend, model->text_bytes, model->text_modality, batches->ids,
                                    rows, model->hidden, batches->states);
     uform_forward(model, executor, &batch, batches->states, batches->scratch);
+    return UFORM_OK;
 }

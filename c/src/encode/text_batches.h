@@ -37,7 +37,8 @@ UFORM_INTERNAL void uform_text_count(const uform_text_layout_t *layout, const uf
 /* Scratch for the forward batches of one call, sized for its largest batch. */
 typedef struct {
     size_t max_rows, max_items;  /* budgets of one batch */
-    size_t capacity;             /* rows the buffers hold: max_rows, or all the call's + 1 */
+    size_t capacity;             /* rows the buffers hold: max_rows, all the call's + 1, or
+                                    the longest text's when that is more */
     float *states;               /* [max_rows, H]: the final normed states after a forward */
     void *scratch;               /* the forward's */
     uform_segment_t *segments;   /* [max_items]: where each text of the batch sits */
@@ -46,7 +47,7 @@ typedef struct {
 } uform_text_batches_t;
 
 /* Budgets for `count` texts of `total_rows` rows in all: about 64 MiB of
- * activations per batch, never below context, so every text fits in one. */
+ * activations per batch; a longer text is a batch of its own. */
 UFORM_INTERNAL uform_status_t uform_text_batches_init(uform_text_batches_t *batches,
                                                       const uform_model_t *model,
                                                       uform_executor_t *executor,
@@ -54,7 +55,7 @@ UFORM_INTERNAL uform_status_t uform_text_batches_init(uform_text_batches_t *batc
 UFORM_INTERNAL void uform_text_batches_free(uform_text_batches_t *batches);
 
 /* The end of the batch that starts at text `first`: texts in order while
- * they fit the row and item budgets (at least one). */
+ * they fit the row and item budgets (at least one, however long). */
 UFORM_INTERNAL size_t uform_text_batch_end(const uform_text_batches_t *batches,
                                            const uform_text_layout_t *layout,
                                            const uform_tape_t *texts, size_t first);
@@ -62,8 +63,9 @@ UFORM_INTERNAL size_t uform_text_batch_end(const uform_text_batches_t *batches,
 /* Lays texts [first, last) out as rows (byte row + modality vector, token
  * index as position; MASK last when the layout says) and runs the blocks:
  * batches->states then holds their final normed states, text i's rows at
- * batches->segments[i - first]. */
-UFORM_INTERNAL void uform_text_batch_forward(const uform_model_t *model, uform_executor_t *executor,
+ * batches->segments[i - first]. Grows the buffers for a batch longer than
+ * they hold (OUT_OF_MEMORY when that fails). */
+UFORM_INTERNAL uform_status_t uform_text_batch_forward(const uform_model_t *model, uform_executor_t *executor,
                                              const uform_text_layout_t *layout,
                                              const uform_tape_t *texts, size_t first, size_t last,
                                              uform_text_batches_t *batches);

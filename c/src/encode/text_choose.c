@@ -130,7 +130,8 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
     uform_status_t status = UFORM_OK;
     for (size_t first = 0; first < count && status == UFORM_OK;) {
         size_t last = uform_text_batch_end(&batches, &layout, texts, first);
-        uform_text_batch_forward(model, executor, &layout, texts, first, last, &batches);
+        status = uform_text_batch_forward(model, executor, &layout, texts, first, last, &batches);
+        if (status != UFORM_OK) break;
         uform_backend_t backend = uform_model_backend(model, executor);
         backend.ops->choice_probabilities(&backend, batches.states, model->hidden,
                                           batches.segments, last - first, choices, first,
