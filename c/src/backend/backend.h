@@ -42,6 +42,16 @@ typedef struct {
     bool transposed;
 } uform_matrix_t;
 
+/* A weight matrix W [n, k] packed by a backend for its inference products
+ * (pack / packed_free below): the layout at data is the backend's own (the CPU
+ * classes': kernels.h). */
+typedef struct {
+    size_t n;        /* output features (rows of W) */
+    size_t k;        /* input features (columns of W) */
+    void *data;
+    size_t bytes;    /* bytes held at data (device memory) */
+} uform_packed_t;
+
 /* A weight matrix W [n, k] (y = W x) as the backend holds it: packed once at
  * load in the backend's own layout for inference (BF16 on the CPU classes), or
  * FP32 row-major masters the trainer updates every step. Exactly one of
@@ -86,6 +96,12 @@ typedef struct {
     void (*zero)(uform_backend_t *b, void *memory, size_t bytes);
     /* Waits for every operation issued; the first failure since the last call. */
     uform_status_t (*synchronize)(uform_backend_t *b);
+
+    /* -- weights -- */
+    /* Packs W [n, k], given as BF16 bits row-major on the host, for `linear`. */
+    uform_status_t (*pack)(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
+                           uform_packed_t *packed);
+    void (*packed_free)(uform_backend_t *b, uform_packed_t *packed);
 
     /* -- matrix products -- */
     /* c[m, n] = (accumulate ? c : 0) + op(a)[m, k] op(b)[k, n] (+ bias[n]): FP32

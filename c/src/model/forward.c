@@ -9,7 +9,7 @@
 #include <math.h>
 
 uform_backend_t uform_model_backend(const uform_model_t *model, uform_executor_t *executor) {
-    return uform_cpu_backend(model->kernels->cpu_class, executor);
+    return uform_cpu_backend(model->cpu_class, executor);
 }
 
 size_t uform_forward_scratch_bytes(const uform_model_t *model, uform_executor_t *executor,

@@ -2,27 +2,16 @@
  *
  * The checkpoint format is DESIGN section 5 (docs/architecture.md): tensor
  * names and shapes fixed, `__metadata__["uform"]` a JSON object with the
- * geometry. Every tensor is checked against the geometry before use; a
+ * geometry (read by geometry.c). Every tensor is checked against the geometry before use; a
  * mismatch is a FormatError naming the tensor. */
 #include "model/model.h"
+#include "model/geometry.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/safetensors.h"
-#include "media/decode/resample.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define UFORM_MAX_DEPTH 1024
-#define UFORM_MAX_HIDDEN 65536
-#define UFORM_MAX_CONTEXT (1u << 24)
-#define UFORM_MAX_WIDTH (1u << 20)
-#define UFORM_MAX_FRAME_STRIDE (1u << 20)
-
-/* Shapes a zero (or a missing key) in the metadata derives (docs/media.md). */
-#define UFORM_DERIVED_CHANNELS 3
-#define UFORM_DERIVED_TUBE_FRAMES 2
-#define UFORM_DERIVED_FRAME_STRIDE 1
-#define UFORM_DERIVED_SAMPLE_RATE 16000
 
 /* ---- the blocks as the backend sees them ------------------------------------- */
 
@@ -44,162 +33,6 @@ static uform_status_t uform_model_transformer(uform_model_t *model) {
     }
     model->transformer = (uform_transformer_t){model->depth, model->hidden, model->block_weights,
                                                model->norm_weight, model->norm_bias};
-    return UFORM_OK;
-}
-
-/* ---- geometry from metadata ----------------------------------------------- */
-
-typedef struct {
-    uint64_t version, depth, hidden, dimensions, context, token_width, choice_groups, step;
-    /* media shapes; patch_side / chunk_samples 0: the modality is absent */
-    uint64_t image_patch_side;
-    uint64_t video_patch_side, video_tube_frames, video_frame_stride;
-    uint64_t audio_chunk_samples, audio_sample_rate;
-} uform_geometry_t;
-
-static uform_status_t uform_metadata_integer(const uform_json_t *root, const char *key,
-                                             bool required, uint64_t *out) {
-    const uform_json_t *value = uform_json_get(root, key);
-    if (!value) {
-        *out = 0;
-        if (!required) return UFORM_OK;
-        return uform_fail(UFORM_FORMAT, "checkpoint metadata: \"uform\" has no \"%s\"", key);
-    }
-    if (!uform_json_u64(value, out))
-        return uform_fail(UFORM_FORMAT,
-                          "checkpoint metadata: \"uform\".\"%s\" is not a non-negative integer", key);
-    return UFORM_OK;
-}
-
-/* One key of a media object ("image", "video", "audio"), 0 when missing. */
-static uform_status_t uform_shape_integer(const uform_json_t *object, const char *modality,
-                                          const char *key, uint64_t *out) {
-    const uform_json_t *value = uform_json_get(object, key);
-    *out = 0;
-    if (!value) return UFORM_OK;
-    if (!uform_json_u64(value, out))
-        return uform_fail(UFORM_FORMAT,
-                          "checkpoint metadata: \"uform\".\"%s\".\"%s\" is not a non-negative integer",
-                          modality, key);
-    return UFORM_OK;
-}
-
-/* The media object `modality` of the metadata: NULL when absent or null. */
-static uform_status_t uform_shape_object(const uform_json_t *root, const char *modality,
-                                         const uform_json_t **object) {
-    *object = uform_json_get(root, modality);
-    if (*object && (*object)->kind == UFORM_JSON_NULL) *object = NULL;
-    if (*object && (*object)->kind != UFORM_JSON_OBJECT)
-        return uform_fail(UFORM_FORMAT, "checkpoint metadata: \"uform\".\"%s\" is not a JSON object",
-                          modality);
-    return UFORM_OK;
-}
-
-static uform_status_t uform_check_channels(const uform_json_t *object, const char *modality) {
-    uint64_t channels;
-    UFORM_TRY(uform_shape_integer(object, modality, "channels", &channels));
-    if (channels != 0 && channels != UFORM_DERIVED_CHANNELS)
-        return uform_fail(UFORM_FORMAT,
-                          "checkpoint metadata: \"%s\".\"channels\" is %llu; this library reads RGB "
-                          "(3 channels) only",
-                          modality, (unsigned long long)channels);
-    return UFORM_OK;
-}
-
-/* The image/video/audio shapes of the metadata, zeros derived (docs/media.md). */
-static uform_status_t uform_read_media_shapes(const uform_json_t *root, uform_geometry_t *g) {
-    const uform_json_t *object;
-    UFORM_TRY(uform_shape_object(root, "image", &object));
-    if (object) {
-        UFORM_TRY(uform_shape_integer(object, "image", "patch_side", &g->image_patch_side));
-        if (g->image_patch_side) UFORM_TRY(uform_check_channels(object, "image"));
-        if (g->image_patch_side > UFORM_MAX_WIDTH ||
-            g->image_patch_side * g->image_patch_side * 3 > UFORM_MAX_WIDTH)
-            return uform_fail(UFORM_FORMAT, "checkpoint: image patch_side %llu is too large",
-                              (unsigned long long)g->image_patch_side);
-    }
-    UFORM_TRY(uform_shape_object(root, "video", &object));
-    if (object) {
-        UFORM_TRY(uform_shape_integer(object, "video", "patch_side", &g->video_patch_side));
-        UFORM_TRY(uform_shape_integer(object, "video", "tube_frames", &g->video_tube_frames));
-        UFORM_TRY(uform_shape_integer(object, "video", "frame_stride", &g->video_frame_stride));
-        if (g->video_patch_side) UFORM_TRY(uform_check_channels(object, "video"));
-        if (!g->video_tube_frames) g->video_tube_frames = UFORM_DERIVED_TUBE_FRAMES;
-        if (!g->video_frame_stride) g->video_frame_stride = UFORM_DERIVED_FRAME_STRIDE;
-        uint64_t p = g->video_patch_side;
-        if (p > UFORM_MAX_WIDTH || g->video_tube_frames > UFORM_MAX_WIDTH ||
-            p * p * 3 * g->video_tube_frames > UFORM_MAX_WIDTH)
-            return uform_fail(UFORM_FORMAT,
-                              "checkpoint: video patch_side %llu x tube_frames %llu is too large",
-                              (unsigned long long)p, (unsigned long long)g->video_tube_frames);
-        if (g->video_frame_stride > UFORM_MAX_FRAME_STRIDE)
-            return uform_fail(UFORM_FORMAT, "checkpoint: video frame_stride %llu is too large",
-                              (unsigned long long)g->video_frame_stride);
-    }
-    UFORM_TRY(uform_shape_object(root, "audio", &object));
-    if (object) {
-        UFORM_TRY(uform_shape_integer(object, "audio", "chunk_samples", &g->audio_chunk_samples));
-        UFORM_TRY(uform_shape_integer(object, "audio", "sample_rate", &g->audio_sample_rate));
-        if (!g->audio_sample_rate) g->audio_sample_rate = UFORM_DERIVED_SAMPLE_RATE;
-        if (g->audio_chunk_samples > UFORM_MAX_WIDTH)
-            return uform_fail(UFORM_FORMAT, "checkpoint: audio chunk_samples %llu is too large",
-                              (unsigned long long)g->audio_chunk_samples);
-        if (g->audio_sample_rate > UFORM_MAX_SAMPLE_RATE)
-            return uform_fail(UFORM_FORMAT, "checkpoint: audio sample_rate %llu is over %zu Hz",
-                              (unsigned long long)g->audio_sample_rate, UFORM_MAX_SAMPLE_RATE);
-    }
-    return UFORM_OK;
-}
-
-static uform_status_t uform_read_geometry(const uform_safetensors_t *file, uform_geometry_t *g) {
-    const char *text = uform_safetensors_metadata(file, "uform");
-    if (!text)
-        return uform_fail(UFORM_FORMAT,
-                          "checkpoint: __metadata__ has no \"uform\" entry; not a uform checkpoint");
-    uform_json_t root;
-    uform_status_t status = uform_json_parse(text, strlen(text), 8, &root);
-    if (status != UFORM_OK) return uform_fail_context(status, "checkpoint metadata \"uform\"");
-    if (root.kind != UFORM_JSON_OBJECT) {
-        uform_json_free(&root);
-        return uform_fail(UFORM_FORMAT, "checkpoint metadata: \"uform\" is not a JSON object");
-    }
-    status = uform_metadata_integer(&root, "version", true, &g->version);
-    if (status == UFORM_OK) status = uform_metadata_integer(&root, "depth", true, &g->depth);
-    if (status == UFORM_OK) status = uform_metadata_integer(&root, "hidden", true, &g->hidden);
-    if (status == UFORM_OK)
-        status = uform_metadata_integer(&root, "dimensions", true, &g->dimensions);
-    if (status == UFORM_OK) status = uform_metadata_integer(&root, "context", true, &g->context);
-    if (status == UFORM_OK)
-        status = uform_metadata_integer(&root, "token_width", false, &g->token_width);
-    if (status == UFORM_OK)
-        status = uform_metadata_integer(&root, "choice_temperature_groups", false, &g->choice_groups);
-    if (status == UFORM_OK) status = uform_metadata_integer(&root, "step", false, &g->step);
-    if (status == UFORM_OK) status = uform_read_media_shapes(&root, g);
-    uform_json_free(&root);
-    if (status != UFORM_OK) return status;
-
-    if (g->version != 4)
-        return uform_fail(UFORM_FORMAT, "checkpoint: format version %llu, this library reads 4",
-                          (unsigned long long)g->version);
-    if (g->depth < 1 || g->depth > UFORM_MAX_DEPTH)
-        return uform_fail(UFORM_FORMAT, "checkpoint: depth %llu is outside [1, %d]",
-                          (unsigned long long)g->depth, UFORM_MAX_DEPTH);
-    if (g->hidden < 64 || g->hidden > UFORM_MAX_HIDDEN || g->hidden % 64)
-        return uform_fail(UFORM_FORMAT,
-                          "checkpoint: hidden %llu is not a multiple of 64 in [64, %d]",
-                          (unsigned long long)g->hidden, UFORM_MAX_HIDDEN);
-    if (g->dimensions < 1 || g->dimensions > UFORM_MAX_WIDTH)
-        return uform_fail(UFORM_FORMAT, "checkpoint: dimensions %llu is outside [1, %u]",
-                          (unsigned long long)g->dimensions, UFORM_MAX_WIDTH);
-    if (g->context < 1 || g->context > UFORM_MAX_CONTEXT)
-        return uform_fail(UFORM_FORMAT, "checkpoint: context %llu is outside [1, %u]",
-                          (unsigned long long)g->context, UFORM_MAX_CONTEXT);
-    if (g->token_width > UFORM_MAX_WIDTH)
-        return uform_fail(UFORM_FORMAT, "checkpoint: token_width %llu is too large",
-                          (unsigned long long)g->token_width);
-    if (g->choice_groups > UFORM_MAX_WIDTH)
-        return uform_fail(UFORM_FORMAT, "checkpoint: choice_temperature_groups %llu is too large",
-                          (unsigned long long)g->choice_groups);
     return UFORM_OK;
 }
 
@@ -323,7 +156,8 @@ static uform_status_t uform_load_matrix(uform_loader_t *loader, const char *name
     if (tensor->dtype == UFORM_DTYPE_BF16) memcpy(bits, tensor->data, count * 2);
     else
         for (size_t i = 0; i < count; i++) bits[i] = uform_f32_to_bf16(uform_tensor_value(tensor, i));
-    status = loader->model->kernels->pack(bits, rows, cols, out);
+    uform_backend_t backend = uform_model_backend(loader->model, NULL);
+    status = backend.ops->pack(&backend, bits, rows, cols, out);
     free(bits);
     if (status != UFORM_OK) return uform_fail_context(status, name);
     loader->model->memory_usage += out->bytes;
@@ -458,7 +292,10 @@ static uform_status_t uform_load_parts(uform_loader_t *loader, const uform_geome
     return UFORM_OK;
 }
 
-static void uform_packed_release(uform_packed_t *packed) { uform_packed_free(packed); }
+static void uform_packed_release(const uform_model_t *model, uform_packed_t *packed) {
+    uform_backend_t backend = uform_model_backend(model, NULL);
+    backend.ops->packed_free(&backend, packed);
+}
 
 void uform_model_free(uform_model_t *model) {
     if (!model) return;
@@ -469,15 +306,15 @@ void uform_model_free(uform_model_t *model) {
             uform_block_t *block = &model->blocks[l];
             free(block->attention_norm_weight);
             free(block->attention_norm_bias);
-            uform_packed_release(&block->qkv);
+            uform_packed_release(model, &block->qkv);
             free(block->qkv_bias);
-            uform_packed_release(&block->out);
+            uform_packed_release(model, &block->out);
             free(block->out_bias);
             free(block->mlp_norm_weight);
             free(block->mlp_norm_bias);
-            uform_packed_release(&block->up);
+            uform_packed_release(model, &block->up);
             free(block->up_bias);
-            uform_packed_release(&block->down);
+            uform_packed_release(model, &block->down);
             free(block->down_bias);
         }
         free(model->blocks);
@@ -487,34 +324,28 @@ void uform_model_free(uform_model_t *model) {
     free(model->text_modality);
     uform_media_part_t *parts[] = {&model->image, &model->video, &model->audio};
     for (size_t i = 0; i < 3; i++) {
-        uform_packed_release(&parts[i]->projection);
+        uform_packed_release(model, &parts[i]->projection);
         free(parts[i]->bias);
         free(parts[i]->modality);
     }
     free(model->norm_weight);
     free(model->norm_bias);
-    uform_packed_release(&model->embedding_head);
-    uform_packed_release(&model->token_head);
+    uform_packed_release(model, &model->embedding_head);
+    uform_packed_release(model, &model->token_head);
     free(model->bytes_bias);
     free(model->choice_log_temperature);
     free(model);
 }
 
 static uform_status_t uform_check_load_options(const uform_model_load_ram_options_t *options,
-                                               const uform_cpu_kernels_t **kernels,
+                                               uform_cpu_class_t *cpu_class_out,
                                                uform_scalar_t *quantization) {
     uform_cpu_class_t cpu_class = options ? options->cpu_class : UFORM_CPU_CLASS_AUTO;
     uform_scalar_t scalar = options ? options->quantization : UFORM_SCALAR_F32;
     if (options && options->memory_domains_count && !options->memory_domains)
         return uform_fail(UFORM_INVALID_ARGUMENT, "memory_domains: NULL with a count of %zu",
                           options->memory_domains_count);
-    if ((unsigned)cpu_class > UFORM_CPU_CLASS_SVE)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "cpu_class: %d is not a CPU class", (int)cpu_class);
-    if (cpu_class == UFORM_CPU_CLASS_AUTO) cpu_class = uform_cpu_class_best();
-    *kernels = uform_cpu_kernels_for(cpu_class);
-    if (!*kernels || !uform_cpu_class_supported(cpu_class))
-        return uform_fail(UFORM_UNSUPPORTED, "cpu_class: this %s cannot run the %s class",
-                          *kernels ? "CPU" : "build", uform_cpu_class_name(cpu_class));
+    UFORM_TRY(uform_cpu_class_resolve(cpu_class, cpu_class_out));
     /* F32 (0) derives: the checkpoint's BF16. */
     if (scalar == UFORM_SCALAR_F32 || scalar == UFORM_SCALAR_BF16) {
         *quantization = UFORM_SCALAR_BF16;
@@ -530,9 +361,9 @@ static uform_status_t uform_check_load_options(const uform_model_load_ram_option
 static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
                                             const uform_model_load_ram_options_t *options,
                                             uform_model_t **result) {
-    const uform_cpu_kernels_t *kernels = NULL;
+    uform_cpu_class_t cpu_class = UFORM_CPU_CLASS_SERIAL;
     uform_scalar_t quantization = UFORM_SCALAR_BF16;
-    UFORM_TRY(uform_check_load_options(options, &kernels, &quantization));
+    UFORM_TRY(uform_check_load_options(options, &cpu_class, &quantization));
     uform_geometry_t g = {0};
     UFORM_TRY(uform_read_geometry(file, &g));
 
@@ -546,7 +377,7 @@ static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
     model->token_width = g.token_width;
     model->choice_temperature_groups = g.choice_groups;
     model->step = g.step;
-    model->kernels = kernels;
+    model->cpu_class = cpu_class;
     model->quantization = quantization;
 
     uform_loader_t loader = {.file = file, .model = model};
@@ -634,7 +465,7 @@ uform_status_t uform_model_describe(const uform_model_t *model,
     description->context = model->context;
     description->quantization = model->quantization;
     description->memory_usage = model->memory_usage;
-    description->cpu_class = model->kernels->cpu_class;
+    description->cpu_class = model->cpu_class;
     description->gpu_class = UFORM_GPU_CLASS_NONE;
     description->token_width = model->token_width;
     description->choice_temperature_groups = model->choice_temperature_groups;

@@ -2,7 +2,6 @@
 #ifndef UFORM_MODEL_H
 #define UFORM_MODEL_H
 
-#include "backend/cpu/kernels.h"
 #include "core/internal.h"
 #include "model/transformer.h"
 
@@ -37,7 +36,7 @@ struct uform_model {
     size_t dimensions, context, token_width, choice_temperature_groups;
     uint64_t step;                    /* the training step the checkpoint was saved at */
 
-    const uform_cpu_kernels_t *kernels;
+    uform_cpu_class_t cpu_class;      /* the backend's class, resolved (never AUTO) */
     uform_scalar_t quantization;
     uform_executor_t *executor;       /* runs verbs given no executor */
     bool owns_executor;

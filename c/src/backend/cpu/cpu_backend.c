@@ -44,6 +44,17 @@ static uform_status_t uform_cpu_synchronize(uform_backend_t *b) {
     return failure;
 }
 
+/* ---- weights ------------------------------------------------------------------ */
+
+static uform_status_t uform_cpu_pack(uform_backend_t *b, const uint16_t *weights, size_t n,
+                                     size_t k, uform_packed_t *packed) {
+    return uform_class_of(b)->pack(weights, n, k, packed);
+}
+static void uform_cpu_packed_free(uform_backend_t *b, uform_packed_t *packed) {
+    (void)b;
+    uform_packed_free(packed);
+}
+
 /* ---- products ---------------------------------------------------------------- */
 
 static void uform_cpu_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a,
@@ -356,6 +367,8 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .copy = uform_cpu_copy,
     .zero = uform_cpu_zero,
     .synchronize = uform_cpu_synchronize,
+    .pack = uform_cpu_pack,
+    .packed_free = uform_cpu_packed_free,
     .gemm = uform_cpu_gemm,
     .linear = uform_cpu_linear,
     .linear_backward = uform_cpu_linear_backward,
@@ -391,6 +404,18 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .adamw = uform_cpu_adamw,
     .adamw_first_non_finite = uform_cpu_adamw_first_non_finite,
 };
+
+uform_status_t uform_cpu_class_resolve(uform_cpu_class_t requested, uform_cpu_class_t *resolved) {
+    if ((unsigned)requested > UFORM_CPU_CLASS_SVE)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "cpu_class: %d is not a CPU class", (int)requested);
+    uform_cpu_class_t cpu_class = requested == UFORM_CPU_CLASS_AUTO ? uform_cpu_class_best() : requested;
+    const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(cpu_class);
+    if (!kernels || !uform_cpu_class_supported(cpu_class))
+        return uform_fail(UFORM_UNSUPPORTED, "cpu_class: this %s cannot run the %s class",
+                          kernels ? "CPU" : "build", uform_cpu_class_name(cpu_class));
+    *resolved = cpu_class;
+    return UFORM_OK;
+}
 
 uform_backend_t uform_cpu_backend(uform_cpu_class_t cpu_class, uform_executor_t *executor) {
     if (cpu_class == UFORM_CPU_CLASS_AUTO) cpu_class = uform_cpu_class_best();

@@ -16,13 +16,6 @@
 #include "backend/backend.h"
 
 typedef struct {
-    size_t n;        /* output features (rows of W) */
-    size_t k;        /* input features (columns of W) */
-    void *data;      /* the class's layout, from uform_alloc_aligned */
-    size_t bytes;    /* bytes held at data */
-} uform_packed_t;
-
-typedef struct {
     uform_cpu_class_t cpu_class;
     const char *name;                    /* "serial", "haswell", "skylake", "sapphire" */
     /* Packs W [n, k] given as BF16 bits, row-major. */
