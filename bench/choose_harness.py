@@ -99,7 +99,8 @@ def contenders(path: str, threads: int) -> list[Contender]:
     def torch_choose(autocast: bool) -> Callable[[list, list], np.ndarray]:
         return lambda texts, groups: torch_model.choose(texts, [CHOICES], groups, autocast=autocast)[0].numpy()
 
-    found.append(Contender("torch-bf16", "torch BF16 autocast", torch_choose(True), None))
+    if harness.TORCH_BF16:
+        found.append(Contender("torch-bf16", "torch BF16 autocast", torch_choose(True), None))
     found.append(Contender("torch-fp32", "torch FP32", torch_choose(False), None))
     return [c for c in found if c is not None]
 

@@ -2,8 +2,9 @@
  * FP32 peaks from register-only loops.
  *
  * Build with the library's own flags (kernels pick their ISA by attributes):
- *   gcc -O3 -std=c11 -D_GNU_SOURCE -fPIC -Ic/include -Ic/src c/src/error.c \
- *       c/src/executor.c c/src/cpu/\*.c bench/gemm_bench.c -lm -lpthread -o /tmp/gemm_bench
+ *   gcc -O3 -std=c11 -D_GNU_SOURCE -fPIC -Ic/include -Ic/src c/src/core/error.c \
+ *       c/src/core/executor.c c/src/backend/loss_checks.c c/src/backend/cpu/\*.c \
+ *       bench/gemm_bench.c -lm -lpthread -o /tmp/gemm_bench
  *   /tmp/gemm_bench [class ...]      (default: every class this CPU runs)
  */
 #include "backend/cpu/kernels.h"

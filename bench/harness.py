@@ -37,6 +37,30 @@ QUERY_TEXTS = 64              # short queries: this many different texts, one ca
 TORCH_MINI_BATCH = 32         # BatchedTorchModel's mini-batch (texts sorted by length)
 
 
+def native_bf16() -> bool:
+    """Whether this CPU has BF16 arithmetic (AVX-512 BF16 or AMX), where torch's BF16
+    autocast is its fastest CPU mode."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+# torch BF16 autocast runs where the CPU has BF16 arithmetic; elsewhere it emulates BF16,
+# is far slower than FP32 (over 20 minutes of a `make bench` on a 2-core AVX2 EPYC) and is
+# no one's choice, so FP32 is torch's fastest mode there. UFORM_BENCH_TORCH_BF16=1 forces it.
+TORCH_BF16 = native_bf16() or os.environ.get("UFORM_BENCH_TORCH_BF16", "") not in ("", "0")
+TORCH_BF16_SKIPPED = ("" if TORCH_BF16 else
+                      "torch BF16 autocast is not run: this CPU has no BF16 arithmetic (no "
+                      "avx512_bf16 or amx_bf16), where torch's fastest CPU mode is FP32 "
+                      "(UFORM_BENCH_TORCH_BF16=1 runs it anyway)")
+
+
 class Workload(NamedTuple):
     key: str                      # pytest id and results key: batch1, batch256, query
     title: str                    # what the report's columns say
@@ -135,8 +159,9 @@ def contenders(path: str, threads: int) -> list[Contender]:
     if found[0] is not None and found[0].uform_class != "SKYLAKE":
         found.append(uform_contender(path, executor, uform.CPUClass.SKYLAKE, "uform-skylake"))
     torch_model = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=TORCH_MINI_BATCH)
-    found.append(Contender("torch-bf16", "torch BF16 autocast",
-                           lambda texts: torch_model.encode(texts, autocast=True).numpy(), None))
+    if TORCH_BF16:
+        found.append(Contender("torch-bf16", "torch BF16 autocast",
+                               lambda texts: torch_model.encode(texts, autocast=True).numpy(), None))
     found.append(Contender("torch-fp32", "torch FP32",
                            lambda texts: torch_model.encode(texts, autocast=False).numpy(), None))
     return [c for c in found if c is not None]

@@ -325,9 +325,10 @@ def contenders(path: str, threads: int, information: bool = True) -> list[Conten
                                lambda inputs: np.asarray(model.image_encode_pixels(inputs.gridded, arena).embeddings),
                                None, chosen.name))
     encoder = TorchImageEncoder(path, threads)
-    found.append(Contender("torch-bf16", "Pillow + torch BF16 autocast",
-                           lambda inputs: encoder.encode_files(inputs.files, autocast=True),
-                           lambda: encoder.preprocess_seconds, None))
+    if harness.TORCH_BF16:
+        found.append(Contender("torch-bf16", "Pillow + torch BF16 autocast",
+                               lambda inputs: encoder.encode_files(inputs.files, autocast=True),
+                               lambda: encoder.preprocess_seconds, None))
     found.append(Contender("torch-fp32", "Pillow + torch FP32",
                            lambda inputs: encoder.encode_files(inputs.files, autocast=False),
                            lambda: encoder.preprocess_seconds, None))

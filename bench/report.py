@@ -41,7 +41,8 @@ import uform  # noqa: E402
 
 ROOT = harness.ROOT
 SHAPE = harness.SHAPE
-GEMM_SOURCES = ["c/src/core/error.c", "c/src/core/executor.c", "c/src/backend/cpu/*.c", "bench/gemm_bench.c"]
+GEMM_SOURCES = ["c/src/core/error.c", "c/src/core/executor.c", "c/src/backend/loss_checks.c",
+                "c/src/backend/cpu/*.c", "bench/gemm_bench.c"]
 
 
 # ----------------------------------------------------------------------------- machine
@@ -243,6 +244,8 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         f"tanh `F.gelu`, under `torch.inference_mode()`; FP32, and inside "
         f"`torch.autocast(\"cpu\", dtype=torch.bfloat16)` with the linear weights cast to BF16 "
         f"once (autocast would recast them on every call).")
+    if harness.TORCH_BF16_SKIPPED:
+        out(f"- {harness.TORCH_BF16_SKIPPED[0].upper()}{harness.TORCH_BF16_SKIPPED[1:]}.")
     out(f"- Timing: `time.perf_counter` around each round after an untimed warm-up; best of "
         + ", ".join(f"{harness.rounds_for(w)} rounds at {w.title}" for w in workloads)
         + f". Whole run: {elapsed / 60:.1f} min.")
@@ -291,6 +294,19 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
             + ("." if fastest_q == "torch-bf16" else
                f" (against the faster torch mode there, {by_key[fastest_q].label}: {r_query_fast:.2f}x).")
             + "\n")
+
+    if auto in by_key and "torch-bf16" not in by_key and "torch-fp32" in by_key:
+        out("### Goals\n")
+        verdict = lambda ok: "**met**" if ok else "**missed**"  # noqa: E731
+        r_big = rate[(auto, big_key)] / rate[("torch-fp32", big_key)]
+        r_one = rate[(auto, one_key)] / rate[("torch-fp32", one_key)]
+        r_query = rate[(auto, query_key)] / rate[("torch-fp32", query_key)]
+        out("Without BF16 arithmetic torch's fastest CPU mode is FP32; the goals for this class "
+            "(the CPU-speed issue's, for AVX2):\n")
+        out(f"- Batch {big}, at least 1.5x torch FP32: {r_big:.2f}x, {verdict(r_big >= 1.5)}.")
+        out(f"- Batch 1, at least 1.3x torch FP32: {r_one:.2f}x, {verdict(r_one >= 1.3)}.\n")
+        out(f"Not a goal, for information: batch 1 with short queries ({q_lo} to {q_hi} bytes, one "
+            f"call each), {by_key[auto].label} against torch FP32: {r_query:.2f}x.\n")
 
     out("### Agreement\n")
     out(f"The embeddings of the timed batch-{big} round against torch FP32's (unit vectors):\n")

@@ -135,7 +135,7 @@ def contenders(directory: str, threads: int, steps: int, keys=("uform", "torch-f
 
     if "torch-fp32" in keys:
         found.append(torch_contender("torch-fp32", "torch FP32 (eager)", False))
-    if "torch-bf16" in keys:
+    if "torch-bf16" in keys and harness.TORCH_BF16:
         found.append(torch_contender("torch-bf16", "torch BF16 autocast (eager)", True))
     facts = dict(context=probe.context, dimensions=probe.dimensions,
                  selected=[int(b.selected.sum()) for b in batches],

@@ -1874,6 +1874,205 @@ static void test_maxsim(uform_backend_t *b, const char *label) {
     free(q); free(d); free(scores);
 }
 
+/* ==== the choices head in inference ============================================ */
+
+/* choice_probabilities (text_choose): item c scores its tape entry (entry 0 when
+ * the tape holds one, else first_entry + c) at its segment's last row, the
+ * MASK row: p = softmax over the entry's bytes k of (h . table[k] + bias[k]) /
+ * exp(log_temperature[groups[c]]). Memory (the header comment): states,
+ * segments, groups, offsets, probabilities and the weights (table, bias,
+ * log_temperature) are device memory; the tape, its bytes and offsets, stays
+ * on the host as the objectives' choice bytes do (text_choose passes the
+ * caller's tape, which it checks on the host).
+ *
+ * Tolerance, relative to each reference p_c of an item of n choices, from the
+ * FP32 error of every logit after the division (eps, absolute):
+ * - h . table[k] + bias[k]: a chain of `hidden` products and adds, then the
+ *   bias: (hidden + 2) u of M = sum |h_i t_ki| + |bias_k|, divided by T;
+ * - T = expf(log_temperature) within 1 ulp (2 u) and the division (u): 3 u of
+ *   |z_c|; the subtraction of the largest logit: u |z_c - max| <= 2 u Z, where
+ *   Z = the item's largest |z|; so eps = (hidden + 2) u max M / T + 5 u Z;
+ * - softmax: p_c = 1 / sum_j e^(z_j - z_c) moves by at most 2 eps relative;
+ *   expf 1 ulp (2 u), the sum of n positive terms (n - 1) u, the division u
+ *   (or a rounded reciprocal and a product: 2 u): (n + 2) u;
+ * bound = p_c (2 eps + (n + 2) u) plus 2^-126 for an e^(z - max) below
+ * FLT_MIN (subnormal or 0; the inputs keep z - max above -50, so unused).
+ * The sum of an item's FP32 probabilities is 1 within (n + 2) u, whatever the
+ * logits' errors: sum_c e_c / S with S the FP32 sum (n - 1) u off and each
+ * quotient 2 u at most, plus n U64 for the float64 sum here. */
+#define CHOOSE_ITEMS 6
+#define CHOOSE_ROWS 14
+#define CHOOSE_FIRST 2  /* per-item tapes: entries 0 and 1 belong to no item */
+#define CHOOSE_PAD 3    /* probabilities before offsets[0] and after offsets[count] */
+/* rows 1, 5, 1, 3, 1 and 2 (MASK last; row 6 in no segment) */
+static const uform_segment_t choose_segments[CHOOSE_ITEMS] = {
+    {0, 1, 1}, {1, 5, 1}, {7, 1, 1}, {8, 3, 1}, {11, 1, 1}, {12, 2, 1}};
+static const uint32_t choose_groups[CHOOSE_ITEMS] = {2, 1, 0, 2, 1, 0};
+static const float choose_log_t[3] = {0.3f, -0.4f, 0.9f};
+static const float choose_row_scale[CHOOSE_ITEMS] = {1, 4, 1, 1, 1, 1}; /* item 1: sharp */
+
+/* The 256 bytes in a random order. */
+static void byte_permutation(uint8_t *bytes) {
+    for (size_t i = 0; i < 256; i++) bytes[i] = (uint8_t)i;
+    for (size_t i = 255; i > 0; i--) {
+        size_t j = rng_below(i + 1);
+        uint8_t t = bytes[i];
+        bytes[i] = bytes[j];
+        bytes[j] = t;
+    }
+}
+
+/* shared NULL: a per-item tape of CHOOSE_FIRST + CHOOSE_ITEMS entries (1
+ * choice, all 256, repeats, the extreme bytes, 4 letters, 17 random bytes);
+ * else a tape of the one entry `shared` every item scores. */
+static void choice_case(uform_backend_t *b, const char *label, size_t hidden,
+                        const uint8_t *shared, size_t shared_length, bool groups_on,
+                        bool temperature_on) {
+    char what[128], name[192];
+    snprintf(what, sizeof(what), "choice_probabilities hidden %zu, %s tape%s%s", hidden,
+             shared ? "shared" : "per-item", groups_on ? ", groups" : "",
+             temperature_on ? ", temperatures" : "");
+    /* the tape, its bytes allocated to size (an overread is ASan's) */
+    uint8_t entries[CHOOSE_FIRST + CHOOSE_ITEMS][256];
+    size_t lengths[CHOOSE_FIRST + CHOOSE_ITEMS];
+    size_t entry_count = shared ? 1 : CHOOSE_FIRST + CHOOSE_ITEMS, first_entry;
+    if (shared) {
+        memcpy(entries[0], shared, shared_length);
+        lengths[0] = shared_length;
+        first_entry = 5; /* ignored when the tape holds one entry */
+    } else {
+        static const uint8_t fixed[][6] = {{'Q', 'R'}, {'#'}, {'A'}, {0}, {'x', 'y', 'x', 'x', 'z'},
+                                           {0x00, 0xff}, {'M', 'A', 'S', 'K'}};
+        static const size_t fixed_lengths[] = {2, 1, 1, 0, 5, 2, 4};
+        for (size_t e = 0; e < 7; e++) {
+            memcpy(entries[e], fixed[e], fixed_lengths[e]);
+            lengths[e] = fixed_lengths[e];
+        }
+        byte_permutation(entries[CHOOSE_FIRST + 1]);
+        lengths[CHOOSE_FIRST + 1] = 256;
+        for (size_t j = 0; j < 17; j++) entries[CHOOSE_FIRST + 5][j] = (uint8_t)rng_below(256);
+        lengths[CHOOSE_FIRST + 5] = 17;
+        first_entry = CHOOSE_FIRST;
+    }
+    size_t *tape_offsets = xmalloc(entry_count + 1, sizeof(size_t));
+    for (size_t e = 0; e < entry_count; e++) tape_offsets[e + 1] = tape_offsets[e] + lengths[e];
+    uint8_t *data = xmalloc(tape_offsets[entry_count], 1);
+    for (size_t e = 0; e < entry_count; e++) memcpy(data + tape_offsets[e], entries[e], lengths[e]);
+    uform_tape_t tape = {data, tape_offsets[entry_count], tape_offsets, entry_count};
+
+    /* where each item's probabilities go: offsets[0] = CHOOSE_PAD, as text_choose
+     * passes offsets + first */
+    size_t offsets[CHOOSE_ITEMS + 1];
+    offsets[0] = CHOOSE_PAD;
+    const uint8_t *bytes_of[CHOOSE_ITEMS];
+    for (size_t c = 0; c < CHOOSE_ITEMS; c++) {
+        size_t e = shared ? 0 : first_entry + c;
+        bytes_of[c] = data + tape_offsets[e];
+        offsets[c + 1] = offsets[c] + lengths[e];
+    }
+    size_t total = offsets[CHOOSE_ITEMS] + CHOOSE_PAD;
+    float *start = filled(total, NAN);
+    for (size_t i = 0; i < CHOOSE_PAD; i++) start[i] = start[total - 1 - i] = SENTINEL;
+
+    /* states: the MASK rows random, every other row NaN (never read) */
+    float *states = filled(CHOOSE_ROWS * hidden, NAN);
+    for (size_t c = 0; c < CHOOSE_ITEMS; c++) {
+        size_t row = choose_segments[c].begin + choose_segments[c].length - 1;
+        for (size_t x = 0; x < hidden; x++)
+            states[row * hidden + x] = rng_float() * choose_row_scale[c];
+    }
+    float *table = random_floats(256 * hidden, 0.5f), *bias = random_floats(256, 0.5f);
+
+    float *d_states = dev_floats(b, states, CHOOSE_ROWS * hidden);
+    uform_segment_t *d_segments = dev_upload(b, choose_segments, sizeof(choose_segments));
+    uint32_t *d_groups = groups_on ? dev_upload(b, choose_groups, sizeof(choose_groups)) : NULL;
+    float *d_table = dev_floats(b, table, 256 * hidden), *d_bias = dev_floats(b, bias, 256);
+    float *d_log_t = temperature_on ? dev_floats(b, choose_log_t, 3) : NULL;
+    size_t *d_offsets = dev_upload(b, offsets, sizeof(offsets));
+    float *d_p = dev_floats(b, start, total), *d_alone = dev_floats(b, start, total);
+    b->ops->choice_probabilities(b, d_states, hidden, d_segments, CHOOSE_ITEMS, &tape, first_entry,
+                                 d_groups, d_table, d_bias, d_log_t, d_offsets, d_p);
+    /* each item alone, as text_choose's batches cut them */
+    for (size_t c = 0; c < CHOOSE_ITEMS; c++)
+        b->ops->choice_probabilities(b, d_states, hidden, d_segments + c, 1, &tape, first_entry + c,
+                                     d_groups ? d_groups + c : NULL, d_table, d_bias, d_log_t,
+                                     d_offsets + c, d_alone);
+    sync_check(b, label, what);
+    float *p = fetch(b, d_p, total), *alone = fetch(b, d_alone, total);
+
+    double *ref = xmalloc(total, sizeof(double)), *bound = xmalloc(total, sizeof(double));
+    double worst_sum = 0;
+    size_t worst_item = 0;
+    bool single = true, repeats = true;
+    for (size_t c = 0; c < CHOOSE_ITEMS; c++) {
+        size_t row = choose_segments[c].begin + choose_segments[c].length - 1;
+        size_t n = offsets[c + 1] - offsets[c];
+        double *z = ref + offsets[c];
+        double log_t = temperature_on ? choose_log_t[groups_on ? choose_groups[c] : 0] : 0.0;
+        double temperature = exp(log_t), top = -INFINITY, largest_z = 0, largest_m = 0, sum = 0;
+        for (size_t k = 0; k < n; k++) {
+            const float *t = table + (size_t)bytes_of[c][k] * hidden;
+            double dot = bias[bytes_of[c][k]], magnitude = fabs((double)bias[bytes_of[c][k]]);
+            for (size_t x = 0; x < hidden; x++) {
+                dot += (double)states[row * hidden + x] * t[x];
+                magnitude += fabs((double)states[row * hidden + x] * t[x]);
+            }
+            z[k] = dot / temperature;
+            top = fmax(top, z[k]);
+            largest_z = fmax(largest_z, fabs(z[k]));
+            largest_m = fmax(largest_m, magnitude);
+        }
+        for (size_t k = 0; k < n; k++) sum += exp(z[k] - top);
+        double eps = ((double)(hidden + 2) * largest_m / temperature + 5 * largest_z) * U32;
+        double got_sum = 0;
+        for (size_t k = 0; k < n; k++) {
+            z[k] = exp(z[k] - top) / sum; /* now the probability */
+            bound[offsets[c] + k] = z[k] * (2 * eps + (double)(n + 2) * U32) + 0x1p-126;
+            got_sum += p[offsets[c] + k];
+            for (size_t j = 0; j < k; j++)
+                if (bytes_of[c][j] == bytes_of[c][k])
+                    repeats &= same_bits(&p[offsets[c] + j], &p[offsets[c] + k], sizeof(float));
+        }
+        double excess = fabs(got_sum - 1) / ((double)(n + 2) * U32 + (double)n * U64);
+        if (!(excess <= worst_sum)) {
+            worst_sum = excess;
+            worst_item = c;
+        }
+        if (n == 1) single &= p[offsets[c]] == 1.0f;
+    }
+    bound_check(label, what, p + CHOOSE_PAD, ref + CHOOSE_PAD, bound + CHOOSE_PAD,
+                total - 2 * CHOOSE_PAD);
+    CHECK(worst_sum <= 1.0, "%s %s: item %zu's probabilities sum to 1 within %.3g of the bound",
+          label, what, worst_item, worst_sum);
+    if (verbose) printf("  %s %-44s sums: worst %.3g of the bound\n", label, what, worst_sum);
+    CHECK(single, "%s %s: an item of one choice is not exactly 1", label, what);
+    CHECK(repeats, "%s %s: a byte repeated within an item differs between its copies", label, what);
+    bool padding = true;
+    for (size_t i = 0; i < CHOOSE_PAD; i++)
+        padding &= p[i] == SENTINEL && p[total - 1 - i] == SENTINEL;
+    CHECK(padding, "%s %s: probabilities outside offsets[0] .. offsets[count] changed", label, what);
+    snprintf(name, sizeof(name), "%s: each item alone", what);
+    CHECK(same_bits(p, alone, total * sizeof(float)), "%s %s differs from the batch", label, name);
+    dev_free(b, d_states); dev_free(b, d_segments); dev_free(b, d_groups); dev_free(b, d_table);
+    dev_free(b, d_bias); dev_free(b, d_log_t); dev_free(b, d_offsets); dev_free(b, d_p);
+    dev_free(b, d_alone);
+    free(tape_offsets); free(data); free(start); free(states); free(table); free(bias); free(p);
+    free(alone); free(ref); free(bound);
+}
+
+static void test_choice_probabilities(uform_backend_t *b, const char *label) {
+    uint8_t all[256];
+    byte_permutation(all);
+    static const uint8_t one[1] = {'A'}, repeated[4] = {'q', 'q', 'r', 'q'};
+    choice_case(b, label, 40, NULL, 0, true, true);
+    choice_case(b, label, 40, NULL, 0, false, true);   /* groups NULL: group 0 */
+    choice_case(b, label, 23, NULL, 0, true, false);   /* log_temperature NULL: groups unused */
+    choice_case(b, label, 23, all, 256, true, true);
+    choice_case(b, label, 7, one, 1, false, false);    /* hidden below one 16-lane step */
+    choice_case(b, label, 20, repeated, 4, false, true);
+    choice_case(b, label, 64, NULL, 0, true, true);
+}
+
 /* ==== the objectives: a float64 reference of docs/training.md sections 3, 9, 10 ==== */
 
 enum { REF_NONE, REF_POSITIVE, REF_NEGATIVE };
@@ -2544,6 +2743,7 @@ static void test_backend(uform_backend_t *b, const char *label) {
     test_scatter_sum_rows(b, label);
     test_reconstruction_loss(b, label);
     test_maxsim(b, label);
+    test_choice_probabilities(b, label);
     test_objectives(b, label);
     test_sum_squares(b, label);
     test_adamw(b, label);
@@ -2577,6 +2777,9 @@ typedef struct {
     float *embeddings;                         /* [40, 24] unit rows */
     uint32_t bags[40], groups[40];
     size_t token_offsets[41], single_offsets[41]; /* items of 0..2 rows; of one row */
+    uint8_t choice_bytes[40 * 60];             /* choice_probabilities: 40 entries of 1..60 */
+    size_t choice_tape[41], choice_offsets[41];
+    uform_segment_t choice_segments[40];       /* 1..8 rows of x as [351, 128] states */
 } shared_inputs_t;
 
 static results_t run_some(uform_backend_t *b, const char *label, const shared_inputs_t *in) {
@@ -2680,6 +2883,23 @@ static results_t run_some(uform_backend_t *b, const char *label, const shared_in
     dev_free(b, d_e); dev_free(b, d_tau); dev_free(b, d_loss); dev_free(b, d_de); dev_free(b, d_dt);
     dev_free(b, d_scores);
 
+    /* choice_probabilities over 40 items (3 tasks of 16): states from x, the
+     * table from qkv [256, 128], the bias from gelu_x, two groups */
+    uform_tape_t tape = {in->choice_bytes, in->choice_tape[40], in->choice_tape, 40};
+    size_t choices = in->choice_offsets[40];
+    float *d_cs = dev_floats(b, in->x, 351 * hidden), *d_ct = dev_floats(b, in->qkv, 256 * hidden);
+    float *d_cb = dev_floats(b, in->gelu_x, 256), *d_clt = dev_floats(b, (float[2]){0.2f, -0.3f}, 2);
+    uform_segment_t *d_cseg = dev_upload(b, in->choice_segments, sizeof(in->choice_segments));
+    uint32_t *d_cg = dev_upload(b, in->groups, sizeof(in->groups));
+    size_t *d_co = dev_upload(b, in->choice_offsets, sizeof(in->choice_offsets));
+    float *d_cp = dev_alloc(b, choices * sizeof(float));
+    b->ops->choice_probabilities(b, d_cs, hidden, d_cseg, 40, &tape, 0, d_cg, d_ct, d_cb, d_clt,
+                                 d_co, d_cp);
+    sync_check(b, label, "determinism: choice_probabilities");
+    keep(&r, b, "choice_probabilities", d_cp, choices);
+    dev_free(b, d_cs); dev_free(b, d_ct); dev_free(b, d_cb); dev_free(b, d_clt); dev_free(b, d_cseg);
+    dev_free(b, d_cg); dev_free(b, d_co); dev_free(b, d_cp);
+
     dev_free(b, d_x); dev_free(b, d_w); dev_free(b, d_bias); dev_free(b, d_y); dev_free(b, d_y2);
     dev_free(b, d_dy); dev_free(b, d_dw); dev_free(b, d_db); dev_free(b, d_dx); dev_free(b, d_lx);
     dev_free(b, d_lw); dev_free(b, d_lb); dev_free(b, d_ldy); dev_free(b, d_ly);
@@ -2725,6 +2945,15 @@ static void test_determinism(uform_backend_t *one, uform_backend_t *two, const c
     }
     in.single_offsets[40] = 40;
     in.token_offsets[40] = 40;
+    for (size_t i = 0, row = 0; i < 40; i++) {
+        size_t n = 1 + (i * 29) % 60; /* distinct bytes: 17 is odd */
+        for (size_t j = 0; j < n; j++)
+            in.choice_bytes[in.choice_tape[i] + j] = (uint8_t)((i * 31 + j * 17) % 256);
+        in.choice_tape[i + 1] = in.choice_tape[i] + n;
+        in.choice_offsets[i + 1] = in.choice_offsets[i] + n;
+        in.choice_segments[i] = (uform_segment_t){row, 1 + i % 8, 1};
+        row += 1 + i % 8;
+    }
     results_t a = run_some(one, label, &in), b = run_some(two, label, &in);
     CHECK(a.count == b.count, "%s determinism: %zu results against %zu", label, a.count, b.count);
     for (size_t i = 0; i < a.count && i < b.count; i++) {

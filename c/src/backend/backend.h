@@ -94,6 +94,11 @@ typedef struct {
     void (*download)(uform_backend_t *b, void *host, const void *device, size_t bytes);
     void (*copy)(uform_backend_t *b, void *destination, const void *source, size_t bytes);
     void (*zero)(uform_backend_t *b, void *memory, size_t bytes);
+    /* FP32 rows [rows, width] written to host memory as `scalar` (F32, BF16,
+     * F16 rounded to nearest even; I8 round(127 x), clamped, NaN 0; B1 sign
+     * bits, most significant first), rows row_bytes apart. */
+    void (*download_rows)(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
+                          uform_scalar_t scalar, void *host, size_t row_bytes);
     /* Waits for every operation issued; the first failure since the last call. */
     uform_status_t (*synchronize)(uform_backend_t *b);
 

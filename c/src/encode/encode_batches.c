@@ -204,17 +204,18 @@ static uform_status_t uform_encoder_run(uform_encoder_t *e) {
         backend.ops->mean_pool_forward(&backend, e->states, hidden, e->segments, items, e->pooled);
         uform_project_normalize(model, e->executor, &model->embedding_head, e->pooled, items,
                                 e->projected);
-        uform_convert_rows(e->projected, items, model->dimensions, encoded->scalar,
-                           (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
-                           encoded->embedding_row_bytes);
+        backend.ops->download_rows(
+            &backend, e->projected, items, model->dimensions, encoded->scalar,
+            (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
+            encoded->embedding_row_bytes);
     }
     if ((e->outputs & UFORM_OUTPUTS_TOKENS) && e->rows) {
         uint8_t *destination = uform_token_destination(e, first, e->rows);
         if (!destination) return UFORM_OUT_OF_MEMORY;
         uform_project_normalize(model, e->executor, &model->token_head, e->states, e->rows,
                                 e->projected);
-        uform_convert_rows(e->projected, e->rows, model->token_width, encoded->scalar, destination,
-                           encoded->token_row_bytes);
+        backend.ops->download_rows(&backend, e->projected, e->rows, model->token_width,
+                                   encoded->scalar, destination, encoded->token_row_bytes);
     }
     e->finished = e->added;
     e->rows = 0;

@@ -82,9 +82,6 @@ UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_ex
                                             const uform_packed_t *head, const float *x, size_t rows,
                                             float *y);
 
-/* Writes `rows` FP32 rows of `width` into `out` as `scalar`, row_bytes apart. */
-UFORM_INTERNAL void uform_convert_rows(const float *rows_f32, size_t rows, size_t width,
-                                       uform_scalar_t scalar, void *out, size_t row_bytes);
 /* Bytes of one row of `width` scalars; 0 for a scalar outputs cannot be. */
 UFORM_INTERNAL size_t uform_output_row_bytes(uform_scalar_t scalar, size_t width);
 

@@ -159,13 +159,14 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
     if (status != UFORM_OK) goto done;
 
     /* Forward and the masked loss, replica by replica; embeddings gathered. */
-    memset(t->gradients, 0, t->count * sizeof(float));
+    uform_backend_t *b = &t->backend;
+    b->ops->zero(b, t->gradients, t->count * sizeof(float));
     float masked_loss = 0, contrastive_loss = 0, late_loss = 0;
     double choices_sum = 0, media_sums[4] = {0, 0, 0, 0};
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         uform_workspace_t *w = &rep->w;
-        memset(w->d_states, 0, (rep->rows ? rep->rows : 1) * t->hidden * sizeof(float));
+        b->ops->zero(b, w->d_states, (rep->rows ? rep->rows : 1) * t->hidden * sizeof(float));
         if (rep->rows) {
             status = uform_forward_train(t, w, &media_rows[4 * r]);
             if (status != UFORM_OK) break;
@@ -185,7 +186,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
                                            t->choices_weight / (float)choice_items, &choices_sum);
         if (rep->items) {
             uform_embed(t, w);
-            memcpy(world + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
+            b->ops->copy(b, world + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
         }
     }
     if (status != UFORM_OK) goto done;
@@ -208,7 +209,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
         if (status != UFORM_OK) goto done;
         uform_contrastive_batch_t cb = {items, d, world, batch->bags ? bags : NULL, groups,
                                         batch->relations ? &relations : NULL};
-        memset(d_world, 0, items * d * sizeof(float));
+        b->ops->zero(b, d_world, items * d * sizeof(float));
         status = t->backend.ops->contrastive_loss(&t->backend, &t->contrastive, &cb,
                                    t->parameters + t->log_inverse_temperature,
                                    t->parameters + t->contrastive_bias, &contrastive_loss, d_world,
@@ -218,7 +219,8 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
         for (size_t r = 0; r < replicas; r++) {
             uform_replica_t *rep = &replica[r];
             if (!rep->items) continue;
-            memcpy(rep->w.d_embeddings, d_world + rep->world_first * d, rep->items * d * sizeof(float));
+            b->ops->copy(b, rep->w.d_embeddings, d_world + rep->world_first * d,
+                         rep->items * d * sizeof(float));
             uform_embed_backward(t, &rep->w);
         }
     }
@@ -248,7 +250,6 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
         loss += t->media[m].weight * media_losses[m];
     double norm;
-    uform_backend_t *b = &t->backend;
     float factor = uform_clip_factor(b->ops->sum_squares(b, t->gradients, t->count),
                                      UFORM_CLIP_NORM, &norm);
     float rate = (float)uform_schedule_rate(&t->schedule, step);
@@ -298,9 +299,9 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
                 memset(out, 0, count * embeddings_out->embedding_row_bytes);
                 for (size_t i = 0; i < count; i++)
                     if (index[i] != SIZE_MAX)
-                        uform_convert_rows(world + index[i] * d, 1, d, outputs_scalar,
-                                           out + i * embeddings_out->embedding_row_bytes,
-                                           embeddings_out->embedding_row_bytes);
+                        b->ops->download_rows(b, world + index[i] * d, 1, d, outputs_scalar,
+                                              out + i * embeddings_out->embedding_row_bytes,
+                                              embeddings_out->embedding_row_bytes);
                 embeddings_out->embeddings = out;
             }
             uform_arena_release(arena);

@@ -140,22 +140,20 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
         if (kept[i] == SIZE_MAX || !uform_has_choices(batch, i)) continue;
         size_t length = offsets[i + 1] - offsets[i];
         mask_rows[c] = first_row[i] + kept[i] - 1;
-        memcpy(states + c * h, rep->w.states + mask_rows[c] * h, h * sizeof(float));
         memcpy(bytes + starts[c], (const uint8_t *)batch->choices.data + offsets[i], length);
         memcpy(targets + starts[c], batch->choice_targets + offsets[i], length * sizeof(float));
         groups[c] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
         starts[c + 1] = starts[c] + length;
         c++;
     }
+    uform_backend_t *b = &t->backend;
+    b->ops->gather_rows(b, rep->w.states, h, mask_rows, n, states);
     uform_choices_batch_t choices = {n, h, states, bytes, targets, starts, groups};
-    float *g = t->gradients;
-    t->backend.ops->choices_loss(&t->backend, &choices, t->parameters + t->bytes_table, t->parameters + t->bytes_bias,
-                       t->parameters + t->choice_log_temperature, scale, loss_sum, d_states,
-                       g + t->bytes_table, g + t->bytes_bias, g + t->choice_log_temperature);
-    for (size_t k = 0; k < n; k++) {
-        float *target = rep->w.d_states + mask_rows[k] * h;
-        for (size_t e = 0; e < h; e++) target[e] += d_states[k * h + e];
-    }
+    float *p = t->parameters, *g = t->gradients;
+    b->ops->choices_loss(b, &choices, p + t->bytes_table, p + t->bytes_bias,
+                         p + t->choice_log_temperature, scale, loss_sum, d_states,
+                         g + t->bytes_table, g + t->bytes_bias, g + t->choice_log_temperature);
+    b->ops->scatter_add_rows(b, d_states, h, mask_rows, n, rep->w.d_states);
     free(states), free(targets), free(bytes), free(starts), free(groups);
     return UFORM_OK;
 }
@@ -225,7 +223,7 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
     }
     uform_late_admit(t, batch, replica, replicas, kept, index, first_row, layout, layout + items,
                      layout + 2 * items);
-    memset(d_vectors, 0, world_rows * width * sizeof(float));
+    b->ops->zero(b, d_vectors, world_rows * width * sizeof(float));
     uform_late_batch_t late = {items, width, vectors, layout, layout + items, layout + 2 * items,
                                bags, relations};
     uform_status_t status = b->ops->late_interaction_loss(

@@ -366,6 +366,7 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .download = uform_cpu_copy,
     .copy = uform_cpu_copy,
     .zero = uform_cpu_zero,
+    .download_rows = uform_cpu_download_rows,
     .synchronize = uform_cpu_synchronize,
     .pack = uform_cpu_pack,
     .packed_free = uform_cpu_packed_free,

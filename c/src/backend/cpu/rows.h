@@ -117,6 +117,11 @@ UFORM_INTERNAL void uform_cpu_choice_probabilities(
     const float *table, const float *bias, const float *log_temperature, const size_t *offsets,
     float *probabilities);
 
+/* ---- download_rows.c: backend.h's download_rows */
+UFORM_INTERNAL void uform_cpu_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows,
+                                            size_t width, uform_scalar_t scalar, void *out,
+                                            size_t row_bytes);
+
 /* ---- adamw.c */
 /* One AdamW update of `count` parameters, as torch.optim.AdamW (decoupled decay,
  * bias-corrected moments) on gradients multiplied by `gradient_scale` (the
