@@ -1,10 +1,10 @@
-/* test_backward.c: the forward/backward pairs of backward.h (the CPU trainer's
- * row-wise operations) against float64 references written here.
+/* test_backward.c: the CPU backend's forward/backward pairs (backend/cpu/rows.h:
+ * row-wise operations and attention, called directly) against float64
+ * references written here; tests/c/test_ops.c checks them again through the
+ * backend table.
  *
- * Build (from the repository root), or `make c/build/tests/test_backward`:
- *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/core/error.c c/src/core/executor.c c/src/model/backward.c c/src/model/attention_tiled.c c/src/backend/cpu/attention.c \
- *       tests/c/test_backward.c -lm -pthread -o /tmp/test_backward && /tmp/test_backward
+ * Build and run (from the repository root, under ASan/UBSan):
+ *   make c/build/tests/test_backward && c/build/tests/test_backward
  *
  * For each operation:
  * - the FP32 forward against a float64 reference (straight loops, libm exp/tanh),

@@ -1,10 +1,9 @@
-/* test_objectives.c: the training objectives of objectives.h (docs/training.md
- * sections 1-3) against independent references.
+/* test_objectives.c: the training objectives (train/objectives.h: random numbers,
+ * masking, the contrastive configuration; backend/cpu/losses.h: the contrastive
+ * loss) of docs/training.md sections 1-3 against independent references.
  *
- * Build (from the repository root):
- *   gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -Ic/include -Ic/src \
- *       c/src/core/error.c c/src/core/executor.c c/src/train/masking.c c/src/train/contrastive_config.c c/src/train/objectives.c tests/c/test_objectives.c \
- *       -lm -pthread -o /tmp/test_objectives && /tmp/test_objectives
+ * Build and run (from the repository root, under ASan/UBSan):
+ *   make c/build/tests/test_objectives && c/build/tests/test_objectives
  *
  * - Random numbers and one masked item: values hard-coded from a separate
  *   Python implementation of docs/training.md sections 1-2 (see rng_oracle).

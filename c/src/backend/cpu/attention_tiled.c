@@ -1,5 +1,5 @@
 /* attention_tiled.c: register-tiled attention forward and backward for the
- * trainer over packed segments (backward.h), FP32, no [n x n] buffer: the
+ * trainer over packed segments (rows.h), FP32, no [n x n] buffer: the
  * fallback of attention_train.c when its score matrices cannot be allocated.
  *
  * Backward runs twice over the pairs (i, j) of a segment and head: once owned

@@ -2,7 +2,7 @@
  * GEMMs per (item, head) on the training GEMM (cpu/sgemm.h) plus row-wise
  * softmax work. Each thread keeps two [n x n] score matrices of the longest
  * item; when they cannot be allocated (or would exceed UFORM_ATTENTION_SCRATCH
- * bytes) the register-tiled version of backward.c runs instead.
+ * bytes) the register-tiled version of attention_tiled.c runs instead.
  *
  * forward:  S = Q K^T / 8, lse_i = log sum_j exp S_ij, P = exp(S - lse), O = P V
  * backward: dP = dO V^T, D_i = dO_i . O_i, dS = P (dP - D) / 8,

@@ -17,15 +17,6 @@ typedef struct {
     float *probabilities;
 } uform_choose_task_t;
 
-static inline float uform_dot(const float *a, const float *b, size_t width) {
-    float partial[UFORM_LANES] = {0};
-    for (size_t i = 0; i < width; i += UFORM_LANES)
-        for (size_t l = 0; l < UFORM_LANES && i + l < width; l++) partial[l] += a[i + l] * b[i + l];
-    float sum = 0;
-    for (size_t l = 0; l < UFORM_LANES; l++) sum += partial[l];
-    return sum;
-}
-
 /* Probabilities of items [begin, end). */
 UFORM_VECTOR_CLONES
 static void uform_choose_items(void *context, size_t begin, size_t end, size_t thread) {
@@ -46,7 +37,7 @@ static void uform_choose_items(void *context, size_t begin, size_t end, size_t t
         float largest = -INFINITY;
         for (size_t c = 0; c < n; c++) {
             const float *row = task->table + (size_t)bytes[c] * hidden;
-            p[c] = (uform_dot(mask, row, hidden) + task->bias[bytes[c]]) / temperature;
+            p[c] = (uform_dot_lanes(mask, row, hidden) + task->bias[bytes[c]]) / temperature;
             if (p[c] > largest) largest = p[c];
         }
         float sum = 0;

@@ -35,16 +35,6 @@
 #define UFORM_COLUMN_BLOCK 16  /* columns per owner of a weight gradient */
 #define UFORM_ROWS_GRAIN 64    /* rows per task of row-wise loops */
 
-/* Sum of a[i] * b[i] over i < n in 16 lane partials, lanes added in order. */
-UFORM_INLINE float uform_dot_lanes(const float *a, const float *b, size_t n) {
-    float partial[UFORM_LANES] = {0};
-    for (size_t i = 0; i < n; i += UFORM_LANES)
-        for (size_t l = 0; l < UFORM_LANES && i + l < n; l++) partial[l] += a[i + l] * b[i + l];
-    float sum = 0;
-    for (size_t l = 0; l < UFORM_LANES; l++) sum += partial[l];
-    return sum;
-}
-
 /* ==== layer norm ============================================================ */
 
 typedef struct {
@@ -54,7 +44,7 @@ typedef struct {
     size_t rows, width;
 } uform_ln_task_t;
 
-/* forward.c's uform_norm_rows, operation for operation, saving mean and rstd. */
+/* Layer norm in lane sums, saving mean and rstd when asked (inference and training alike). */
 UFORM_VECTOR_CLONES
 static void uform_ln_forward_rows(void *context, size_t begin, size_t end, size_t thread) {
     (void)thread;
@@ -182,7 +172,7 @@ typedef struct {
     float *y;
 } uform_gelu_task_t;
 
-/* forward.c's form: 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^(-2u)),
+/* The inference form: 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^(-2u)),
  * except where -2u > 88 (x < -9.9), where fast_exp's clamp would leave
  * x / (1 + e^88) (|y| up to 2 for x near -FLT_MAX) and 0 is taken: the
  * difference from the inference forward is below 1e-37 for |x| < 10. */
@@ -242,7 +232,7 @@ typedef struct {
 } uform_rope_task_t;
 
 /* Pairs (x[j], x[j+32]) of every q and k head turned by t (or -t). The forward
- * chain is forward.c's; the backward one is the transpose of its rotation:
+ * chain is the inference one; the backward one is the transpose of its rotation:
  * (g0 c + g1 s, -g0 s + g1 c). */
 UFORM_VECTOR_CLONES
 static void uform_rope_rows(void *context, size_t begin, size_t end, size_t thread) {
@@ -414,7 +404,7 @@ void uform_mean_pool_backward(const float *dpooled, size_t width, const uform_se
 
 /* ==== L2 normalisation ====================================================== */
 
-/* forward.c's uform_normalize_rows; norms[r] is |x_r| before the clamp. */
+/* Rows over their L2 norm (16 lane partial sums); norms[r] is |x_r| before the clamp. */
 void uform_normalize_forward(const float *x, size_t rows, size_t width, float *y, float *norms) {
     for (size_t r = 0; r < rows; r++) {
         const float *source = x + r * width;

@@ -16,6 +16,18 @@
 
 #include "backend/backend.h"
 
+/* Sum of a[i] * b[i] over i < n in 16 lane partials, lanes added in order: the
+ * one order of every row-wise dot product (norms, choice scores). */
+static inline __attribute__((always_inline)) float uform_dot_lanes(const float *a, const float *b,
+                                                                   size_t n) {
+    float partial[UFORM_LANES] = {0};
+    for (size_t i = 0; i < n; i += UFORM_LANES)
+        for (size_t l = 0; l < UFORM_LANES && i + l < n; l++) partial[l] += a[i + l] * b[i + l];
+    float sum = 0;
+    for (size_t l = 0; l < UFORM_LANES; l++) sum += partial[l];
+    return sum;
+}
+
 /* ---- LayerNorm: y = (x - mean) * rstd * weight + bias, biased variance, eps 1e-5 */
 UFORM_INTERNAL void uform_layer_norm_forward(uform_executor_t *executor, const float *x, size_t rows,
                                              size_t width, const float *weight, const float *bias,
