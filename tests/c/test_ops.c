@@ -862,6 +862,92 @@ static double gelu_ref_derivative(double x) {
     return s + x * 2.0 * s * (1.0 - s) * c * (1.0 + 3 * 0.044715 * x * x);
 }
 
+/* ==== linear_gelu =========================================================== */
+
+/* pre = x W^T + bias within linear's bound ((2k + 2) u of the sum of |terms|;
+ * packed weights BF16 in the reference, x rounded to BF16 where the backend
+ * does), and y = gelu(pre) within test_gelu's 4e-5 |y| (+ 1e-30) of gelu
+ * applied to the pre the backend wrote (for |pre| > 12 both sides are the
+ * limits pre and 0, test_gelu's 1e-6); pre == y gives the same y. Rows alone
+ * equal the batch. */
+static void linear_gelu_case(uform_backend_t *b, const char *label, size_t rows, size_t n,
+                             size_t k, bool packed) {
+    char what[128];
+    snprintf(what, sizeof(what), "linear_gelu %s %zux%zux%zu", packed ? "packed" : "dense", rows,
+             n, k);
+    float *w = random_floats(n * k, 1.0f), *x = random_floats(rows * k, 1.0f);
+    float *bias = random_floats(n, 1.0f);
+    uint16_t *bits = xmalloc(n * k, sizeof(uint16_t));
+    for (size_t i = 0; i < n * k && packed; i++) {
+        bits[i] = uform_f32_to_bf16(w[i]);
+        w[i] = uform_bf16_to_f32(bits[i]);
+    }
+    packed_weight_t holder;
+    float *dw = NULL;
+    uform_weight_t dense_weight = {0};
+    const uform_weight_t *weight = &dense_weight;
+    if (packed) {
+        if (!pack_weight(b, bits, n, k, &holder)) {
+            free(w), free(x), free(bias), free(bits);
+            return;
+        }
+        weight = &holder.weight;
+    } else {
+        dw = dev_floats(b, w, n * k);
+        dense_weight = (uform_weight_t){NULL, dw, n, k};
+    }
+    float *d_x = dev_floats(b, x, rows * k), *d_bias = dev_floats(b, bias, n);
+    float *d_pre = dev_alloc(b, rows * n * sizeof(float)), *d_y = dev_alloc(b, rows * n * sizeof(float));
+    float *d_inplace = dev_alloc(b, rows * n * sizeof(float));
+    b->ops->linear_gelu(b, weight, d_x, k, rows, d_bias, d_pre, d_y);
+    b->ops->linear_gelu(b, weight, d_x, k, rows, d_bias, d_inplace, d_inplace);
+    sync_check(b, label, what);
+    float *pre = fetch(b, d_pre, rows * n), *y = fetch(b, d_y, rows * n);
+    float *inplace = fetch(b, d_inplace, rows * n);
+    bool rounds = packed && bf16_activations(b);
+    double *ref = xmalloc(rows * n, sizeof(double)), *bound = xmalloc(rows * n, sizeof(double));
+    double *gelu_of_pre = xmalloc(rows * n, sizeof(double));
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < n; j++) {
+            double sum = bias[j], magnitude = fabs(bias[j]);
+            for (size_t p = 0; p < k; p++) {
+                float xv = x[i * k + p];
+                double product = (double)(rounds ? bf16_round(xv) : xv) * w[j * k + p];
+                sum += product;
+                magnitude += fabs(product);
+            }
+            ref[i * n + j] = sum;
+            bound[i * n + j] = (2.0 * (double)k + 2.0) * U32 * magnitude + 1e-30;
+            gelu_of_pre[i * n + j] = gelu_ref(pre[i * n + j]);
+        }
+    bound_check(label, what, pre, ref, bound, rows * n);
+    forward_check(label, what, y, gelu_of_pre, rows * n, 4e-5, 1e-30);
+    CHECK(same_bits(y, inplace, rows * n * sizeof(float)), "%s %s: pre == y differs", label, what);
+    bool alone = true;
+    for (size_t r = 0; r < rows; r++) {
+        float *d_one = dev_alloc(b, n * sizeof(float));
+        b->ops->linear_gelu(b, weight, d_x + r * k, k, 1, d_bias, d_one, d_one);
+        sync_check(b, label, what);
+        float *one = fetch(b, d_one, n);
+        alone &= same_bits(one, y + r * n, n * sizeof(float));
+        dev_free(b, d_one);
+        free(one);
+    }
+    CHECK(alone, "%s %s: rows computed alone differ from the batch", label, what);
+    if (packed) packed_weight_free(b, &holder);
+    dev_free(b, dw), dev_free(b, d_x), dev_free(b, d_bias), dev_free(b, d_pre), dev_free(b, d_y);
+    dev_free(b, d_inplace);
+    free(w), free(x), free(bias), free(bits), free(pre), free(y), free(inplace), free(ref);
+    free(bound), free(gelu_of_pre);
+}
+
+static void test_linear_gelu(uform_backend_t *b, const char *label) {
+    linear_gelu_case(b, label, 1, 40, 37, true);
+    linear_gelu_case(b, label, 17, 100, 65, true);
+    linear_gelu_case(b, label, 3, 5, 300, false);
+    linear_gelu_case(b, label, 17, 100, 65, false);
+}
+
 static void test_gelu(uform_backend_t *b, const char *label) {
     size_t n = 3001; /* not a multiple of the vector width */
     float *x = random_floats(n, 6.0f), *r = random_floats(n, 1.0f);
@@ -2733,6 +2819,7 @@ static void test_backend(uform_backend_t *b, const char *label) {
     test_linear_backward(b, label);
     test_layer_norm(b, label);
     test_gelu(b, label);
+    test_linear_gelu(b, label);
     test_rope(b, label);
     test_embedding(b, label);
     test_attention(b, label);

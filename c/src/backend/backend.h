@@ -118,6 +118,12 @@ typedef struct {
      * product, on packed or dense weights. accumulate fuses the residual add. */
     void (*linear)(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
                    size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+    /* y[rows, n] = gelu(x W^T + bias) (tanh GELU, as gelu_forward), the
+     * pre-activation x W^T + bias written to `pre` [rows, n] for the backward
+     * (pre == y: not kept, inference): the MLP's up projection, one call so a
+     * device can fuse the GELU into the product's epilogue. */
+    void (*linear_gelu)(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                        size_t x_stride, size_t rows, const float *bias, float *pre, float *y);
     /* Its backward on dense weights: dW += dy^T x, dbias += column sums of dy
      * (dbias may be NULL), dx (+)= dy W (dx may be NULL). x [rows, k], dy [rows, n]. */
     void (*linear_backward)(uform_backend_t *b, const uform_weight_t *w, const float *x,

@@ -30,8 +30,7 @@ void uform_transformer_forward(uform_backend_t *b, const uform_transformer_t *mo
         /* next = middle + down(gelu(up(norm2(middle)))) */
         op->layer_norm_forward(b, s->middle, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
                                s->normed2, s->mean2, s->rstd2);
-        op->linear(b, &w->up, s->normed2, h, rows, w->up_bias, false, s->up, 4 * h);
-        op->gelu_forward(b, s->up, rows * 4 * h, s->activated);
+        op->linear_gelu(b, &w->up, s->normed2, h, rows, w->up_bias, s->up, s->activated);
         float *next = !a->saved ? s->input : l + 1 < model->depth ? a->layers[l + 1].input
                                                                   : a->output;
         if (next != s->middle) op->copy(b, next, s->middle, bytes);

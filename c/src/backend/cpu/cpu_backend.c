@@ -75,6 +75,13 @@ static void uform_cpu_linear(uform_backend_t *b, const uform_weight_t *w, const 
                 (uform_matrix_t){w->dense, w->k, true}, bias, accumulate, y, y_stride);
 }
 
+static void uform_cpu_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                                  size_t x_stride, size_t rows, const float *bias, float *pre,
+                                  float *y) {
+    uform_cpu_linear(b, w, x, x_stride, rows, bias, false, pre, w->n);
+    uform_gelu_forward(b->executor, pre, rows * w->n, y);
+}
+
 typedef struct {
     const float *dy;
     size_t rows, cols;
@@ -372,6 +379,7 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .packed_free = uform_cpu_packed_free,
     .gemm = uform_cpu_gemm,
     .linear = uform_cpu_linear,
+    .linear_gelu = uform_cpu_linear_gelu,
     .linear_backward = uform_cpu_linear_backward,
     .layer_norm_forward = uform_cpu_layer_norm_forward,
     .layer_norm_backward = uform_cpu_layer_norm_backward,
