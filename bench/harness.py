@@ -37,18 +37,22 @@ QUERY_TEXTS = 64              # short queries: this many different texts, one ca
 TORCH_MINI_BATCH = 32         # BatchedTorchModel's mini-batch (texts sorted by length)
 
 
-def native_bf16() -> bool:
-    """Whether this CPU has BF16 arithmetic (AVX-512 BF16 or AMX), where torch's BF16
-    autocast is its fastest CPU mode."""
+def cpu_flag_set() -> set[str]:
+    """The flags of /proc/cpuinfo's first processor (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as file:
             for line in file:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    return set()
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has BF16 arithmetic (AVX-512 BF16 or AMX), where torch's BF16
+    autocast is its fastest CPU mode."""
+    return bool(cpu_flag_set() & {"avx512_bf16", "amx_bf16"})
 
 
 # torch BF16 autocast runs where the CPU has BF16 arithmetic; elsewhere it emulates BF16,

@@ -188,7 +188,7 @@ static void uform_cpu_attention_backward(uform_backend_t *b, const float *qkv, c
 /* ---- heads ------------------------------------------------------------------------ */
 
 typedef struct {
-    const float *x, *y_in, *norms_in;
+    const float *x;
     float *y, *norms;
     size_t width;
     const uform_segment_t *segments;
