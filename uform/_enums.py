@@ -63,7 +63,10 @@ class Scalar(IntEnum):
 
 
 class CPUClass(IntEnum):
-    """Kernels a RAM model is packed for, chosen at load by cpuid."""
+    """Kernels a RAM model is packed for, chosen at load from what the CPU reports
+    (cpuid on x86-64, the kernel's HWCAP words on aarch64). SERIAL runs everywhere;
+    HASWELL, SKYLAKE and SAPPHIRE only on x86-64, NEON, SVE, NEON_BF16 and SVE_BF16 only on
+    aarch64. SAPPHIRE, NEON_BF16 and SVE_BF16 round activations to BF16 for their products."""
 
     SERIAL = 1
     HASWELL = 2
@@ -71,6 +74,8 @@ class CPUClass(IntEnum):
     SAPPHIRE = 4
     NEON = 5
     SVE = 6
+    NEON_BF16 = 7
+    SVE_BF16 = 8
 
 
 class GPUClass(IntEnum):

@@ -101,15 +101,20 @@ typedef enum {
 } uform_scalar_t;
 
 /* CPU classes: the kernels a RAM model is packed for. AUTO (0) asks the
- * library to pick the best class the CPU and OS can run. */
+ * library to pick the best class the CPU and OS can run (BF16 products where
+ * the CPU has them: SAPPHIRE on x86-64, SVE_BF16 or NEON_BF16 on aarch64). A library built for
+ * x86-64 has no Arm class and one built for aarch64 no x86 class: pinning one
+ * answers UFORM_UNSUPPORTED. */
 typedef enum {
     UFORM_CPU_CLASS_AUTO = 0,
     UFORM_CPU_CLASS_SERIAL = 1,   /* portable C11, FP32 */
     UFORM_CPU_CLASS_HASWELL = 2,  /* AVX2 + FMA, FP32 */
     UFORM_CPU_CLASS_SKYLAKE = 3,  /* AVX-512F, FP32 */
     UFORM_CPU_CLASS_SAPPHIRE = 4, /* AVX-512 + BF16 dot products, FP32 sums */
-    UFORM_CPU_CLASS_NEON = 5,     /* Arm NEON (not built yet) */
-    UFORM_CPU_CLASS_SVE = 6       /* Arm SVE (not built yet) */
+    UFORM_CPU_CLASS_NEON = 5,     /* Arm NEON (aarch64), FP32; GEMMs as HASWELL bit for bit */
+    UFORM_CPU_CLASS_SVE = 6,      /* Arm SVE (aarch64), any vector length, FP32: NEON bit for bit */
+    UFORM_CPU_CLASS_NEON_BF16 = 7, /* NEON + BFDOT (FEAT_BF16): BF16 products, FP32 sums */
+    UFORM_CPU_CLASS_SVE_BF16 = 8   /* SVE + BFDOT, any vector length: NEON_BF16 bit for bit */
 } uform_cpu_class_t;
 
 /* GPU classes; NONE (0) for a RAM model, or "pick for me" in a pin. */

@@ -1,8 +1,9 @@
 /* fast_exp.h: the one exp approximation of the forward pass (softmax, GELU),
- * scalar for code the compiler vectorises and AVX-512 for hand-written
- * kernels; both the same Cody-Waite reduction and degree-6 polynomial (Cephes
- * expf), about 2 ulp on [-87, 88]. Inputs are clamped to that range, so below
- * e^-87 the result is ~1.6e-38 rather than 0: far under any stated tolerance. */
+ * scalar for code the compiler vectorises, and AVX-512, NEON and SVE for
+ * hand-written kernels; all the same Cody-Waite reduction and degree-6
+ * polynomial (Cephes expf), about 2 ulp on [-87, 88]. Inputs are clamped to
+ * that range, so below e^-87 the result is ~1.6e-38 rather than 0: far under
+ * any stated tolerance. */
 #ifndef UFORM_FAST_EXP_H
 #define UFORM_FAST_EXP_H
 
@@ -69,6 +70,53 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 uform_fas
     __m512i exponent = _mm512_slli_epi32(
         _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
+}
+#endif
+
+/* The Arm versions follow uform_fast_exp512 step for step, so NEON and SVE
+ * give the same bits as each other (FMAX keeps a NaN, and FCVTZS turns it into
+ * 0, so a NaN input comes out NaN with no undefined behaviour). */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+static inline __attribute__((always_inline)) float32x4_t uform_fast_exp_neon(float32x4_t x) {
+    x = vmaxq_f32(x, vdupq_n_f32(UFORM_EXP_LOW));
+    x = vminq_f32(x, vdupq_n_f32(UFORM_EXP_HIGH));
+    float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(UFORM_EXP_LOG2E)));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(UFORM_EXP_LN2_HIGH));
+    r = vfmsq_f32(r, n, vdupq_n_f32(UFORM_EXP_LN2_LOW));
+    float32x4_t p = vdupq_n_f32(UFORM_EXP_P0);
+    p = vfmaq_f32(vdupq_n_f32(UFORM_EXP_P1), p, r);
+    p = vfmaq_f32(vdupq_n_f32(UFORM_EXP_P2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(UFORM_EXP_P3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(UFORM_EXP_P4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(UFORM_EXP_P5), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), vmulq_f32(p, r), r);
+    int32x4_t exponent = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(exponent));
+}
+
+/* SVE (vector-length agnostic); the target attribute lets files built with
+ * baseline flags include this header and lets attention_sve.c call it. Lanes
+ * outside pg are undefined. */
+#include <arm_sve.h>
+
+static inline __attribute__((always_inline, target("+sve"))) svfloat32_t
+uform_fast_exp_sve(svbool_t pg, svfloat32_t x) {
+    x = svmax_n_f32_x(pg, x, UFORM_EXP_LOW);
+    x = svmin_n_f32_x(pg, x, UFORM_EXP_HIGH);
+    svfloat32_t n = svrintn_f32_x(pg, svmul_n_f32_x(pg, x, UFORM_EXP_LOG2E));
+    svfloat32_t r = svmls_n_f32_x(pg, x, n, UFORM_EXP_LN2_HIGH);
+    r = svmls_n_f32_x(pg, r, n, UFORM_EXP_LN2_LOW);
+    svfloat32_t p = svdup_n_f32(UFORM_EXP_P0);
+    p = svmad_n_f32_x(pg, p, r, UFORM_EXP_P1);
+    p = svmad_n_f32_x(pg, p, r, UFORM_EXP_P2);
+    p = svmad_n_f32_x(pg, p, r, UFORM_EXP_P3);
+    p = svmad_n_f32_x(pg, p, r, UFORM_EXP_P4);
+    p = svmad_n_f32_x(pg, p, r, UFORM_EXP_P5);
+    p = svmla_f32_x(pg, svadd_n_f32_x(pg, r, 1.0f), svmul_f32_x(pg, p, r), r);
+    svint32_t exponent = svlsl_n_s32_x(pg, svadd_n_s32_x(pg, svcvt_s32_f32_x(pg, n), 127), 23);
+    return svmul_f32_x(pg, p, svreinterpret_f32_s32(exponent));
 }
 #endif
 

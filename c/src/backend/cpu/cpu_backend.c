@@ -414,14 +414,25 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .adamw_first_non_finite = uform_cpu_adamw_first_non_finite,
 };
 
+#if defined(__x86_64__)
+#define UFORM_TARGET_NAME "x86-64"
+#elif defined(__aarch64__)
+#define UFORM_TARGET_NAME "aarch64"
+#else
+#define UFORM_TARGET_NAME "this architecture"
+#endif
+
 uform_status_t uform_cpu_class_resolve(uform_cpu_class_t requested, uform_cpu_class_t *resolved) {
-    if ((unsigned)requested > UFORM_CPU_CLASS_SVE)
+    if ((unsigned)requested > UFORM_CPU_CLASS_SVE_BF16)
         return uform_fail(UFORM_INVALID_ARGUMENT, "cpu_class: %d is not a CPU class", (int)requested);
     uform_cpu_class_t cpu_class = requested == UFORM_CPU_CLASS_AUTO ? uform_cpu_class_best() : requested;
     const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(cpu_class);
-    if (!kernels || !uform_cpu_class_supported(cpu_class))
-        return uform_fail(UFORM_UNSUPPORTED, "cpu_class: this %s cannot run the %s class",
-                          kernels ? "CPU" : "build", uform_cpu_class_name(cpu_class));
+    if (!kernels)
+        return uform_fail(UFORM_UNSUPPORTED, "cpu_class: the %s class is not built for %s",
+                          uform_cpu_class_name(cpu_class), UFORM_TARGET_NAME);
+    if (!uform_cpu_class_supported(cpu_class))
+        return uform_fail(UFORM_UNSUPPORTED, "cpu_class: this CPU cannot run the %s class",
+                          uform_cpu_class_name(cpu_class));
     *resolved = cpu_class;
     return UFORM_OK;
 }

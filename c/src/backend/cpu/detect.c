@@ -1,7 +1,29 @@
-/* detect.c: which CPU classes this machine and OS can run, and the tables. */
+/* detect.c: which CPU classes this machine and OS can run, and the tables.
+ * x86-64 asks cpuid and xgetbv (the OS must save the vector state); aarch64
+ * asks the kernel's hardware capability words (getauxval), which the kernel
+ * sets only for what it also saves and restores (SVE included). */
 #include "backend/cpu/kernels.h"
 
 #include <stdlib.h>
+
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_FP
+#define HWCAP_FP (1UL << 0)
+#endif
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1UL << 1)
+#endif
+#ifndef HWCAP_SVE
+#define HWCAP_SVE (1UL << 22)
+#endif
+#ifndef HWCAP2_SVEBF16
+#define HWCAP2_SVEBF16 (1UL << 12)
+#endif
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
+#endif
+#endif
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -55,14 +77,30 @@ bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_SAPPHIRE: return features.avx512_bf16;
     default: return false;
     }
+#elif defined(__aarch64__)
+    unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+    bool neon = (hwcap & HWCAP_FP) && (hwcap & HWCAP_ASIMD);
+    bool sve = neon && (hwcap & HWCAP_SVE);
+    switch (cpu_class) {
+    case UFORM_CPU_CLASS_NEON: return neon;
+    case UFORM_CPU_CLASS_SVE: return sve;
+    case UFORM_CPU_CLASS_NEON_BF16: return neon && (hwcap2 & HWCAP2_BF16);
+    case UFORM_CPU_CLASS_SVE_BF16: return sve && (hwcap2 & HWCAP2_SVEBF16);
+    default: return false;
+    }
 #else
-    return false; /* NEON and SVE are not built yet */
+    return false;
 #endif
 }
 
 uform_cpu_class_t uform_cpu_class_best(void) {
-    static const uform_cpu_class_t order[] = {UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_SKYLAKE,
-                                              UFORM_CPU_CLASS_HASWELL};
+    /* BF16 products first where the CPU has them (as SAPPHIRE on x86); on Arm
+     * SVE before NEON: at 128 bits as fast, wider where the machine has more,
+     * and the same bits (neon.c, neon_bf16.c). */
+    static const uform_cpu_class_t order[] = {
+        UFORM_CPU_CLASS_SAPPHIRE,  UFORM_CPU_CLASS_SKYLAKE,   UFORM_CPU_CLASS_HASWELL,
+        UFORM_CPU_CLASS_SVE_BF16,  UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE,
+        UFORM_CPU_CLASS_NEON};
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
         if (uform_cpu_class_supported(order[i]) && uform_cpu_kernels_for(order[i])) return order[i];
     return UFORM_CPU_CLASS_SERIAL;
@@ -75,6 +113,12 @@ const uform_cpu_kernels_t *uform_cpu_kernels_for(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_HASWELL: return &uform_cpu_kernels_haswell;
     case UFORM_CPU_CLASS_SKYLAKE: return &uform_cpu_kernels_skylake;
     case UFORM_CPU_CLASS_SAPPHIRE: return &uform_cpu_kernels_sapphire;
+#endif
+#if defined(__aarch64__)
+    case UFORM_CPU_CLASS_NEON: return &uform_cpu_kernels_neon;
+    case UFORM_CPU_CLASS_SVE: return &uform_cpu_kernels_sve;
+    case UFORM_CPU_CLASS_NEON_BF16: return &uform_cpu_kernels_neon_bf16;
+    case UFORM_CPU_CLASS_SVE_BF16: return &uform_cpu_kernels_sve_bf16;
 #endif
     default: return NULL;
     }
@@ -89,6 +133,8 @@ const char *uform_cpu_class_name(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_SAPPHIRE: return "sapphire";
     case UFORM_CPU_CLASS_NEON: return "neon";
     case UFORM_CPU_CLASS_SVE: return "sve";
+    case UFORM_CPU_CLASS_NEON_BF16: return "neon_bf16";
+    case UFORM_CPU_CLASS_SVE_BF16: return "sve_bf16";
     }
     return "unknown";
 }

@@ -14,6 +14,9 @@ uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class, const uint1
     if (n == 0 || k == 0)
         return uform_fail(UFORM_INVALID_ARGUMENT, "pack: empty matrix %zu x %zu", n, k);
     size_t nr = gemm_class->nr;
+    if (nr == 0 || nr > UFORM_GEMM_NR_MAX || gemm_class->mr > UFORM_GEMM_MR_MAX)
+        return uform_fail(UFORM_UNSUPPORTED, "pack: a %zu x %zu kernel tile is too large",
+                          gemm_class->mr, nr);
     size_t panels = n / nr + (n % nr != 0);
     size_t kp = gemm_class->layout == UFORM_GEMM_PAIRS ? k + (k & 1) : k;
     size_t elements, bytes;
@@ -56,6 +59,19 @@ void uform_gemm_pack_a_f32(const float *x, size_t x_stride, size_t rows, size_t 
         for (size_t p = 0; p < kc; p++) dst[p * rows + r] = x[r * x_stride + p];
 }
 
+void uform_gemm_pack_a_bf16_pairs(const float *x, size_t x_stride, size_t rows, size_t kc,
+                                  void *a) {
+    uint32_t *dst = a;
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = x + r * x_stride;
+        for (size_t p = 0; p < kc; p += 2) {
+            uint32_t low = uform_f32_to_bf16(row[p]);
+            uint32_t high = p + 1 < kc ? uform_f32_to_bf16(row[p + 1]) : 0;
+            dst[p / 2 * rows + r] = low | high << 16;
+        }
+    }
+}
+
 typedef struct {
     const uform_gemm_class_t *gemm_class;
     const uform_packed_t *w;
@@ -83,8 +99,8 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
     const uint16_t *data = job->w->data;
     _Alignas(64) unsigned char a_panel[UFORM_GEMM_A_BYTES];
     /* The last panel's partial columns are computed full width into here. */
-    _Alignas(64) float edge[UFORM_GEMM_MR_MAX * 64];
-    _Alignas(64) float edge_bias[64];
+    _Alignas(64) float edge[UFORM_GEMM_MR_MAX * UFORM_GEMM_NR_MAX];
+    _Alignas(64) float edge_bias[UFORM_GEMM_NR_MAX];
     memset(edge, 0, sizeof(edge));
 
     for (size_t task = begin; task < end; task++) {

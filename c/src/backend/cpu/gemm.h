@@ -23,6 +23,8 @@
 #include "backend/cpu/kernels.h"
 
 #define UFORM_GEMM_MR_MAX 16
+/* Columns per W panel at most: 2 x 64 FP32 lanes of a 2048-bit SVE vector. */
+#define UFORM_GEMM_NR_MAX 128
 /* Bytes of the A panel buffer each task keeps on its stack. */
 #define UFORM_GEMM_A_BYTES 16384
 
@@ -42,7 +44,7 @@ typedef void (*uform_pack_a_fn_t)(const float *x, size_t x_stride, size_t rows, 
 
 typedef struct {
     size_t mr;                    /* rows per kernel call at most */
-    size_t nr;                    /* columns per W panel */
+    size_t nr;                    /* columns per W panel, <= UFORM_GEMM_NR_MAX */
     size_t kc;                    /* k per block (even for PAIRS) */
     size_t a_bytes;               /* bytes per packed A element per k: 4 FP32, 2 BF16 */
     uform_gemm_layout_t layout;
@@ -57,6 +59,10 @@ typedef struct {
 /* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */
 UFORM_INTERNAL void uform_gemm_pack_a_f32(const float *x, size_t x_stride, size_t rows, size_t kc,
                                           void *a);
+/* pack_a for PAIRS kernels (portable): a[p2 * rows + r] = bf16(x[r, 2 p2]) |
+ * bf16(x[r, 2 p2 + 1]) << 16, rounded as uform_f32_to_bf16, an odd kc padded with 0. */
+UFORM_INTERNAL void uform_gemm_pack_a_bf16_pairs(const float *x, size_t x_stride, size_t rows,
+                                                 size_t kc, void *a);
 UFORM_INTERNAL uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class,
                                               const uint16_t *weights, size_t n, size_t k,
                                               uform_packed_t *packed);

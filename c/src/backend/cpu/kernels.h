@@ -17,7 +17,7 @@
 
 typedef struct {
     uform_cpu_class_t cpu_class;
-    const char *name;                    /* "serial", "haswell", "skylake", "sapphire" */
+    const char *name;                    /* "serial", "haswell", ..., "neon", "sve" */
     /* Packs W [n, k] given as BF16 bits, row-major. */
     uform_status_t (*pack)(const uint16_t *weights, size_t n, size_t k, uform_packed_t *packed);
     /* y[m, n] = (accumulate ? y : 0) + x[m, k] * W^T + bias (bias may be NULL):
@@ -55,6 +55,16 @@ UFORM_INTERNAL void uform_attention_bf16(const float *q, const float *k, const f
                                          size_t stride, size_t n, size_t first, size_t last,
                                          float *out, size_t out_stride, float *scratch);
 #endif
+#if defined(__aarch64__)
+/* attention_neon.c, attention_sve.c: the same bits as each other at every
+ * SVE vector length. */
+UFORM_INTERNAL void uform_attention_neon(const float *q, const float *k, const float *v,
+                                         size_t stride, size_t n, size_t first, size_t last,
+                                         float *out, size_t out_stride, float *scratch);
+UFORM_INTERNAL void uform_attention_sve(const float *q, const float *k, const float *v,
+                                        size_t stride, size_t n, size_t first, size_t last,
+                                        float *out, size_t out_stride, float *scratch);
+#endif
 
 /* attention_inference.c: every head of every segment on a class's kernel,
  * spread over the executor; scratch of uform_attention_inference_scratch_bytes. */
@@ -73,8 +83,15 @@ UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_haswell;
 UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_skylake;
 UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_sapphire;
 #endif
+#if defined(__aarch64__)
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_neon;
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_sve;
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_neon_bf16;
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_sve_bf16;
+#endif
 
-/* detect.c: whether this CPU and OS can run a class (cpuid + xgetbv). */
+/* detect.c: whether this CPU and OS can run a class (cpuid + xgetbv on
+ * x86-64, getauxval on aarch64). */
 UFORM_INTERNAL bool uform_cpu_class_supported(uform_cpu_class_t cpu_class);
 /* The best class this machine runs. */
 UFORM_INTERNAL uform_cpu_class_t uform_cpu_class_best(void);

@@ -7,12 +7,12 @@
  *
  * Determinism contract: every c[i, j] is one chain over p in order 0..k-1,
  * starting from c[i, j] (accumulate) or +0, each step acc = acc + a[i, p] b[p, j]
- * (one FMA on the x86 SIMD paths, a multiply then an add on the portable one;
+ * (one FMA on the SIMD paths, a multiply then an add on the portable one;
  * the same in every element of a path), then + bias[j] once at the end. Partial
  * sums are stored to c between k blocks as FP32, which is exact. So the bits of
  * c[i, j] do not depend on m, on the element's tile position, on the thread
- * count or on the split of work, and the AVX2 and AVX-512 paths agree bit for
- * bit (both FMA chains); the portable path differs from them by roundings.
+ * count or on the split of work, and the AVX2, AVX-512 and NEON paths agree bit
+ * for bit (all FMA chains); the portable path differs from them by roundings.
  */
 #ifndef UFORM_CPU_SGEMM_H
 #define UFORM_CPU_SGEMM_H
@@ -41,6 +41,7 @@ typedef enum {
     UFORM_SGEMM_PORTABLE,  /* plain C, multiply then add */
     UFORM_SGEMM_AVX2,      /* AVX2 + FMA (x86-64) */
     UFORM_SGEMM_AVX512,    /* AVX-512F + FMA (x86-64) */
+    UFORM_SGEMM_NEON,      /* Arm NEON (aarch64; also what SVE machines run) */
 } uform_sgemm_path_t;
 
 /* Whether this build and machine run a path (AUTO and PORTABLE always). */
@@ -55,7 +56,7 @@ UFORM_INTERNAL void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks,
                                      uform_matrix_t a, uform_matrix_t b, const float *bias,
                                      bool accumulate, float *c, size_t c_stride);
 
-/* ---- microkernels (sgemm.c, sgemm_avx512.c) ------------------------------- */
+/* ---- microkernels (sgemm.c, sgemm_avx512.c, sgemm_neon.c) ----------------- */
 
 #define UFORM_SGEMM_MR_MAX 14
 #define UFORM_SGEMM_NR_MAX 32
@@ -81,6 +82,9 @@ UFORM_INTERNAL extern const uform_sgemm_kernels_t uform_sgemm_kernels_portable;
 #if defined(__x86_64__)
 UFORM_INTERNAL extern const uform_sgemm_kernels_t uform_sgemm_kernels_avx2;
 UFORM_INTERNAL extern const uform_sgemm_kernels_t uform_sgemm_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+UFORM_INTERNAL extern const uform_sgemm_kernels_t uform_sgemm_kernels_neon;
 #endif
 
 #endif /* UFORM_CPU_SGEMM_H */
