@@ -19,10 +19,23 @@ for pair in libjpeg:libjpeg-dev libpng:libpng-dev libwebp:libwebp-dev sndfile:li
             libswscale:libswscale-dev libavutil:libavutil-dev; do
     pkg-config --exists "${pair%%:*}" 2>/dev/null || missing_apt+=("${pair#*:}")
 done
+# make test-arm: the aarch64 cross compiler and user-mode emulation, on an
+# x86-64 machine with apt; optional (test-arm skips with a message without them).
+optional_apt=()
+if [ "$(uname -m)" = x86_64 ] && command -v apt-get >/dev/null 2>&1; then
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || optional_apt+=(gcc-aarch64-linux-gnu)
+    command -v qemu-aarch64 >/dev/null 2>&1 || optional_apt+=(qemu-user)
+fi
 if [ ${#missing_apt[@]} -gt 0 ]; then
     echo "installing Debian packages: ${missing_apt[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing_apt[@]}"
+fi
+
+if [ ${#optional_apt[@]} -gt 0 ]; then
+    echo "installing Debian packages for make test-arm: ${optional_apt[*]}"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+        "${optional_apt[@]}"; } || echo "could not install ${optional_apt[*]}: make test-arm will skip"
 fi
 
 # Python headers for the cffi module.

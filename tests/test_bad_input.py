@@ -1,6 +1,7 @@
 """Bad input at every public entry point: a clear exception naming the problem, never a crash."""
 import json
 import os
+import platform
 import struct
 
 import numpy as np
@@ -90,9 +91,16 @@ def test_not_built_yet_is_unsupported(checkpoint, model):
         uform.Trainer.init_vram(None)
 
 
-def test_cpu_class_the_machine_cannot_run(checkpoint):
-    with pytest.raises(uform.UnsupportedError, match="neon"):
-        uform.Model.load_ram(checkpoint, cpu_class=uform.CPUClass.NEON)
+ARM_CLASSES = [uform.CPUClass.NEON, uform.CPUClass.SVE, uform.CPUClass.NEON_BF16,
+               uform.CPUClass.SVE_BF16]
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 only")
+@pytest.mark.parametrize("cpu_class", ARM_CLASSES, ids=lambda c: c.name)
+def test_cpu_class_the_machine_cannot_run(checkpoint, cpu_class):
+    """An Arm class on an x86-64 build: UnsupportedError naming the class and the target."""
+    with pytest.raises(uform.UnsupportedError, match=f"the {cpu_class.name.lower()} class is not built for x86-64"):
+        uform.Model.load_ram(checkpoint, cpu_class=cpu_class)
 
 
 def _rewrite(checkpoint_bytes, edit):

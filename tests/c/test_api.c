@@ -9,6 +9,9 @@
  * It links the library's objects statically, so the internal safetensors
  * writer and scalar helpers are visible here.
  */
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 #include "core/safetensors.h"
 
 #include <errno.h>
@@ -640,22 +643,32 @@ static int cpu_runs(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_HASWELL:
     case UFORM_CPU_CLASS_SKYLAKE:
     case UFORM_CPU_CLASS_SAPPHIRE: return -1; /* unknown: accept either */
+#elif defined(__aarch64__)
+    /* Linux always has Advanced SIMD on aarch64; SVE where the kernel says so. */
+    case UFORM_CPU_CLASS_NEON: return 1;
+    case UFORM_CPU_CLASS_SVE: return (getauxval(AT_HWCAP) & (1UL << 22)) != 0; /* HWCAP_SVE */
+    case UFORM_CPU_CLASS_NEON_BF16: return (getauxval(AT_HWCAP2) & (1UL << 14)) != 0; /* BF16 */
+    case UFORM_CPU_CLASS_SVE_BF16:
+        return (getauxval(AT_HWCAP) & (1UL << 22)) && (getauxval(AT_HWCAP2) & (1UL << 12));
 #endif
-    default: return 0; /* NEON and SVE are not built yet; x86 classes elsewhere */
+    default: return 0; /* the other architecture's classes */
     }
 }
 
 static void test_cpu_classes(void) {
     static const uform_cpu_class_t classes[] = {
         UFORM_CPU_CLASS_SERIAL,   UFORM_CPU_CLASS_HASWELL, UFORM_CPU_CLASS_SKYLAKE,
-        UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_NEON,    UFORM_CPU_CLASS_SVE};
-    static const char *names[] = {"serial", "haswell", "skylake", "sapphire", "neon", "sve"};
+        UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_NEON,    UFORM_CPU_CLASS_SVE,
+        UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16};
+    static const char *names[] = {"serial", "haswell", "skylake",   "sapphire",
+                                  "neon",   "sve",     "neon_bf16", "sve_bf16"};
+    enum { CLASSES = sizeof(classes) / sizeof(classes[0]) };
     texts_t few = texts_slice(&texts_a, 0, 40);
     output_t serial = {0};
     uform_cpu_class_t best = UFORM_CPU_CLASS_SERIAL;
-    output_t by_class[7];
+    output_t by_class[CLASSES];
     memset(by_class, 0, sizeof(by_class));
-    for (size_t c = 0; c < 6; c++) {
+    for (size_t c = 0; c < CLASSES; c++) {
         uform_model_load_ram_options_t options = {NULL, 0, classes[c], NULL, UFORM_SCALAR_BF16,
                                                   {NULL, NULL, 0}};
         uform_model_t *model = (uform_model_t *)&model;
@@ -710,7 +723,7 @@ static void test_cpu_classes(void) {
         CHECK(d.cpu_class == best);
         output_t out;
         CHECK_OK(encode(model, NULL, &few, BOTH, UFORM_SCALAR_F32, &out));
-        for (size_t c = 0; c < 6; c++)
+        for (size_t c = 0; c < CLASSES; c++)
             if (classes[c] == best) CHECK(outputs_equal(&out, &by_class[c]));
         output_free(&out);
         uform_model_free(model);
@@ -720,7 +733,7 @@ static void test_cpu_classes(void) {
     EXPECT_FAIL(uform_model_load_ram_buffer(bytes_a, size_a, &options, &model),
                 UFORM_INVALID_ARGUMENT, "cpu_class");
     CHECK(model == NULL);
-    for (size_t c = 0; c < 7; c++) output_free(&by_class[c]);
+    for (size_t c = 0; c < CLASSES; c++) output_free(&by_class[c]);
     texts_free(&few);
 }
 
@@ -1738,8 +1751,7 @@ static void teardown(void) {
 }
 
 int main(int argc, char **argv) {
-    /* An argument runs only the tests whose names contain it. */
-    const char *only = argc > 1 ? argv[1] : NULL;
+    /* Arguments run only the tests whose names contain one of them. */
     /* Before anything failed, this thread's message is empty. */
     int fresh = uform_last_error()[0] == '\0';
     int passed = 0, failed = 0;
@@ -1778,7 +1790,9 @@ int main(int argc, char **argv) {
     };
     size_t count = sizeof(tests) / sizeof(tests[0]);
     for (size_t i = 0; i < count; i++) {
-        if (only && !strstr(tests[i].name, only)) continue;
+        bool wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strstr(tests[i].name, argv[a]) != NULL;
+        if (!wanted) continue;
         checks_failed = 0;
         struct timespec start, end;
         clock_gettime(CLOCK_MONOTONIC, &start);

@@ -113,7 +113,11 @@ static void test_accuracy(const uform_cpu_kernels_t *kernels, uform_executor_t *
     static const size_t ms[] = {1, 2, 3, 7, 17, 64, 257};
     static const size_t ns[] = {1, 5, 64, 100, 192};
     static const size_t ks[] = {1, 3, 64, 65, 200, 601};
-    bool bf16_x = kernels->cpu_class == UFORM_CPU_CLASS_SAPPHIRE;
+    /* BF16 activations; BFDOT's round-to-odd sums stay inside the same bound
+     * (one rounding per pair of products and one per pair added, each under 2u). */
+    bool bf16_x = kernels->cpu_class == UFORM_CPU_CLASS_SAPPHIRE ||
+                  kernels->cpu_class == UFORM_CPU_CLASS_NEON_BF16 ||
+                  kernels->cpu_class == UFORM_CPU_CLASS_SVE_BF16;
     size_t variant = 0;
     for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
         for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
@@ -220,9 +224,30 @@ static void test_detect(void) {
     CHECK(!uform_cpu_class_supported(UFORM_CPU_CLASS_NEON), "NEON on x86");
     CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_NEON) == NULL, "NEON table on x86");
     CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_SVE) == NULL, "SVE table on x86");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_NEON_BF16) == NULL, "NEON_BF16 table on x86");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_SVE_BF16) == NULL, "SVE_BF16 table on x86");
+#elif defined(__aarch64__)
+    /* Linux on aarch64 always has Advanced SIMD; no x86 class is built. */
+    CHECK(uform_cpu_class_supported(UFORM_CPU_CLASS_NEON), "NEON not detected on aarch64");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_NEON) != NULL, "no NEON table on aarch64");
+    CHECK(uform_cpu_kernels_for(UFORM_CPU_CLASS_SVE) != NULL, "no SVE table on aarch64");
+    CHECK(best >= UFORM_CPU_CLASS_NEON && best <= UFORM_CPU_CLASS_SVE_BF16,
+          "best class %s on aarch64", uform_cpu_class_name(best));
+    /* BF16 products where the CPU has them, then SVE, then NEON */
+    uform_cpu_class_t expected = UFORM_CPU_CLASS_NEON;
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_SVE)) expected = UFORM_CPU_CLASS_SVE;
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_NEON_BF16)) expected = UFORM_CPU_CLASS_NEON_BF16;
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_SVE_BF16)) expected = UFORM_CPU_CLASS_SVE_BF16;
+    CHECK(best == expected, "best class %s, expected %s", uform_cpu_class_name(best),
+          uform_cpu_class_name(expected));
+    for (int c = UFORM_CPU_CLASS_HASWELL; c <= UFORM_CPU_CLASS_SAPPHIRE; c++) {
+        CHECK(!uform_cpu_class_supported((uform_cpu_class_t)c), "x86 class %d on aarch64", c);
+        CHECK(uform_cpu_kernels_for((uform_cpu_class_t)c) == NULL, "x86 table %d on aarch64", c);
+    }
 #endif
     CHECK(strcmp(uform_cpu_class_name(UFORM_CPU_CLASS_SAPPHIRE), "sapphire") == 0, "name");
     CHECK(strcmp(uform_cpu_class_name(UFORM_CPU_CLASS_SVE), "sve") == 0, "name");
+    CHECK(strcmp(uform_cpu_class_name(UFORM_CPU_CLASS_SVE_BF16), "sve_bf16") == 0, "name");
     printf("best class: %s\n", uform_cpu_class_name(best));
 
     /* Bad input is refused with a message, and the result is left empty. */
@@ -238,7 +263,44 @@ static void test_detect(void) {
     uform_packed_free(NULL);
 }
 
-int main(void) {
+/* FNV-1a over the bits of one fixed product (partial panels, several k
+ * blocks, bias): every FMA class computes the same chains, so they must give
+ * the same digest, in this process and across machines (make test-arm
+ * compares NEON's and SVE's digests under emulation with HASWELL's here). */
+static uint64_t gemm_digest(const uform_cpu_kernels_t *kernels, uform_executor_t *executor) {
+    uint64_t saved = rng_state;
+    rng_state = 0x9e3779b97f4a7c15ull; /* the same problem whatever ran before */
+    problem_t p = problem_make(23, 77, 530, 2, true);
+    rng_state = saved;
+    uform_packed_t packed;
+    uint64_t hash = 14695981039346656037ull;
+    if (kernels->pack(p.w, p.n, p.k, &packed) == UFORM_OK) {
+        float *y = output_make(&p);
+        kernels->gemm(executor, &packed, p.x, p.x_stride, p.m, p.bias, false, y, p.y_stride);
+        for (size_t i = 0; i < p.m; i++) {
+            const unsigned char *bytes = (const unsigned char *)(y + i * p.y_stride);
+            for (size_t b = 0; b < p.n * sizeof(float); b++) hash = (hash ^ bytes[b]) * 1099511628211ull;
+        }
+        free(y);
+        uform_packed_free(&packed);
+    }
+    problem_free(&p);
+    return hash;
+}
+
+static bool is_fma_class(uform_cpu_class_t cpu_class) {
+    return cpu_class == UFORM_CPU_CLASS_HASWELL || cpu_class == UFORM_CPU_CLASS_SKYLAKE ||
+           cpu_class == UFORM_CPU_CLASS_NEON || cpu_class == UFORM_CPU_CLASS_SVE;
+}
+
+/* The classes of BFDOT chains (the same arithmetic at every vector length). */
+static bool is_bfdot_class(uform_cpu_class_t cpu_class) {
+    return cpu_class == UFORM_CPU_CLASS_NEON_BF16 || cpu_class == UFORM_CPU_CLASS_SVE_BF16;
+}
+
+/* Arguments (class names) test only those classes: make test-arm runs each
+ * class once, under the emulated CPUs that change its code. */
+int main(int argc, char **argv) {
     test_detect();
     uform_executor_t *executors[3];
     for (size_t t = 0; t < 3; t++)
@@ -247,10 +309,17 @@ int main(void) {
             return 1;
         }
     static const uform_cpu_class_t classes[] = {UFORM_CPU_CLASS_SERIAL, UFORM_CPU_CLASS_HASWELL,
-                                                UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE};
+                                                UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE,
+                                                UFORM_CPU_CLASS_NEON, UFORM_CPU_CLASS_SVE,
+                                                UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16};
+    uint64_t fma_digest = 0, bfdot_digest = 0;
+    const char *fma_first = NULL, *bfdot_first = NULL;
     for (size_t c = 0; c < sizeof(classes) / sizeof(classes[0]); c++) {
         const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(classes[c]);
         const char *name = uform_cpu_class_name(classes[c]);
+        bool wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], name) == 0;
+        if (!wanted) continue;
         if (!kernels || !uform_cpu_class_supported(classes[c])) {
             printf("skip %s: not supported by this CPU or build\n", name);
             continue;
@@ -260,6 +329,23 @@ int main(void) {
         int before = failed;
         test_accuracy(kernels, executors[1]);
         test_determinism(kernels, executors, 3);
+        uint64_t digest = gemm_digest(kernels, executors[2]);
+        printf("gemm digest %s: %016llx\n", name, (unsigned long long)digest);
+        if (is_fma_class(classes[c])) {
+            if (!fma_first) {
+                fma_first = name;
+                fma_digest = digest;
+            }
+            CHECK(digest == fma_digest, "%s and %s are both FMA chains but differ", name, fma_first);
+        }
+        if (is_bfdot_class(classes[c])) {
+            if (!bfdot_first) {
+                bfdot_first = name;
+                bfdot_digest = digest;
+            }
+            CHECK(digest == bfdot_digest, "%s and %s are both BFDOT chains but differ", name,
+                  bfdot_first);
+        }
         printf("%s: %s\n", name, failed == before ? "ok" : "FAILED");
     }
     for (size_t t = 0; t < 3; t++) uform_executor_free(executors[t]);

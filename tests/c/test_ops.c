@@ -212,10 +212,16 @@ static void packed_weight_free(uform_backend_t *b, packed_weight_t *w) {
 }
 
 /* SAPPHIRE rounds x (and attention's q, k, p, v) to BF16, nearest even, before
- * its products (sapphire.c, attention_bf16.c); the other classes are FP32. */
+ * its products (sapphire.c, attention_bf16.c); NEON_BF16 and SVE_BF16 round the
+ * GEMMs' x the same way (their attention is FP32, within the looser bound too);
+ * the other classes are FP32. BFDOT's sums round to odd (error under 2u where
+ * nearest is under u) but take one rounding per pair of products plus one per
+ * pair added: (2k + 1) u S at most, inside the (2k + 2) u S bound below. */
 static bool bf16_activations(const uform_backend_t *b) {
-    if (is_cpu(b)) return ((const uform_cpu_kernels_t *)b->device)->cpu_class == UFORM_CPU_CLASS_SAPPHIRE;
-    return false;
+    if (!is_cpu(b)) return false;
+    uform_cpu_class_t cpu_class = ((const uform_cpu_kernels_t *)b->device)->cpu_class;
+    return cpu_class == UFORM_CPU_CLASS_SAPPHIRE || cpu_class == UFORM_CPU_CLASS_NEON_BF16 ||
+           cpu_class == UFORM_CPU_CLASS_SVE_BF16;
 }
 
 /* ---- comparisons ------------------------------------------------------------ */
@@ -3055,7 +3061,8 @@ static void test_determinism(uform_backend_t *one, uform_backend_t *two, const c
     adam_state_free(&in.adam);
 }
 
-int main(void) {
+/* Arguments (class names) test only those classes (make test-arm). */
+int main(int argc, char **argv) {
     verbose = getenv("UFORM_TEST_VERBOSE") != NULL;
     uform_executor_t *executors[2];
     for (size_t t = 0; t < 2; t++)
@@ -3063,9 +3070,12 @@ int main(void) {
             printf("executor: %s\n", uform_last_error());
             return 2;
         }
-    for (int c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_SAPPHIRE; c++) {
+    for (int c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_SVE_BF16; c++) {
         uform_cpu_class_t cpu_class = (uform_cpu_class_t)c;
         const char *name = uform_cpu_class_name(cpu_class);
+        bool wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], name) == 0;
+        if (!wanted) continue;
         if (!uform_cpu_kernels_for(cpu_class)) {
             printf("skip %s: this build has no kernels for it\n", name);
             continue;

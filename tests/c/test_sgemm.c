@@ -154,11 +154,12 @@ static const char *path_name(uform_sgemm_path_t path) {
     case UFORM_SGEMM_PORTABLE: return "portable";
     case UFORM_SGEMM_AVX2: return "avx2";
     case UFORM_SGEMM_AVX512: return "avx512";
+    case UFORM_SGEMM_NEON: return "neon";
     }
     return "?";
 }
 
-static uform_sgemm_path_t paths[3];
+static uform_sgemm_path_t paths[4];
 static size_t paths_count;
 
 /* Every path, all 4 transpose combinations, accumulate and bias on and off,
@@ -235,7 +236,8 @@ static void test_empty(void) {
 /* The determinism contract: the same bits for 1, 2 and 3 threads, both
  * blockings, and each row computed alone; k spans several k blocks, n ends in
  * a partial panel, m in a partial row group. Also checks the reference on
- * these bigger shapes, and that AVX2 and AVX-512 (both FMA chains) agree. */
+ * these bigger shapes, and that the FMA paths (AVX2 and AVX-512 on x86)
+ * agree. */
 static void test_determinism(uform_executor_t *executors[3]) {
     /* 37 rows: partial row groups; 600 columns: more than one B block; 130
      * rows: more than one packed A block per task. Each has over 2^20
@@ -280,10 +282,10 @@ static void test_determinism(uform_executor_t *executors[3]) {
                 free(c);
                 CHECK(rows_ok, "%s %zux%zux%zu flags %u: a row alone differs from the batch",
                       path_name(path), m, n, k, flags);
-                if (path == UFORM_SGEMM_AVX2 || path == UFORM_SGEMM_AVX512) {
+                if (path != UFORM_SGEMM_PORTABLE) {
                     if (fma_result) {
                         CHECK(same_bits(&p, fma_result, base),
-                              "%zux%zux%zu flags %u: AVX2 and AVX-512 differ", m, n, k, flags);
+                              "%zux%zux%zu flags %u: the FMA paths differ", m, n, k, flags);
                         free(base);
                     } else {
                         fma_result = base;
@@ -317,6 +319,7 @@ int main(void) {
     paths[paths_count++] = UFORM_SGEMM_PORTABLE;
     if (uform_sgemm_path_supported(UFORM_SGEMM_AVX2)) paths[paths_count++] = UFORM_SGEMM_AVX2;
     if (uform_sgemm_path_supported(UFORM_SGEMM_AVX512)) paths[paths_count++] = UFORM_SGEMM_AVX512;
+    if (uform_sgemm_path_supported(UFORM_SGEMM_NEON)) paths[paths_count++] = UFORM_SGEMM_NEON;
     printf("paths:");
     for (size_t i = 0; i < paths_count; i++) printf(" %s", path_name(paths[i]));
     printf(" (best %s)\n", path_name(uform_sgemm_best_path()));

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures_in_test, passed, failed;
@@ -446,7 +447,8 @@ static void test_resume_validates_state(void) {
     uform_executor_free(executor);
 }
 
-int main(void) {
+/* Arguments run only the tests whose names contain one of them. */
+int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*run)(void);
@@ -458,13 +460,21 @@ int main(void) {
                  {"diverged step refused", test_diverged_step_refused},
                  {"resume validates the training state", test_resume_validates_state}};
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        bool wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strstr(tests[i].name, argv[a]) != NULL;
+        if (!wanted) continue;
         failures_in_test = 0;
+        struct timespec start, end;
+        clock_gettime(CLOCK_MONOTONIC, &start);
         tests[i].run();
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        double seconds = (double)(end.tv_sec - start.tv_sec) + 1e-9 * (double)(end.tv_nsec - start.tv_nsec);
         if (failures_in_test) {
             failed++;
-            fprintf(stderr, "FAILED %s\n", tests[i].name);
+            fprintf(stderr, "FAILED %s (%.2f s)\n", tests[i].name, seconds);
         } else {
             passed++;
+            fprintf(stderr, "ok     %s (%.2f s)\n", tests[i].name, seconds);
         }
     }
     printf("%d passed, %d failed\n", passed, failed);
