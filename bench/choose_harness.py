@@ -78,7 +78,7 @@ def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["
     arena = uform.Arena()
     chosen = model.describe().cpu_class
     assert chosen is not None, "a model loaded into RAM has a CPU class"
-    math = "BF16 products, FP32 sums" if chosen == uform.CPUClass.SAPPHIRE else "FP32"
+    math = "BF16 products, FP32 sums" if harness.bf16_products(chosen) else "FP32"
     label = f"uform {chosen.name} ({'auto' if cpu_class is None else 'pinned'}; {math})"
 
     def choose(texts: list, groups: list) -> np.ndarray:

@@ -38,11 +38,12 @@ TORCH_MINI_BATCH = 32         # BatchedTorchModel's mini-batch (texts sorted by 
 
 
 def cpu_flag_set() -> set[str]:
-    """The flags of /proc/cpuinfo's first processor (empty where it cannot be read)."""
+    """The flags of /proc/cpuinfo's first processor: "flags" on x86-64, "Features" on
+    aarch64 (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo") as file:
             for line in file:
-                if line.startswith("flags"):
+                if line.startswith(("flags", "Features")):
                     return set(line.split(":", 1)[1].split())
     except OSError:
         pass
@@ -50,9 +51,9 @@ def cpu_flag_set() -> set[str]:
 
 
 def native_bf16() -> bool:
-    """Whether this CPU has BF16 arithmetic (AVX-512 BF16 or AMX), where torch's BF16
-    autocast is its fastest CPU mode."""
-    return bool(cpu_flag_set() & {"avx512_bf16", "amx_bf16"})
+    """Whether this CPU has BF16 arithmetic (AVX-512 BF16 or AMX on x86-64, FEAT_BF16's
+    "bf16" on aarch64), where torch's BF16 autocast is its fastest CPU mode."""
+    return bool(cpu_flag_set() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 # torch BF16 autocast runs where the CPU has BF16 arithmetic; elsewhere it emulates BF16,
@@ -61,7 +62,7 @@ def native_bf16() -> bool:
 TORCH_BF16 = native_bf16() or os.environ.get("UFORM_BENCH_TORCH_BF16", "") not in ("", "0")
 TORCH_BF16_SKIPPED = ("" if TORCH_BF16 else
                       "torch BF16 autocast is not run: this CPU has no BF16 arithmetic (no "
-                      "avx512_bf16 or amx_bf16), where torch's fastest CPU mode is FP32 "
+                      "avx512_bf16, amx_bf16 or Arm bf16), where torch's fastest CPU mode is FP32 "
                       "(UFORM_BENCH_TORCH_BF16=1 runs it anyway)")
 
 
@@ -134,6 +135,11 @@ class Contender(NamedTuple):
     uform_class: Optional[str]                 # the uform CPU class, None for torch
 
 
+def bf16_products(cpu_class: Optional["uform.CPUClass"]) -> bool:
+    """Whether a uform CPU class rounds its GEMMs' activations to BF16."""
+    return cpu_class in (uform.CPUClass.SAPPHIRE, uform.CPUClass.NEON_BF16, uform.CPUClass.SVE_BF16)
+
+
 def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["uform.CPUClass"],
                     key: str) -> Optional[Contender]:
     """uform text_encode on `executor`; cpu_class None: the library's automatic choice.
@@ -145,7 +151,7 @@ def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["
     arena = uform.Arena()
     chosen = model.describe().cpu_class
     assert chosen is not None, "a model loaded into RAM has a CPU class"
-    math = "BF16 products, FP32 sums" if chosen == uform.CPUClass.SAPPHIRE else "FP32"
+    math = "BF16 products, FP32 sums" if bf16_products(chosen) else "FP32"
     how = "auto" if cpu_class is None else "pinned"
     label = f"uform {chosen.name} ({how}; {math})"
 

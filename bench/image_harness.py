@@ -309,7 +309,7 @@ def contenders(path: str, threads: int, information: bool = True) -> list[Conten
     assert executor.threads == threads, (executor.threads, threads)
     model = uform.Model.load_ram(path, executor=executor)
     chosen = model.describe().cpu_class
-    math = "BF16 products, FP32 sums" if chosen == uform.CPUClass.SAPPHIRE else "FP32"
+    math = "BF16 products, FP32 sums" if harness.bf16_products(chosen) else "FP32"
     arena = uform.Arena()
 
     def uform_files(inputs: Inputs) -> np.ndarray:

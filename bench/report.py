@@ -48,6 +48,8 @@ GEMM_SOURCES = ["c/src/core/error.c", "c/src/core/executor.c", "c/src/backend/lo
 # ----------------------------------------------------------------------------- machine
 
 def cpu_model() -> str:
+    """/proc/cpuinfo's model name (x86-64); on aarch64, which has none, lscpu's (it names the
+    core from the implementer and part numbers, e.g. Neoverse-V1)."""
     try:
         with open("/proc/cpuinfo") as file:
             for line in file:
@@ -55,12 +57,20 @@ def cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    try:
+        done = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10)
+        for line in done.stdout.splitlines():
+            if line.startswith("Model name:"):
+                return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except (OSError, subprocess.SubprocessError):
+        pass
     return platform.processor() or platform.machine()
 
 
 def cpu_flags() -> list[str]:
     flags = harness.cpu_flag_set()
-    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile",  # x86-64
+              "asimd", "sve", "sve2", "bf16", "svebf16", "i8mm")                   # aarch64
     return [f for f in wanted if f in flags]
 
 
