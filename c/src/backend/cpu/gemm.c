@@ -101,7 +101,7 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
     /* The last panel's partial columns are computed full width into here. */
     _Alignas(64) float edge[UFORM_GEMM_MR_MAX * UFORM_GEMM_NR_MAX];
     _Alignas(64) float edge_bias[UFORM_GEMM_NR_MAX];
-    memset(edge, 0, sizeof(edge));
+    memset(edge, 0, mr * nr * sizeof(float)); /* the part the kernel reads */
 
     for (size_t task = begin; task < end; task++) {
         size_t i0 = task / job->n_blocks * job->mc, i1 = uform_min(i0 + job->mc, job->m);
