@@ -155,11 +155,12 @@ static const char *path_name(uform_sgemm_path_t path) {
     case UFORM_SGEMM_AVX2: return "avx2";
     case UFORM_SGEMM_AVX512: return "avx512";
     case UFORM_SGEMM_NEON: return "neon";
+    case UFORM_SGEMM_SVE: return "sve";
     }
     return "?";
 }
 
-static uform_sgemm_path_t paths[4];
+static uform_sgemm_path_t paths[5];
 static size_t paths_count;
 
 /* Every path, all 4 transpose combinations, accumulate and bias on and off,
@@ -320,6 +321,7 @@ int main(void) {
     if (uform_sgemm_path_supported(UFORM_SGEMM_AVX2)) paths[paths_count++] = UFORM_SGEMM_AVX2;
     if (uform_sgemm_path_supported(UFORM_SGEMM_AVX512)) paths[paths_count++] = UFORM_SGEMM_AVX512;
     if (uform_sgemm_path_supported(UFORM_SGEMM_NEON)) paths[paths_count++] = UFORM_SGEMM_NEON;
+    if (uform_sgemm_path_supported(UFORM_SGEMM_SVE)) paths[paths_count++] = UFORM_SGEMM_SVE;
     printf("paths:");
     for (size_t i = 0; i < paths_count; i++) printf(" %s", path_name(paths[i]));
     printf(" (best %s)\n", path_name(uform_sgemm_best_path()));

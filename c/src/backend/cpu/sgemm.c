@@ -113,15 +113,20 @@ bool uform_sgemm_path_supported(uform_sgemm_path_t path) {
 #if defined(__x86_64__)
     case UFORM_SGEMM_AVX2: return uform_cpu_class_supported(UFORM_CPU_CLASS_HASWELL);
     case UFORM_SGEMM_AVX512: return uform_cpu_class_supported(UFORM_CPU_CLASS_SKYLAKE);
-    case UFORM_SGEMM_NEON: return false;
+    case UFORM_SGEMM_NEON:
+    case UFORM_SGEMM_SVE: return false;
 #elif defined(__aarch64__)
     case UFORM_SGEMM_NEON: return uform_cpu_class_supported(UFORM_CPU_CLASS_NEON);
+    case UFORM_SGEMM_SVE: /* the tiles hold 32 columns: vectors up to 512 bits */
+        return uform_cpu_class_supported(UFORM_CPU_CLASS_SVE) &&
+               uform_sgemm_sve_width() <= UFORM_SGEMM_NR_MAX;
     case UFORM_SGEMM_AVX2:
     case UFORM_SGEMM_AVX512: return false;
 #else
     case UFORM_SGEMM_AVX2:
     case UFORM_SGEMM_AVX512:
-    case UFORM_SGEMM_NEON: return false;
+    case UFORM_SGEMM_NEON:
+    case UFORM_SGEMM_SVE: return false;
 #endif
     }
     return false;
@@ -133,6 +138,7 @@ uform_sgemm_path_t uform_sgemm_best_path(void) {
     if (path == 0) {
         path = uform_sgemm_path_supported(UFORM_SGEMM_AVX512) ? UFORM_SGEMM_AVX512
                : uform_sgemm_path_supported(UFORM_SGEMM_AVX2) ? UFORM_SGEMM_AVX2
+               : uform_sgemm_path_supported(UFORM_SGEMM_SVE) ? UFORM_SGEMM_SVE
                : uform_sgemm_path_supported(UFORM_SGEMM_NEON) ? UFORM_SGEMM_NEON
                                                                 : UFORM_SGEMM_PORTABLE;
         atomic_store_explicit(&cached, path, memory_order_relaxed);
@@ -151,6 +157,7 @@ static const uform_sgemm_kernels_t *uform_sgemm_kernels_for(uform_sgemm_path_t p
 #endif
 #if defined(__aarch64__)
     case UFORM_SGEMM_NEON: return &uform_sgemm_kernels_neon;
+    case UFORM_SGEMM_SVE: return uform_sgemm_kernels_sve();
 #endif
     default: return &uform_sgemm_kernels_portable;
     }

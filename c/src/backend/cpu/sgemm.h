@@ -11,8 +11,8 @@
  * the same in every element of a path), then + bias[j] once at the end. Partial
  * sums are stored to c between k blocks as FP32, which is exact. So the bits of
  * c[i, j] do not depend on m, on the element's tile position, on the thread
- * count or on the split of work, and the AVX2, AVX-512 and NEON paths agree bit
- * for bit (all FMA chains); the portable path differs from them by roundings.
+ * count or on the split of work, and the AVX2, AVX-512, NEON and SVE paths agree
+ * bit for bit (all FMA chains); the portable path differs from them by roundings.
  */
 #ifndef UFORM_CPU_SGEMM_H
 #define UFORM_CPU_SGEMM_H
@@ -41,7 +41,8 @@ typedef enum {
     UFORM_SGEMM_PORTABLE,  /* plain C, multiply then add */
     UFORM_SGEMM_AVX2,      /* AVX2 + FMA (x86-64) */
     UFORM_SGEMM_AVX512,    /* AVX-512F + FMA (x86-64) */
-    UFORM_SGEMM_NEON,      /* Arm NEON (aarch64; also what SVE machines run) */
+    UFORM_SGEMM_NEON,      /* Arm NEON (aarch64) */
+    UFORM_SGEMM_SVE,       /* Arm SVE up to 512-bit vectors (aarch64) */
 } uform_sgemm_path_t;
 
 /* Whether this build and machine run a path (AUTO and PORTABLE always). */
@@ -56,7 +57,7 @@ UFORM_INTERNAL void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks,
                                      uform_matrix_t a, uform_matrix_t b, const float *bias,
                                      bool accumulate, float *c, size_t c_stride);
 
-/* ---- microkernels (sgemm.c, sgemm_avx512.c, sgemm_neon.c) ----------------- */
+/* ---- microkernels (sgemm.c, sgemm_avx512.c, sgemm_neon.c, sgemm_sve.c) ----- */
 
 #define UFORM_SGEMM_MR_MAX 14
 #define UFORM_SGEMM_NR_MAX 32
@@ -85,6 +86,10 @@ UFORM_INTERNAL extern const uform_sgemm_kernels_t uform_sgemm_kernels_avx512;
 #endif
 #if defined(__aarch64__)
 UFORM_INTERNAL extern const uform_sgemm_kernels_t uform_sgemm_kernels_neon;
+/* The SVE path's table, its width (2 x svcntw() columns) filled on first use;
+ * call only where SVE runs. */
+UFORM_INTERNAL const uform_sgemm_kernels_t *uform_sgemm_kernels_sve(void);
+UFORM_INTERNAL size_t uform_sgemm_sve_width(void);
 #endif
 
 #endif /* UFORM_CPU_SGEMM_H */

@@ -2,9 +2,8 @@
  *
  * 6 rows x 16 columns in 24 of the 32 q registers, four loads of B and one
  * scalar of A per row and step. Each output is the same FMA chain as on the
- * x86 FMA paths, so NEON agrees with AVX2 and AVX-512 bit for bit. SVE
- * machines run this path too (SVE always comes with NEON): the trainer's
- * GEMM has no SVE kernel yet. */
+ * x86 FMA paths, so NEON agrees with AVX2 and AVX-512 bit for bit (and with
+ * the SVE path, which SVE machines with vectors up to 512 bits take). */
 #include "backend/cpu/sgemm.h"
 
 #if defined(__aarch64__)
