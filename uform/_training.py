@@ -13,7 +13,7 @@ import numpy as np
 
 from ._buffers import (Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape,
                        words_buffer)
-from ._choices import choice_targets_buffer, shared_choices_tape
+from ._choices import choice_targets_buffer, step_choices
 from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor
@@ -436,8 +436,7 @@ class Trainer:
         if choices is not None:
             if choice_targets is None:
                 raise InvalidArgumentError("choice_targets: missing while choices are given")
-            choice_tape = shared_choices_tape(choices, count)
-            bounds = np.frombuffer(ffi.buffer(choice_tape.struct.offsets, 8 * (count + 1)), dtype=np.uint64)
+            choice_tape, bounds = step_choices(choices, count)
             targets = choice_targets_buffer(choice_targets, bounds)
             keep.extend((choice_tape, targets))
             batch.choices = choice_tape.struct[0]

@@ -518,10 +518,13 @@ typedef struct {
     const uint32_t *sides;           /* uform_late_interaction_side_t per item; NULL: every
                                         item QUERY_AND_DOCUMENT (with late interaction) */
     const uform_relations_t *relations; /* NULL: none */
-    /* Choices (with a Choices configuration): count 0 for none, else one
+    /* Choices (with a Choices configuration): count 0 for none; else one
      * entry per item holding its choice bytes (empty: the item makes no
      * choice), and choice_targets the soft targets aligned with those bytes:
-     * item i's targets are choice_targets[choices.offsets[i] .. offsets[i+1]). */
+     * item i's targets are choice_targets[choices.offsets[i] .. offsets[i+1]);
+     * or, as text_choose takes them, one entry shared by every item (count 1
+     * for several items): n = offsets[1] - offsets[0] choices each, item i's
+     * targets at choice_targets[offsets[0] + i n .. offsets[0] + (i + 1) n). */
     uform_tape_t choices;
     const float *choice_targets;
 } uform_trainer_batch_t;

@@ -130,6 +130,77 @@ static void test_every_objective_and_form(void) {
     uform_executor_free(executor);
 }
 
+/* One step with choices; the gradients of the byte table, the byte bias and
+ * the temperature into out (three exact heap blocks of the run's sizes). */
+static void choices_step(const uform_tape_t *choices, const float *targets, float *out[3],
+                         uform_status_t *status) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
+    uform_choices_t configuration = {0.0f, 0};
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, NULL, 32);
+    options.choices = &configuration;
+    options.batch.max_choices_per_item = 4;
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+    texts_t texts;
+    texts_make(&texts, 3, 20);
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape,
+                                   .choices = *choices, .choice_targets = targets};
+    uform_arena_t *arena = NULL;
+    CHECK(uform_arena_init_ram(&arena) == UFORM_OK);
+    uform_encoded_t embeddings;
+    uform_trainer_step_stats_t stats;
+    *status = trainer ? uform_trainer_step(trainer, &batch, arena, UFORM_SCALAR_F32, &embeddings, &stats)
+                      : UFORM_INVALID_ARGUMENT;
+    static const char *names[3] = {"text.bytes", "heads.bytes.bias", "choices.log_temperature"};
+    for (size_t n = 0; n < 3 && trainer && *status == UFORM_OK; n++) {
+        size_t count = 0;
+        CHECK(uform_trainer_tensor(trainer, names[n], 1, NULL, &count) == UFORM_OK);
+        out[n] = malloc(count * sizeof(float));
+        CHECK(uform_trainer_tensor(trainer, names[n], 1, out[n], &count) == UFORM_OK);
+    }
+    uform_arena_free(arena);
+    uform_trainer_free(trainer);
+    texts_free(&texts);
+    uform_executor_free(executor);
+}
+
+/* Choices as text_choose takes them, one entry shared by every item, equal
+ * the entry repeated per item bit for bit; the single entry is an exact heap
+ * block, so a read of entry i > 0 is caught by ASan. */
+static void test_shared_choices(void) {
+    static const char entry[4] = {'A', 'B', 'C', 'D'};
+    char *repeated = malloc(4 * ITEMS), *one = malloc(4);
+    size_t *repeated_offsets = malloc((ITEMS + 1) * sizeof(size_t)), *one_offsets = malloc(2 * sizeof(size_t));
+    float *targets = malloc(4 * ITEMS * sizeof(float));
+    for (size_t i = 0; i <= ITEMS; i++) repeated_offsets[i] = 4 * i;
+    for (size_t i = 0; i < ITEMS; i++) memcpy(repeated + 4 * i, entry, 4);
+    for (size_t i = 0; i < 4 * ITEMS; i++) targets[i] = (float)(1 + (i * 7) % 5);
+    memcpy(one, entry, 4);
+    one_offsets[0] = 0, one_offsets[1] = 4;
+    uform_tape_t per_item = {repeated, 4 * ITEMS, repeated_offsets, ITEMS}, shared = {one, 4, one_offsets, 1};
+    float *a[3] = {NULL, NULL, NULL}, *b[3] = {NULL, NULL, NULL};
+    uform_status_t status_a, status_b;
+    choices_step(&per_item, targets, a, &status_a);
+    choices_step(&shared, targets, b, &status_b);
+    CHECK(status_a == UFORM_OK && status_b == UFORM_OK);
+    size_t sizes[3] = {(256 + 1) * 64, 256, 1};
+    for (size_t n = 0; n < 3 && a[n] && b[n]; n++) {
+        CHECK(memcmp(a[n], b[n], sizes[n] * sizeof(float)) == 0);
+        bool moved = false;
+        for (size_t i = 0; i < sizes[n]; i++) moved |= a[n][i] != 0.0f;
+        CHECK(moved); /* the choices term reached every one of them */
+    }
+    for (size_t n = 0; n < 3; n++) free(a[n]), free(b[n]);
+    /* two entries for eight items is neither form */
+    uform_tape_t two = {repeated, 8, repeated_offsets, 2};
+    float *c[3] = {NULL, NULL, NULL};
+    uform_status_t status_c;
+    choices_step(&two, targets, c, &status_c);
+    CHECK(status_c == UFORM_INVALID_ARGUMENT && strstr(uform_last_error(), "2 entries for 8 items"));
+    free(repeated), free(one), free(repeated_offsets), free(one_offsets), free(targets);
+}
+
 static void test_replicas_save_and_resume(void) {
     uint32_t domains[2] = {0, 1};
     uform_executor_t *executor = NULL;
@@ -454,6 +525,7 @@ int main(int argc, char **argv) {
         void (*run)(void);
     } tests[] = {{"every objective and form", test_every_objective_and_form},
                  {"replicas, save and resume", test_replicas_save_and_resume},
+                 {"shared choices", test_shared_choices},
                  {"bad input changes nothing", test_bad_input_changes_nothing},
                  {"workspace extremes", test_workspace_extremes},
                  {"concurrent steps refused", test_concurrent_steps_refused},

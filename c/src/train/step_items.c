@@ -5,6 +5,20 @@
 
 /* ---- the step ------------------------------------------------------------------- */
 
+/* Item i's choices: its bytes start at data + *bytes (*length of them), its
+ * targets at choice_targets + *targets. One entry per item, or one entry
+ * shared by every item (count 1 for several items, as text_choose takes it),
+ * whose targets then follow one another item by item from offsets[0]. */
+size_t uform_item_choices(const uform_trainer_batch_t *b, size_t i, size_t *bytes, size_t *targets) {
+    const uform_tape_t *choices = &b->choices;
+    if (choices->count == 0) return *bytes = *targets = 0;
+    bool shared = choices->count == 1 && b->contents.count > 1;
+    size_t entry = shared ? 0 : i, length = choices->offsets[entry + 1] - choices->offsets[entry];
+    *bytes = choices->offsets[entry];
+    *targets = shared ? choices->offsets[0] + i * length : choices->offsets[i];
+    return length;
+}
+
 /* choices and choice_targets (docs/training.md section 10). */
 static uform_status_t uform_check_step_choices(const uform_trainer_t *t, const uform_trainer_batch_t *b) {
     const uform_tape_t *choices = &b->choices;
@@ -12,20 +26,22 @@ static uform_status_t uform_check_step_choices(const uform_trainer_t *t, const u
     size_t count = b->contents.count;
     if (!t->chooses)
         return uform_fail(UFORM_INVALID_ARGUMENT, "choices: given, but the run has no choices configuration");
-    if (choices->count != count)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "choices: %zu entries for %zu items", choices->count, count);
+    if (choices->count != count && choices->count != 1)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "choices: %zu entries for %zu items (one per item, or one for all)",
+                          choices->count, count);
     if (!choices->offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "choices: offsets are NULL");
-    for (size_t i = 0; i < count; i++)
+    for (size_t i = 0; i < choices->count; i++)
         if (choices->offsets[i + 1] < choices->offsets[i])
             return uform_fail(UFORM_INVALID_ARGUMENT, "choices: offsets decrease at item %zu", i);
-    if (choices->offsets[count] > choices->size)
+    if (choices->offsets[choices->count] > choices->size)
         return uform_fail(UFORM_INVALID_ARGUMENT, "choices: the last offset is past the data");
     if (choices->size && !choices->data) return uform_fail(UFORM_INVALID_ARGUMENT, "choices: data is NULL");
-    if (choices->offsets[count] > choices->offsets[0] && !b->choice_targets)
+    if (choices->offsets[choices->count] > choices->offsets[0] && !b->choice_targets)
         return uform_fail(UFORM_INVALID_ARGUMENT, "choice_targets: NULL while items have choices");
     const uint8_t *data = choices->data;
     for (size_t i = 0; i < count; i++) {
-        size_t begin = choices->offsets[i], n = choices->offsets[i + 1] - begin;
+        size_t begin, target_begin, n = uform_item_choices(b, i, &begin, &target_begin);
         if (n == 0) continue;
         if (b->modalities[i] != UFORM_MODALITY_TEXT)
             return uform_fail(UFORM_INVALID_ARGUMENT, "choices[%zu]: only text items make choices", i);
@@ -40,7 +56,7 @@ static uform_status_t uform_check_step_choices(const uform_trainer_t *t, const u
                 return uform_fail(UFORM_INVALID_ARGUMENT, "choices[%zu]: the byte 0x%02x is given twice",
                                   i, byte);
             seen[byte] = 1;
-            float target = b->choice_targets[begin + c];
+            float target = b->choice_targets[target_begin + c];
             if (!isfinite(target) || target < 0)
                 return uform_fail(UFORM_INVALID_ARGUMENT,
                                   "choice_targets[%zu][%zu]: %g is not finite and >= 0", i, c,
@@ -201,7 +217,8 @@ void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept
 }
 
 bool uform_has_choices(const uform_trainer_batch_t *batch, size_t i) {
-    return batch->choices.count && batch->choices.offsets[i + 1] > batch->choices.offsets[i];
+    size_t bytes, targets;
+    return uform_item_choices(batch, i, &bytes, &targets) > 0;
 }
 
 void uform_tokens_free(uform_media_tokens_t *tokens, size_t count) {

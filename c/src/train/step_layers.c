@@ -1,5 +1,6 @@
 /* step_layers.c: the encoder in training: its forward that keeps what backward
- * needs, the backward written out layer by layer, the masked-text head, the pooled
+ * needs and its backward (the blocks through model/transformer.c and
+ * transformer_backward.c, the embeddings here), the masked-text head, the pooled
  * embeddings, and the choices and late-interaction terms of a replica. */
 #include "train/trainer_internal.h"
 
@@ -118,10 +119,10 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
                                             uform_replica_t *rep, const size_t *kept,
                                             const size_t *first_row, float scale, double *loss_sum) {
     const size_t h = t->hidden;
-    const size_t *offsets = batch->choices.offsets;
-    size_t n = 0, total = 0;
+    size_t n = 0, total = 0, byte_begin, target_begin;
     for (size_t i = rep->first; i < rep->last; i++)
-        if (kept[i] != SIZE_MAX && uform_has_choices(batch, i)) n++, total += offsets[i + 1] - offsets[i];
+        if (kept[i] != SIZE_MAX && uform_has_choices(batch, i))
+            n++, total += uform_item_choices(batch, i, &byte_begin, &target_begin);
     if (n == 0) return UFORM_OK;
     float *states = uform_alloc(2 * n, h * sizeof(float), "choice states");
     float *targets = uform_alloc(total, sizeof(float), "choice targets");
@@ -138,10 +139,10 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
     starts[0] = 0;
     for (size_t i = rep->first; i < rep->last; i++) {
         if (kept[i] == SIZE_MAX || !uform_has_choices(batch, i)) continue;
-        size_t length = offsets[i + 1] - offsets[i];
+        size_t length = uform_item_choices(batch, i, &byte_begin, &target_begin);
         mask_rows[c] = first_row[i] + kept[i] - 1;
-        memcpy(bytes + starts[c], (const uint8_t *)batch->choices.data + offsets[i], length);
-        memcpy(targets + starts[c], batch->choice_targets + offsets[i], length * sizeof(float));
+        memcpy(bytes + starts[c], (const uint8_t *)batch->choices.data + byte_begin, length);
+        memcpy(targets + starts[c], batch->choice_targets + target_begin, length * sizeof(float));
         groups[c] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
         starts[c + 1] = starts[c] + length;
         c++;

@@ -157,6 +157,10 @@ UFORM_INTERNAL void uform_replica_layout(const uform_trainer_batch_t *batch, con
                                          size_t row_base, const uform_media_tokens_t *tokens,
                                          uform_replica_t *replica);
 UFORM_INTERNAL bool uform_has_choices(const uform_trainer_batch_t *batch, size_t i);
+/* Item i's number of choices, where its bytes and its targets start (one
+ * entry per item, or one shared by all: step_items.c). */
+UFORM_INTERNAL size_t uform_item_choices(const uform_trainer_batch_t *batch, size_t i, size_t *bytes,
+                                         size_t *targets);
 UFORM_INTERNAL void uform_tokens_free(uform_media_tokens_t *tokens, size_t count);
 UFORM_INTERNAL uform_status_t uform_replica_media(const uform_trainer_t *t,
                                                   const uform_trainer_batch_t *batch,
