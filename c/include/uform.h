@@ -495,7 +495,9 @@ typedef struct {
     const uform_choices_t *choices;              /* NULL: not configured */
     uform_schedule_t schedule;
     uint64_t seed;
-    uform_progress_t progress;
+    uform_progress_t progress;                   /* while resume is read (the floats read and
+                                                    checked, 3 per parameter); cancelling fails
+                                                    the init with UFORM_CANCELLED */
 } uform_trainer_options_t;
 
 /* One edge set as compressed sparse rows over a step's items: anchor i's

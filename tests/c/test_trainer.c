@@ -201,6 +201,50 @@ static void test_shared_choices(void) {
     free(repeated), free(one), free(repeated_offsets), free(one_offsets), free(targets);
 }
 
+typedef struct {
+    size_t calls, last_done, total, cancel_at;
+    bool ordered;
+} resume_reports_t;
+
+static int count_resume_reports(void *user, size_t done, size_t total) {
+    resume_reports_t *r = user;
+    r->ordered &= r->calls == 0 || (done > r->last_done && total == r->total);
+    r->calls++, r->last_done = done, r->total = total;
+    return r->cancel_at && r->calls >= r->cancel_at;
+}
+
+/* Resuming reports the state read, at most `steps` times, the last with done
+ * == total; a handler that asks to stop fails the init with UFORM_CANCELLED and
+ * no trainer (ASan: nothing leaks). */
+static void test_resume_progress(void) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, NULL, 32);
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK);
+    char path[] = "/tmp/uform-test-resume-progress-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    CHECK(trainer && uform_trainer_save(trainer, path, NULL) == UFORM_OK);
+    uform_trainer_free(trainer);
+    resume_reports_t reports = {0, 0, 0, 0, true};
+    options.resume = path;
+    options.progress = (uform_progress_t){count_resume_reports, &reports, 5};
+    trainer = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_OK && trainer);
+    CHECK(reports.calls >= 1 && reports.calls <= 5 && reports.ordered);
+    CHECK(reports.last_done == reports.total && reports.total > 0);
+    uform_trainer_free(trainer);
+    resume_reports_t cancelling = {0, 0, 0, 2, true};
+    options.progress = (uform_progress_t){count_resume_reports, &cancelling, 5};
+    trainer = (uform_trainer_t *)&trainer;
+    CHECK(uform_trainer_init_ram(executor, &options, &trainer) == UFORM_CANCELLED);
+    CHECK(trainer == NULL && cancelling.calls == 2);
+    unlink(path);
+    uform_executor_free(executor);
+}
+
 static void test_replicas_save_and_resume(void) {
     uint32_t domains[2] = {0, 1};
     uform_executor_t *executor = NULL;
@@ -526,6 +570,7 @@ int main(int argc, char **argv) {
     } tests[] = {{"every objective and form", test_every_objective_and_form},
                  {"replicas, save and resume", test_replicas_save_and_resume},
                  {"shared choices", test_shared_choices},
+                 {"resume progress", test_resume_progress},
                  {"bad input changes nothing", test_bad_input_changes_nothing},
                  {"workspace extremes", test_workspace_extremes},
                  {"concurrent steps refused", test_concurrent_steps_refused},

@@ -71,7 +71,8 @@ uform_status_t uform_resume_peek(const char *path, uform_trainer_options_t *o) {
 }
 
 /* Loads masters, moments, step and seed saved by uform_trainer_save. */
-uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given_seed) {
+uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given_seed,
+                            const uform_progress_t *progress) {
     uform_safetensors_t file;
     memset(&file, 0, sizeof(file));
     UFORM_TRY(uform_safetensors_open(path, &file));
@@ -84,10 +85,17 @@ uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given
     if (status == UFORM_OK && given_seed && given_seed != seed)
         status = uform_fail(UFORM_INVALID_ARGUMENT, "seed: %llu, but the run was seeded %llu",
                             (unsigned long long)given_seed, (unsigned long long)seed);
+    /* progress counts the floats read and checked: 3 per parameter */
+    uform_progress_state_t reports;
+    uform_progress_begin(&reports, progress, 3 * t->count);
+    size_t done = 0;
     for (size_t s = 0; s < t->slots_count && status == UFORM_OK; s++) {
         status = uform_resume_tensor(&file, "master", &t->slots[s], t->parameters);
         if (status == UFORM_OK) status = uform_resume_tensor(&file, "first_moment", &t->slots[s], t->first_moment);
         if (status == UFORM_OK) status = uform_resume_tensor(&file, "second_moment", &t->slots[s], t->second_moment);
+        done += 3 * t->slots[s].rows * (t->slots[s].cols ? t->slots[s].cols : 1);
+        if (status == UFORM_OK)
+            status = uform_progress_update(&reports, s + 1 == t->slots_count ? 3 * t->count : done);
     }
     uform_safetensors_close(&file);
     if (status != UFORM_OK) return status;

@@ -384,7 +384,7 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     memset(t->first_moment, 0, t->count * sizeof(float));
     memset(t->second_moment, 0, t->count * sizeof(float));
     if (options->resume) {
-        status = uform_resume(t, options->resume, options->seed);
+        status = uform_resume(t, options->resume, options->seed, &options->progress);
         if (status != UFORM_OK) {
             uform_trainer_free(t);
             return status;

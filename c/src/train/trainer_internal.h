@@ -135,8 +135,9 @@ UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
 UFORM_INTERNAL const uform_slot_t *uform_slot_at(const uform_trainer_t *t, size_t i);
 
 /* checkpoint.c */
+/* Reads and checks the run's state; progress hears the floats read. */
 UFORM_INTERNAL uform_status_t uform_resume(uform_trainer_t *t, const char *path,
-                                           uint64_t given_seed);
+                                           uint64_t given_seed, const uform_progress_t *progress);
 UFORM_INTERNAL uform_status_t uform_resume_peek(const char *path, uform_trainer_options_t *o);
 
 /* workspace.c */
