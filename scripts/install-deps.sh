@@ -61,6 +61,8 @@ need_pip=()
 "$PYTHON" -c "import PIL" 2>/dev/null || need_pip+=("pillow")
 "$PYTHON" -c "import soundfile" 2>/dev/null || need_pip+=("soundfile")
 "$PYTHON" -c "import av" 2>/dev/null || need_pip+=("av")
+# Downstream search in examples/usearch_search.py and its test.
+"$PYTHON" -c "import usearch" 2>/dev/null || need_pip+=("usearch")
 if [ ${#need_pip[@]} -gt 0 ]; then
     echo "installing Python packages: ${need_pip[*]}"
     "$PYTHON" -m pip install -q "${need_pip[@]}"
