@@ -1,7 +1,12 @@
 """The CPU trainer's late-interaction and choices terms (docs/training.md sections 9 and 10)
 against the float64 PyTorch reference (tests/reference/late_choices.py): one step's losses
-and every parameter's gradient, for every side pattern, pair form, binding budget, relation
-kind, objective and choices configuration, on one replica and on two.
+and every parameter's gradient for each case of CASES (side patterns, pair forms, query
+spans and budgets that bind, relation kinds, objectives, choices with one or two temperature
+groups, and choices without late interaction), on one replica; two replicas against one
+when no budget binds, and budgets that apply per replica (BUDGETS). Beside those: the
+premises the cases rest on (distinct tokens in every item, the budget walks worked out by
+hand), the initial values of the new parameters, and distillation (a teacher's text_choose
+answer used as a student's choice_targets as it is).
 
 Method. The trainer is built with depth 2, hidden 64, rows of 16 columns, 8 rows per device;
 its FP32 master weights, saved by the trainer itself, become a float64 ReferenceModel; one
@@ -31,10 +36,6 @@ a wrong formula (a missing term, a wrong average, a wrong row, a temperature mul
 instead of divided) errs by O(1) of that scale. A parameter the reference leaves without
 gradient (the late-interaction bias outside SIGMOID, a temperature group nobody uses) must
 come back as 0 to 2e-12.
-
-These tests need the trainer's late-interaction and choices support; until it is built,
-`Trainer.init_ram(late_interaction=..., choices=...)` raises UnsupportedError and they fail
-there (deliberately not skipped or xfailed).
 """
 import json
 import math

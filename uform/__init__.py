@@ -7,6 +7,7 @@ computation happens in C.
 from __future__ import annotations
 
 from ._buffers import Arena, ArenaBuffer, RowsTape
+from ._capabilities import Capabilities, capabilities
 from ._enums import (CPUClass, GPUClass, LateInteractionSide, Modality, MultimemTier, Negatives,
                      Objective, Outputs, PairLossForm, Scalar)
 from ._errors import (CancelledError, DeviceError, DivergedError, Error, FileError, FormatError,
@@ -25,12 +26,12 @@ __version__ = "4.0.0"
 library_version: int = int(_lib.uform_version())
 
 __all__ = [
-    "Arena", "ArenaBuffer", "AudioEncodeStats", "AudioShape", "BatchShape", "Choices", "Contrastive", "Edges",
+    "Arena", "ArenaBuffer", "AudioEncodeStats", "AudioShape", "BatchShape", "Capabilities", "Choices", "Contrastive", "Edges",
     "ImageShape", "LateInteraction", "Masking", "MeshOptions", "Relations", "Schedule",
     "TrainerStepStats", "VideoShape", "CPUClass", "CancelledError", "DivergedError", "Deferred", "DeferredOn", "DeviceError",
     "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "ImageEncodeStats", "InvalidArgumentError",
     "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",
     "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError", "VideoEncodeStats",
-    "late_interaction_scores",
+    "capabilities", "late_interaction_scores",
 ]

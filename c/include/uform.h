@@ -365,8 +365,9 @@ enum {
     UFORM_MEDIA_JPEG = 1,
     UFORM_MEDIA_PNG = 2,
     UFORM_MEDIA_WEBP = 4,
-    UFORM_MEDIA_VIDEO = 8,           /* MP4 and WebM through libavformat/libavcodec */
-    UFORM_MEDIA_AUDIO = 16           /* WAV, FLAC, MP3, Ogg/Opus through libsndfile */
+    UFORM_MEDIA_VIDEO = 8,           /* MP4/MOV and WebM/Matroska through libavformat/libavcodec */
+    UFORM_MEDIA_AUDIO = 16,          /* WAV, FLAC, Ogg Vorbis, Ogg Opus through libsndfile */
+    UFORM_MEDIA_MP3 = 32             /* MP3 (MPEG audio layers I-III) through libmpg123 */
 };
 UFORM_API uint32_t uform_media_formats(void);
 
@@ -597,6 +598,25 @@ UFORM_API int uform_job_done(const uform_job_t *job);
 UFORM_API uform_status_t uform_job_wait(uform_job_t *job);
 /* Waits if still running, then frees. NULL is fine. */
 UFORM_API void uform_job_free(uform_job_t *job);
+
+/* ------------------------------------------------------------------------ */
+/* Capabilities: what this build and machine run (docs/c-api.md)            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t media_formats;          /* UFORM_MEDIA_* flags, as uform_media_formats() */
+    uint32_t cpu_classes;            /* bit (1u << class) for every uform_cpu_class_t a RAM
+                                        model loads pinned to: built for this target and run
+                                        by this CPU and OS; SERIAL always, AUTO (bit 0) never */
+    uform_cpu_class_t best_cpu_class;/* the class AUTO loads; one of cpu_classes */
+    uint32_t gpu_backend_built;      /* 1 when the library has a GPU backend; 0 in this build:
+                                        every VRAM call answers UFORM_UNSUPPORTED */
+    size_t gpus;                     /* GPUs that backend sees; 0 without one */
+} uform_capabilities_t;
+
+/* Fills *capabilities; NULL: UFORM_INVALID_ARGUMENT. Cheap (cpuid or
+ * getauxval), the same answer on every call of a process. */
+UFORM_API uform_status_t uform_capabilities(uform_capabilities_t *capabilities);
 
 #ifdef __cplusplus
 }

@@ -777,6 +777,77 @@ static void test_vram(void) {
                 UFORM_UNSUPPORTED, "GPU");
 }
 
+/* uform_capabilities against what this program knows on its own: the loads
+ * themselves (every class in the set loads pinned and describes itself so,
+ * every other one answers UNSUPPORTED), the compiler's CPU detection
+ * (cpu_runs), uform_media_formats and the VRAM calls. */
+static void test_capabilities(void) {
+    static const uform_cpu_class_t classes[] = {
+        UFORM_CPU_CLASS_SERIAL,   UFORM_CPU_CLASS_HASWELL, UFORM_CPU_CLASS_SKYLAKE,
+        UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_NEON,    UFORM_CPU_CLASS_SVE,
+        UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16};
+    EXPECT_FAIL(uform_capabilities(NULL), UFORM_INVALID_ARGUMENT, "capabilities");
+    /* A successful call leaves the last failure's message alone. */
+    char before[256];
+    snprintf(before, sizeof(before), "%s", uform_last_error());
+    uform_capabilities_t caps, again;
+    memset(&caps, 0xa5, sizeof(caps));
+    memset(&again, 0x5a, sizeof(again));
+    CHECK_OK(uform_capabilities(&caps));
+    CHECK(strcmp(uform_last_error(), before) == 0);
+    CHECK_OK(uform_capabilities(&again));
+    CHECK(caps.media_formats == again.media_formats && caps.cpu_classes == again.cpu_classes &&
+          caps.best_cpu_class == again.best_cpu_class &&
+          caps.gpu_backend_built == again.gpu_backend_built && caps.gpus == again.gpus);
+
+    const uint32_t media = UFORM_MEDIA_JPEG | UFORM_MEDIA_PNG | UFORM_MEDIA_WEBP |
+                           UFORM_MEDIA_VIDEO | UFORM_MEDIA_AUDIO | UFORM_MEDIA_MP3;
+    CHECK(caps.media_formats == uform_media_formats());
+    CHECK((caps.media_formats & ~media) == 0);
+
+    CHECK(caps.cpu_classes & 1u << UFORM_CPU_CLASS_SERIAL);
+    CHECK(!(caps.cpu_classes & 1u << UFORM_CPU_CLASS_AUTO));
+    CHECK(caps.cpu_classes >> (UFORM_CPU_CLASS_SVE_BF16 + 1) == 0);
+    CHECK(caps.best_cpu_class != UFORM_CPU_CLASS_AUTO);
+    CHECK((unsigned)caps.best_cpu_class <= UFORM_CPU_CLASS_SVE_BF16 &&
+          (caps.cpu_classes & 1u << caps.best_cpu_class));
+    for (size_t c = 0; c < sizeof(classes) / sizeof(classes[0]); c++) {
+        bool listed = (caps.cpu_classes & 1u << classes[c]) != 0;
+        int runs = cpu_runs(classes[c]);
+        if (runs >= 0 && listed != (runs == 1))
+            fprintf(stderr, "cpu class %d: listed %d, the compiler's detection says %d\n",
+                    (int)classes[c], (int)listed, runs);
+        CHECK(runs < 0 || listed == (runs == 1));
+        uform_model_load_ram_options_t options = {NULL, 0, classes[c], NULL, UFORM_SCALAR_BF16,
+                                                  {NULL, NULL, 0}};
+        uform_model_t *model = (uform_model_t *)&model;
+        uform_status_t status = uform_model_load_ram_buffer(bytes_a, size_a, &options, &model);
+        if (!listed) {
+            CHECK(status == UFORM_UNSUPPORTED);
+            CHECK(model == NULL);
+            continue;
+        }
+        CHECK_OK(status);
+        if (status != UFORM_OK) continue;
+        uform_model_description_t d;
+        CHECK_OK(uform_model_describe(model, &d));
+        CHECK(d.cpu_class == classes[c]);
+        uform_model_free(model);
+    }
+    /* AUTO loads the best class. */
+    uform_model_description_t d;
+    CHECK_OK(uform_model_describe(model_a, &d));
+    CHECK(d.cpu_class == caps.best_cpu_class);
+
+    /* No GPU backend: nothing reported, and the VRAM calls agree. */
+    CHECK(caps.gpu_backend_built == 0);
+    CHECK(caps.gpus == 0);
+    uint32_t device = 0;
+    uform_executor_t *executor = (uform_executor_t *)&executor;
+    CHECK(uform_executor_for_vram(&device, 1, &executor) == UFORM_UNSUPPORTED);
+    CHECK(executor == NULL);
+}
+
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Stats, offsets, norms: what every encode of `texts` on `model` must show. */
@@ -1775,6 +1846,7 @@ int main(int argc, char **argv) {
         {"cpu_classes", test_cpu_classes},
         {"quantization", test_quantization},
         {"vram", test_vram},
+        {"capabilities", test_capabilities},
         {"encode_scalars", test_encode_scalars},
         {"batch_equals_alone", test_batch_equals_alone},
         {"thread_counts", test_thread_counts},

@@ -69,7 +69,7 @@ UFORM_INTERNAL void uform_transformer_forward(uform_backend_t *b, const uform_tr
 
 /* The backward of a saved forward: d_states [rows, H] is dLoss/d(states);
  * accumulates every block's weight gradients (the same layout as the weights,
- * dense) and leaves dLoss/d(layers[0].input) in d_input. `gradients` mirrors
+ * dense) and leaves dLoss/d(layers[0].input) in d->d_x. `gradients` mirrors
  * `model` with pointers to gradient buffers; d_* are [rows, H] or [rows, 4H]
  * scratch buffers named in transformer_backward.c. */
 typedef struct {

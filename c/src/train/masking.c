@@ -43,7 +43,7 @@ void uform_masking_resolve(const uform_masking_t *given, uform_masking_t *resolv
     value.token_mean_span = uform_derive(value.token_mean_span, 3.0f);
     value.replace_fraction = uform_derive(value.replace_fraction, 0.8f);
     value.random_fraction = uform_derive(value.random_fraction, 0.1f);
-    /* Placeholders until the media objectives are specified. */
+    /* The media patch masks of docs/training.md section 11. */
     value.image_mask_ratio = uform_derive(value.image_mask_ratio, 0.75f);
     value.video_mask_ratio = uform_derive(value.video_mask_ratio, 0.75f);
     value.audio_mask_ratio = uform_derive(value.audio_mask_ratio, 0.75f);

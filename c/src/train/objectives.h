@@ -1,7 +1,10 @@
-/* objectives.h: the training objectives of docs/training.md sections 1-3 for
- * the CPU trainer (issue 3; not wired into a public verb yet): the
- * counter-based random numbers, the masked-text corruption and the
- * contrastive loss with its gradients.
+/* objectives.h: the parts of the training objectives of docs/training.md
+ * sections 1-3 the trainer computes itself, behind the public
+ * uform_trainer_init_ram and uform_trainer_step (trainer.c, step.c): the
+ * counter-based random numbers, the masking configuration and the
+ * masked-text corruption, and the contrastive configuration. The contrastive
+ * loss and its gradients are backend operations (backend/losses.h); the media
+ * patch masks are in media_objectives.h.
  *
  * Everything here is a pure function of its arguments: no result depends on
  * the thread count, the executor or the order in which items were packed.
@@ -38,10 +41,10 @@ UFORM_INTERNAL double uform_random_uniform(uint64_t seed, uint64_t step, uint64_
 
 /* Copies `given` (NULL: all zero) into `resolved` with every zero field
  * replaced by its derived value: token_mask_probability 0.15, token_mean_span
- * 3, replace_fraction 0.8, random_fraction 0.1, text_weight 1; the media
- * fields (image/video/audio mask ratio 0.75, weights 1) are placeholders until
- * the media objectives are specified. Non-zero fields are kept as given, so
- * call uform_masking_check on the result. */
+ * 3, replace_fraction 0.8, random_fraction 0.1, text_weight 1, and the
+ * media fields of docs/training.md section 11: image/video/audio mask ratio
+ * 0.75, weights 1. Non-zero fields are kept as given, so call
+ * uform_masking_check on the result. */
 UFORM_INTERNAL void uform_masking_resolve(const uform_masking_t *given, uform_masking_t *resolved);
 
 /* UFORM_INVALID_ARGUMENT naming the field when a resolved field is out of its

@@ -437,6 +437,14 @@ uform_status_t uform_cpu_class_resolve(uform_cpu_class_t requested, uform_cpu_cl
     return UFORM_OK;
 }
 
+uint32_t uform_cpu_classes_runnable(void) {
+    uint32_t classes = 0; /* the two conditions of uform_cpu_class_resolve, without its errors */
+    for (unsigned c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_SVE_BF16; c++)
+        if (uform_cpu_kernels_for((uform_cpu_class_t)c) && uform_cpu_class_supported((uform_cpu_class_t)c))
+            classes |= 1u << c;
+    return classes;
+}
+
 uform_backend_t uform_cpu_backend(uform_cpu_class_t cpu_class, uform_executor_t *executor) {
     if (cpu_class == UFORM_CPU_CLASS_AUTO) cpu_class = uform_cpu_class_best();
     const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(cpu_class);

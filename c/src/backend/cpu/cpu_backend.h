@@ -13,6 +13,11 @@ UFORM_INTERNAL extern const uform_backend_ops_t uform_cpu_backend_ops;
 UFORM_INTERNAL uform_status_t uform_cpu_class_resolve(uform_cpu_class_t requested,
                                                       uform_cpu_class_t *resolved);
 
+/* Bit (1u << class) for every class uform_cpu_class_resolve accepts when
+ * pinned (built for this target and run by this CPU and OS; SERIAL always),
+ * for uform_capabilities. Sets no error. */
+UFORM_INTERNAL uint32_t uform_cpu_classes_runnable(void);
+
 /* A CPU backend whose inference products and attention run the kernels of
  * `cpu_class` (AUTO: the best this machine runs; SERIAL when this build has no
  * table for it) on `executor`; executor may be NULL only for pack and packed_free. */

@@ -19,5 +19,8 @@ uint32_t uform_media_formats(void) {
 #ifdef UFORM_HAVE_AUDIO
     formats |= UFORM_MEDIA_AUDIO;
 #endif
+#ifdef UFORM_HAVE_MPG123
+    formats |= UFORM_MEDIA_MP3;
+#endif
     return formats;
 }
