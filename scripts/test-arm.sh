@@ -39,7 +39,7 @@ VECTOR=(test_kernels test_ops reference_outputs test_sgemm)
 API_TESTS=(version_and_errors executors load_and_describe cpu_classes quantization vram
            bad_files submission_failures)
 # test_trainer without "workspace extremes" (allocation limits, 20 s natively).
-TRAINER_TESTS=(objective replicas "shared choices" "resume progress" "bad input" concurrent diverged
+TRAINER_TESTS=(objective replicas "shared choices" "resume progress" submitted "bad input" concurrent diverged
                "resume validates")
 CPUS=("max,sve=off" "max,sve128=on" "max,sve256=on" "max,sve512=on")
 

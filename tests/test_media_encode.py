@@ -424,9 +424,9 @@ def test_receivers_route_media_verbs(media_checkpoint):
     assert np.array_equal(np.asarray(on.audio_encode_samples(recordings, 16000, uform.Arena()).embeddings),
                           expected_audio)
     deferred = model.deferred(executor)
-    pending = deferred.image_encode_pixels(images, uform.Arena())
-    assert pending.done()
+    pending = deferred.image_encode_pixels(images, uform.Arena())   # a submitted job (test_media_deferred.py)
     assert np.array_equal(np.asarray(pending.result().embeddings), expected_images)
+    assert pending.done()
     pending = deferred.audio_encode_samples(recordings, 16000, uform.Arena())
     assert np.array_equal(np.asarray(pending.result().embeddings), expected_audio)
     failing = deferred.image_encode_pixels(images, uform.Arena(), outputs_scalar=uform.Scalar.E4M3)

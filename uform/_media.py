@@ -3,7 +3,8 @@ pixels, files and samples into the borrowed C structures the library reads.
 
 Glue only: pixels cross as pointers into the caller's arrays (rows may be strided),
 files as one tape of their bytes (the C verbs decode), samples as one float32 buffer
-with offsets. `Model.image_encode` and the rest delegate here.
+with offsets. `Model.image_encode` and the rest delegate here, blocking; the receivers of
+`model.deferred(executor)` too, submitting through the uform_*_submit functions.
 """
 from __future__ import annotations
 
@@ -234,9 +235,13 @@ def _options(outputs: Any, outputs_scalar: Any, bridge: ProgressBridge) -> Any:
 
 def _call(stats_type: type[_Stats], c_stats_type: str, stats: Any, arena: Arena, outputs: Any,
           outputs_scalar: Any, progress: Progress | None, progress_steps: int,
-          run: Callable[[Any, Any, Any], int]) -> Any:
-    """Runs one verb: options, the C call `run(options, encoded, c_stats)`, stats, outputs."""
-    from ._model import _encoded
+          run: Callable[[Any, Any, Any], int], submit: Callable[[Any, Any, Any, Any], int] | None,
+          keep: tuple, model: Any, executor: Executor | None) -> Any:
+    """Runs one verb: options, then the C call `run(options, encoded, c_stats)` and the
+    outputs; or, with `submit`, queues `submit(options, encoded, c_stats, job)` and answers
+    a Deferred that keeps every borrowed buffer (`keep`: the inputs) alive until the job
+    has finished, as Model.text_encode's deferred form does."""
+    from ._model import Deferred, _encoded
 
     _check_arena(arena)
     if stats is not None and not isinstance(stats, stats_type):
@@ -245,10 +250,20 @@ def _call(stats_type: type[_Stats], c_stats_type: str, stats: Any, arena: Arena,
     options = _options(outputs, outputs_scalar, bridge)
     encoded = ffi.new("uform_encoded_t *")
     c_stats = ffi.new(c_stats_type)
-    check(run(options, encoded, c_stats), bridge)
-    if stats is not None:
-        stats._fill(c_stats)
-    return _encoded(encoded, arena)
+
+    def finish() -> Any:
+        if stats is not None:
+            stats._fill(c_stats)
+        return _encoded(encoded, arena)
+
+    if submit is None:
+        check(run(options, encoded, c_stats), bridge)
+        return finish()
+    job = ffi.new("uform_job_t **")
+    check(submit(options, encoded, c_stats, job))
+    handle = ffi.gc(job[0], lib.uform_job_free)
+    # bridge first: Deferred.wait() hands it to check() for a progress handler's error
+    return Deferred(handle, finish, (bridge, options, encoded, c_stats, arena, model, executor, keep))
 
 
 def _executor_pointer(executor: Executor | None) -> Any:
@@ -257,56 +272,87 @@ def _executor_pointer(executor: Executor | None) -> Any:
     return pointer(executor)
 
 
+# Each verb blocks, or with deferred=True (model.deferred(executor)) submits through its
+# uform_*_submit twin: the C job then decodes and encodes on the executor's submission
+# thread and pool, without the GIL, while this thread only converts the arguments (and
+# reads the files of paths into one buffer, kept alive by the Deferred).
+
 def image_encode_pixels(model: Any, executor: Executor | None, pixels: Any, arena: Arena, *,
                         outputs: Outputs = Outputs.EMBEDDINGS, outputs_scalar: Scalar = Scalar.F32,
                         progress: Progress | None = None, progress_steps: int = 0,
-                        stats: ImageEncodeStats | None = None) -> Any:
-    structs, _keep = pixels_array(pixels)
-    count = len(_keep[0])
+                        stats: ImageEncodeStats | None = None, deferred: bool = False) -> Any:
+    structs, keep = pixels_array(pixels)
+    count = len(keep[0])
     target = _executor_pointer(executor)
+
+    def run(options: Any, encoded: Any, c_stats: Any) -> int:
+        return lib.uform_image_encode_pixels(model._model, target, structs, count, arena._arena, options,
+                                             encoded, c_stats)
+
+    def submit(options: Any, encoded: Any, c_stats: Any, job: Any) -> int:
+        return lib.uform_image_encode_pixels_submit(model._model, target, structs, count, arena._arena,
+                                                    options, encoded, c_stats, job)
+
     return _call(ImageEncodeStats, "uform_image_encode_stats_t *", stats, arena, outputs, outputs_scalar,
-                 progress, progress_steps,
-                 lambda options, encoded, c_stats: lib.uform_image_encode_pixels(
-                     model._model, target, structs, count, arena._arena, options, encoded, c_stats))
+                 progress, progress_steps, run, submit if deferred else None, keep, model, executor)
 
 
-def image_encode(model: Any, executor: Executor | None, files: Any, arena: Arena, **keywords: Any) -> Any:
+_C_STATS = {ImageEncodeStats: "uform_image_encode_stats_t *", VideoEncodeStats: "uform_video_encode_stats_t *",
+            AudioEncodeStats: "uform_audio_encode_stats_t *"}
+
+
+def _files_verb(c_verb: str, stats_type: type[_Stats], model: Any, executor: Executor | None, files: Any,
+                arena: Arena, deferred: bool, keywords: dict) -> Any:
+    """image_encode, video_encode and audio_encode: a tape of the files' bytes to `c_verb`."""
     _check_arena(arena)
     tape = files_tape(files)
     target = _executor_pointer(executor)
-    return _call(ImageEncodeStats, "uform_image_encode_stats_t *", keywords.pop("stats", None), arena,
-                 **keywords, run=lambda options, encoded, c_stats: lib.uform_image_encode(
-                     model._model, target, tape.struct, arena._arena, options, encoded, c_stats))
+    blocking, submitting = getattr(lib, c_verb), getattr(lib, c_verb + "_submit")
+
+    def run(options: Any, encoded: Any, c_stats: Any) -> int:
+        return blocking(model._model, target, tape.struct, arena._arena, options, encoded, c_stats)
+
+    def submit(options: Any, encoded: Any, c_stats: Any, job: Any) -> int:
+        return submitting(model._model, target, tape.struct, arena._arena, options, encoded, c_stats, job)
+
+    c_stats_type = _C_STATS[stats_type]
+    return _call(stats_type, c_stats_type, keywords.pop("stats", None), arena, **keywords, run=run,
+                 submit=submit if deferred else None, keep=(tape,), model=model, executor=executor)
 
 
-def video_encode(model: Any, executor: Executor | None, files: Any, arena: Arena, **keywords: Any) -> Any:
-    _check_arena(arena)
-    tape = files_tape(files)
-    target = _executor_pointer(executor)
-    return _call(VideoEncodeStats, "uform_video_encode_stats_t *", keywords.pop("stats", None), arena,
-                 **keywords, run=lambda options, encoded, c_stats: lib.uform_video_encode(
-                     model._model, target, tape.struct, arena._arena, options, encoded, c_stats))
+def image_encode(model: Any, executor: Executor | None, files: Any, arena: Arena, *, deferred: bool = False,
+                 **keywords: Any) -> Any:
+    return _files_verb("uform_image_encode", ImageEncodeStats, model, executor, files, arena, deferred, keywords)
 
 
-def audio_encode(model: Any, executor: Executor | None, files: Any, arena: Arena, **keywords: Any) -> Any:
-    _check_arena(arena)
-    tape = files_tape(files)
-    target = _executor_pointer(executor)
-    return _call(AudioEncodeStats, "uform_audio_encode_stats_t *", keywords.pop("stats", None), arena,
-                 **keywords, run=lambda options, encoded, c_stats: lib.uform_audio_encode(
-                     model._model, target, tape.struct, arena._arena, options, encoded, c_stats))
+def video_encode(model: Any, executor: Executor | None, files: Any, arena: Arena, *, deferred: bool = False,
+                 **keywords: Any) -> Any:
+    return _files_verb("uform_video_encode", VideoEncodeStats, model, executor, files, arena, deferred, keywords)
+
+
+def audio_encode(model: Any, executor: Executor | None, files: Any, arena: Arena, *, deferred: bool = False,
+                 **keywords: Any) -> Any:
+    return _files_verb("uform_audio_encode", AudioEncodeStats, model, executor, files, arena, deferred, keywords)
 
 
 def audio_encode_samples(model: Any, executor: Executor | None, samples: Any, sample_rate: int,
-                         arena: Arena, **keywords: Any) -> Any:
+                         arena: Arena, *, deferred: bool = False, **keywords: Any) -> Any:
     _check_arena(arena)
     rate = as_count(sample_rate, "sample_rate")
-    data, size, offsets, count, _keep = samples_buffers(samples)
+    data, size, offsets, count, keep = samples_buffers(samples)
     target = _executor_pointer(executor)
+
+    def run(options: Any, encoded: Any, c_stats: Any) -> int:
+        return lib.uform_audio_encode_samples(model._model, target, data, size, offsets, count, rate,
+                                              arena._arena, options, encoded, c_stats)
+
+    def submit(options: Any, encoded: Any, c_stats: Any, job: Any) -> int:
+        return lib.uform_audio_encode_samples_submit(model._model, target, data, size, offsets, count, rate,
+                                                     arena._arena, options, encoded, c_stats, job)
+
     return _call(AudioEncodeStats, "uform_audio_encode_stats_t *", keywords.pop("stats", None), arena,
-                 **keywords, run=lambda options, encoded, c_stats: lib.uform_audio_encode_samples(
-                     model._model, target, data, size, offsets, count, rate, arena._arena, options,
-                     encoded, c_stats))
+                 **keywords, run=run, submit=submit if deferred else None, keep=keep, model=model,
+                 executor=executor)
 
 
 #: keyword arguments every media verb takes, and their defaults

@@ -11,7 +11,7 @@ from ._buffers import (Arena, ArenaBuffer, Buffer, RowsTape, _PathLike, _Tape, _
                        arena_rows_tape, arena_values_tape, choices_tape, path_bytes, texts_tape,
                        words_buffer)
 from ._enums import CPUClass, GPUClass, Outputs, Scalar
-from ._errors import Error, InvalidArgumentError, UnsupportedError
+from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor, _words
 from ._media import AudioEncodeStats, ImageEncodeStats, VideoEncodeStats, _Files
 from ._native import Progress, ProgressBridge, check, ffi, lib
@@ -121,18 +121,6 @@ class Deferred(Generic[T]):
             _prune_pending()
             with _pending_lock:
                 _pending[self._key] = (job, keep)
-
-    @classmethod
-    def _ran(cls, call: Callable[[], T]) -> "Deferred[T]":
-        """A Deferred of a call run at once on the caller's thread (the media verbs: their
-        submit functions are not in uform.h yet); its error is raised by wait()."""
-        self: Deferred[T] = cls(None, call, (None,))
-        try:
-            self._result = call()
-        except Error as error:
-            self._error = error
-        self._complete = True
-        return self
 
     def done(self) -> bool:
         return self._complete or bool(lib.uform_job_done(self._job))
@@ -535,30 +523,41 @@ class DeferredOn(Generic[T]):
             self._executor, texts, choices, arena, temperature_groups=temperature_groups,
             progress=progress, progress_steps=progress_steps, stats=stats)
 
-    # The media verbs run at once on the calling thread (blocking on the executor) and
-    # answer a completed Deferred: uform.h has no submit functions for them yet.
+    # The media verbs submit through their uform_*_submit twins, as text_encode does: the
+    # Deferred comes back once the arguments are converted (paths read into one buffer),
+    # and the decoding and encoding run in the C job, without the GIL.
 
     def image_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
-        on = On(self._target, self._executor)
-        return Deferred._ran(lambda: on.image_encode(files, arena, **keywords))
+        return _media.image_encode(self._target, self._executor, files, arena, deferred=True,
+                                   **_media.media_keywords("image_encode", keywords))
 
     def image_encode_pixels(self, pixels: Sequence[Buffer], arena: Arena, /,
                             **keywords: Any) -> Deferred[Encoded]:
-        on = On(self._target, self._executor)
-        return Deferred._ran(lambda: on.image_encode_pixels(pixels, arena, **keywords))
+        return _media.image_encode_pixels(self._target, self._executor, pixels, arena, deferred=True,
+                                          **_media.media_keywords("image_encode_pixels", keywords))
 
     def video_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
-        on = On(self._target, self._executor)
-        return Deferred._ran(lambda: on.video_encode(files, arena, **keywords))
+        return _media.video_encode(self._target, self._executor, files, arena, deferred=True,
+                                   **_media.media_keywords("video_encode", keywords))
 
     def audio_encode(self, files: _Files, arena: Arena, /, **keywords: Any) -> Deferred[Encoded]:
-        on = On(self._target, self._executor)
-        return Deferred._ran(lambda: on.audio_encode(files, arena, **keywords))
+        return _media.audio_encode(self._target, self._executor, files, arena, deferred=True,
+                                   **_media.media_keywords("audio_encode", keywords))
 
     def audio_encode_samples(self, samples: Sequence[Buffer] | _Tape, sample_rate: int, arena: Arena, /,
                              **keywords: Any) -> Deferred[Encoded]:
-        on = On(self._target, self._executor)
-        return Deferred._ran(lambda: on.audio_encode_samples(samples, sample_rate, arena, **keywords))
+        return _media.audio_encode_samples(self._target, self._executor, samples, sample_rate, arena,
+                                           deferred=True,
+                                           **_media.media_keywords("audio_encode_samples", keywords))
+
+    # A Trainer's step and save (Trainer.deferred), submitted through
+    # uform_trainer_step_submit and uform_trainer_save_submit.
+
+    def step(self, modalities: Sequence[Any], contents: _Texts, /, **keywords: Any) -> Deferred[Any]:
+        return self._target._step_deferred(self._executor, modalities, contents, **keywords)  # type: ignore[attr-defined]
+
+    def save(self, path: _PathLike, /, **keywords: Any) -> Deferred[None]:
+        return self._target._save_deferred(self._executor, path, **keywords)  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> Any:
         if name in _VERBS:

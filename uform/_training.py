@@ -392,7 +392,35 @@ class Trainer:
         return self
 
     def deferred(self, executor: Executor, /) -> Any:
-        raise UnsupportedError("Trainer.deferred: deferred training steps are not built in this version")
+        """A receiver (uform.DeferredOn[Trainer]) whose step and save are queued on executor's
+        submission thread by the C library (uform_trainer_step_submit, uform_trainer_save_submit)
+        and answer a uform.Deferred: step's embeddings (or None), save's None. The call takes
+        the trainer until it has run: another step, save or tensor read meanwhile raises
+        InvalidArgumentError ("in use by another call"); the trainer and the buffers the call
+        borrows stay alive until it completes, even if the caller drops them."""
+        from ._model import DeferredOn
+        return DeferredOn(self, executor)
+
+    def _step_deferred(self, executor: Executor, modalities: Sequence[Modality], contents: _Texts, /,
+                       **keywords: Any) -> Any:
+        from ._model import Deferred
+        call = self._step_call(modalities, contents, **{**_STEP_DEFAULTS, **keywords})
+        job = ffi.new("uform_job_t **")
+        check(lib.uform_trainer_step_submit(self._trainer, executor._executor, call.batch, call.arena_pointer,
+                                            call.scalar, call.encoded, call.c_stats, job))
+        handle = ffi.gc(job[0], lib.uform_job_free)
+        return Deferred(handle, call.finish, (None, call, self, executor))
+
+    def _save_deferred(self, executor: Executor, path: _PathLike, /, *, progress: Optional[Progress] = None,
+                       progress_steps: int = 0) -> Any:
+        from ._model import Deferred
+        encoded = path_bytes(path)
+        bridge = ProgressBridge(progress, progress_steps)
+        c_progress = bridge.new()
+        job = ffi.new("uform_job_t **")
+        check(lib.uform_trainer_save_submit(self._trainer, executor._executor, encoded, c_progress, job), bridge)
+        handle = ffi.gc(job[0], lib.uform_job_free)
+        return Deferred(handle, lambda: None, (bridge, encoded, c_progress, self, executor))
 
     def step(self, modalities: Sequence[Modality], contents: _Texts, /, *, bags: Optional[_Words] = None,
              temperature_groups: Optional[_Words] = None,
@@ -401,6 +429,19 @@ class Trainer:
              arena: Optional[Arena] = None, outputs_scalar: Scalar = Scalar.F32,
              stats: Optional[TrainerStepStats] = None) -> Optional[ArenaBuffer]:
         """Applies one optimizer step over the items; answers their pooled embeddings when given an arena."""
+        call = self._step_call(modalities, contents, bags=bags, temperature_groups=temperature_groups,
+                               sides=sides, choices=choices, choice_targets=choice_targets,
+                               relations=relations, arena=arena, outputs_scalar=outputs_scalar, stats=stats)
+        check(lib.uform_trainer_step(self._trainer, call.batch, call.arena_pointer, call.scalar, call.encoded,
+                                     call.c_stats))
+        return call.finish()
+
+    def _step_call(self, modalities: Sequence[Modality], contents: _Texts, /, *, bags: Optional[_Words],
+                   temperature_groups: Optional[_Words], sides: Optional[Sequence[LateInteractionSide]],
+                   choices: Optional[_Texts], choice_targets: Any, relations: Optional[Relations],
+                   arena: Optional[Arena], outputs_scalar: Scalar,
+                   stats: Optional[TrainerStepStats]) -> "_StepCall":
+        """Converts step's arguments into the C batch and everything it borrows."""
         tape = texts_tape(contents, "contents")
         count = tape.struct.count
         keep: list = [tape]
@@ -477,17 +518,7 @@ class Trainer:
         if stats is not None and not isinstance(stats, TrainerStepStats):
             raise InvalidArgumentError(f"stats: expected uform.TrainerStepStats, got {type(stats).__name__}")
         scalar = _enum(Scalar, outputs_scalar, "outputs_scalar")
-        encoded = ffi.new("uform_encoded_t *") if arena is not None else ffi.NULL
-        c_stats = ffi.new("uform_trainer_step_stats_t *")
-        check(lib.uform_trainer_step(self._trainer, batch, arena._arena if arena is not None else ffi.NULL,
-                                     scalar, encoded, c_stats))
-        if stats is not None:
-            for name in TrainerStepStats.__slots__:
-                setattr(stats, name, getattr(c_stats, name))
-        if arena is None:
-            return None
-        return arena_rows(encoded.embeddings, encoded.count, encoded.embedding_row_bytes,
-                          encoded.dimensions, Scalar(encoded.scalar), arena)
+        return _StepCall(batch, keep, arena, scalar, stats)
 
     def save(self, path: _PathLike, /, *, progress: Optional[Progress] = None, progress_steps: int = 0) -> None:
         """Writes the weights (BF16), the step and the train.* state, atomically."""
@@ -531,3 +562,29 @@ class Mesh:
     @classmethod
     def bootstrap(cls, executor: Any, options: Any, /) -> "Mesh":
         raise UnsupportedError("Mesh.bootstrap: multi-host training is not built in this version of uform")
+
+
+_STEP_DEFAULTS = dict(bags=None, temperature_groups=None, sides=None, choices=None, choice_targets=None,
+                      relations=None, arena=None, outputs_scalar=Scalar.F32, stats=None)
+
+
+class _StepCall:
+    """One step's C structures and keepalives, and how its results come back."""
+
+    def __init__(self, batch: Any, keep: list, arena: Optional[Arena], scalar: Scalar,
+                 stats: Optional[TrainerStepStats]) -> None:
+        self.batch, self.keep, self.arena, self.scalar, self.stats = batch, keep, arena, scalar, stats
+        self.arena_pointer = arena._arena if arena is not None else ffi.NULL
+        self.encoded = ffi.new("uform_encoded_t *") if arena is not None else ffi.NULL
+        self.c_stats = ffi.new("uform_trainer_step_stats_t *")
+
+    def finish(self) -> Optional[ArenaBuffer]:
+        if self.stats is not None:
+            for name in TrainerStepStats.__slots__:
+                setattr(self.stats, name, getattr(self.c_stats, name))
+        if self.arena is None:
+            return None
+        encoded = self.encoded
+        return arena_rows(encoded.embeddings, encoded.count, encoded.embedding_row_bytes,
+                          encoded.dimensions, Scalar(encoded.scalar), self.arena)
+

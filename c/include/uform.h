@@ -573,6 +573,26 @@ UFORM_API void uform_trainer_free(uform_trainer_t *trainer);
 
 typedef struct uform_job uform_job_t;
 
+/* uform_trainer_step and uform_trainer_save queued on executor's submission
+ * thread (Python's Trainer.deferred), answered by uform_job_wait; the trainer
+ * must outlive the job. Submission takes the trainer
+ * (and, for a step with embeddings, the arena) until the job has run: another
+ * step, save or tensor read meanwhile is refused at once (UFORM_INVALID_ARGUMENT,
+ * "in use by another call"), never queued behind it. Submission itself checks
+ * only NULLs and those two; every check of the batch, and every failure of the
+ * step or save, is the job's status. The batch structure, the path and the
+ * progress structure are copied; everything the batch points at (contents,
+ * modalities, bags, relations, choices, targets...), *embeddings and *stats
+ * must stay valid and unchanged until the job has finished. */
+UFORM_API uform_status_t uform_trainer_step_submit(uform_trainer_t *trainer, uform_executor_t *executor,
+                                                   const uform_trainer_batch_t *batch,
+                                                   uform_arena_t *arena, uform_scalar_t outputs_scalar,
+                                                   uform_encoded_t *embeddings,
+                                                   uform_trainer_step_stats_t *stats, uform_job_t **job);
+UFORM_API uform_status_t uform_trainer_save_submit(uform_trainer_t *trainer, uform_executor_t *executor,
+                                                   const char *path, const uform_progress_t *progress,
+                                                   uform_job_t **job);
+
 /* Queues uform_text_encode on the executor's submission thread (the model's
  * executor when NULL). Every pointer argument must stay valid until the job
  * is waited for; the results land in *encoded and *stats then. */
@@ -591,6 +611,51 @@ UFORM_API uform_status_t uform_text_choose_submit(uform_model_t *model, uform_ex
                                                   uform_chosen_t *chosen,
                                                   uform_text_encode_stats_t *stats,
                                                   uform_job_t **job);
+/* The media verbs likewise (docs/media.md): each queues its blocking verb,
+ * which then runs on the submission thread exactly as when called directly
+ * (decoding included). As for text, the submit call itself refuses only a
+ * NULL job, model, input (files; images while count > 0; offsets) or arena,
+ * and an arena another call holds (UFORM_INVALID_ARGUMENT); every other
+ * check, and every failure of decoding or encoding (UFORM_FORMAT for a corrupt
+ * file, ...), is the job's status, answered by uform_job_wait. The tape and
+ * options structures are copied; the file bytes, the pixels array and its
+ * pixels, the samples and offsets, *encoded and *stats must stay valid and
+ * unchanged until the job has finished. The arena is held from submission. */
+UFORM_API uform_status_t uform_image_encode_pixels_submit(uform_model_t *model,
+                                                          uform_executor_t *executor,
+                                                          const uform_pixels_t *images, size_t count,
+                                                          uform_arena_t *arena,
+                                                          const uform_encode_options_t *options,
+                                                          uform_encoded_t *encoded,
+                                                          uform_image_encode_stats_t *stats,
+                                                          uform_job_t **job);
+UFORM_API uform_status_t uform_image_encode_submit(uform_model_t *model, uform_executor_t *executor,
+                                                   const uform_tape_t *files, uform_arena_t *arena,
+                                                   const uform_encode_options_t *options,
+                                                   uform_encoded_t *encoded,
+                                                   uform_image_encode_stats_t *stats,
+                                                   uform_job_t **job);
+UFORM_API uform_status_t uform_video_encode_submit(uform_model_t *model, uform_executor_t *executor,
+                                                   const uform_tape_t *files, uform_arena_t *arena,
+                                                   const uform_encode_options_t *options,
+                                                   uform_encoded_t *encoded,
+                                                   uform_video_encode_stats_t *stats,
+                                                   uform_job_t **job);
+UFORM_API uform_status_t uform_audio_encode_submit(uform_model_t *model, uform_executor_t *executor,
+                                                   const uform_tape_t *files, uform_arena_t *arena,
+                                                   const uform_encode_options_t *options,
+                                                   uform_encoded_t *encoded,
+                                                   uform_audio_encode_stats_t *stats,
+                                                   uform_job_t **job);
+UFORM_API uform_status_t uform_audio_encode_samples_submit(uform_model_t *model,
+                                                           uform_executor_t *executor,
+                                                           const float *samples, size_t size,
+                                                           const size_t *offsets, size_t count,
+                                                           size_t sample_rate, uform_arena_t *arena,
+                                                           const uform_encode_options_t *options,
+                                                           uform_encoded_t *encoded,
+                                                           uform_audio_encode_stats_t *stats,
+                                                           uform_job_t **job);
 /* 1 when the job has finished, 0 while it runs. */
 UFORM_API int uform_job_done(const uform_job_t *job);
 /* Blocks until the job finishes; returns the job's own status and makes its

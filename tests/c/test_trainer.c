@@ -245,6 +245,120 @@ static void test_resume_progress(void) {
     uform_executor_free(executor);
 }
 
+/* A save whose progress handler holds the submission thread until released. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    bool entered, released;
+} gate_t;
+
+static int hold_at_gate(void *user, size_t done, size_t total) {
+    (void)done, (void)total;
+    gate_t *gate = user;
+    pthread_mutex_lock(&gate->lock);
+    gate->entered = true;
+    pthread_cond_broadcast(&gate->changed);
+    while (!gate->released) pthread_cond_wait(&gate->changed, &gate->lock);
+    pthread_mutex_unlock(&gate->lock);
+    return 0;
+}
+
+/* Trainer.deferred's C half (uform_trainer_step_submit, _save_submit): a
+ * submitted step equals the blocking one bit for bit; while a submitted call
+ * holds the trainer, another step, save or tensor read is refused at once; a
+ * bad batch is the job's error and gives the trainer back; a submitted save
+ * writes the checkpoint a blocking save writes. */
+static void test_submitted_steps_and_saves(void) {
+    uform_executor_t *executor = NULL, *queue = NULL;
+    CHECK(uform_executor_for_ram(2, NULL, 0, &executor) == UFORM_OK);
+    CHECK(uform_executor_for_ram(1, NULL, 0, &queue) == UFORM_OK);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, NULL, 32);
+    uform_trainer_t *blocking = NULL, *submitted = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &blocking) == UFORM_OK);
+    CHECK(uform_trainer_init_ram(executor, &options, &submitted) == UFORM_OK);
+    uform_arena_t *arena_a = NULL, *arena_b = NULL;
+    CHECK(uform_arena_init_ram(&arena_a) == UFORM_OK && uform_arena_init_ram(&arena_b) == UFORM_OK);
+    if (!blocking || !submitted || !arena_a || !arena_b) return;
+    texts_t texts;
+    texts_make(&texts, 4, 30);
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape};
+    uform_encoded_t embeddings_a, embeddings_b;
+    uform_trainer_step_stats_t stats_a, stats_b;
+    for (int step = 0; step < 2; step++) {
+        CHECK(uform_trainer_step(blocking, &batch, arena_a, UFORM_SCALAR_F32, &embeddings_a, &stats_a) ==
+              UFORM_OK);
+        uform_job_t *job = NULL;
+        CHECK(uform_trainer_step_submit(submitted, queue, &batch, arena_b, UFORM_SCALAR_F32, &embeddings_b,
+                                        &stats_b, &job) == UFORM_OK);
+        CHECK(uform_job_wait(job) == UFORM_OK);
+        uform_job_free(job);
+        CHECK(stats_a.step == stats_b.step && stats_a.loss == stats_b.loss);
+        CHECK(embeddings_b.count == ITEMS &&
+              memcmp(embeddings_a.embeddings, embeddings_b.embeddings, ITEMS * embeddings_a.embedding_row_bytes) == 0);
+    }
+    size_t count = 0;
+    CHECK(uform_trainer_tensor(blocking, "norm.weight", 0, NULL, &count) == UFORM_OK);
+    float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
+    CHECK(uform_trainer_tensor(blocking, "norm.weight", 0, a, &count) == UFORM_OK);
+    CHECK(uform_trainer_tensor(submitted, "norm.weight", 0, b, &count) == UFORM_OK);
+    CHECK(memcmp(a, b, count * sizeof(float)) == 0);
+
+    /* a save held at its first progress report: the trainer is taken meanwhile */
+    char path[] = "/tmp/uform-test-submitted-save-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false};
+    uform_progress_t held = {hold_at_gate, &gate, 1};
+    uform_job_t *save = NULL, *refused = (uform_job_t *)&save;
+    CHECK(uform_trainer_save_submit(submitted, queue, path, &held, &save) == UFORM_OK);
+    pthread_mutex_lock(&gate.lock);
+    while (!gate.entered) pthread_cond_wait(&gate.changed, &gate.lock);
+    pthread_mutex_unlock(&gate.lock);
+    CHECK(uform_trainer_step_submit(submitted, queue, &batch, arena_b, UFORM_SCALAR_F32, &embeddings_b,
+                                    &stats_b, &refused) == UFORM_INVALID_ARGUMENT);
+    CHECK(refused == NULL && strstr(uform_last_error(), "in use by another call"));
+    CHECK(uform_trainer_step(submitted, &batch, arena_b, UFORM_SCALAR_F32, NULL, NULL) == UFORM_INVALID_ARGUMENT);
+    CHECK(uform_trainer_tensor(submitted, "norm.weight", 0, b, &count) == UFORM_INVALID_ARGUMENT);
+    uform_job_t *second_save = NULL;
+    CHECK(uform_trainer_save_submit(submitted, queue, path, NULL, &second_save) == UFORM_INVALID_ARGUMENT);
+    pthread_mutex_lock(&gate.lock);
+    gate.released = true;
+    pthread_cond_broadcast(&gate.changed);
+    pthread_mutex_unlock(&gate.lock);
+    CHECK(uform_job_wait(save) == UFORM_OK);
+    uform_job_free(save);
+    /* the saved run resumes to the submitted trainer's state */
+    uform_trainer_options_t again = options;
+    again.resume = path;
+    uform_trainer_t *resumed = NULL;
+    CHECK(uform_trainer_init_ram(executor, &again, &resumed) == UFORM_OK);
+    if (resumed) {
+        CHECK(uform_trainer_tensor(resumed, "norm.weight", 0, b, &count) == UFORM_OK);
+        CHECK(memcmp(a, b, count * sizeof(float)) == 0);
+        uform_trainer_free(resumed);
+    }
+    unlink(path);
+
+    /* a bad batch fails in the job and gives the trainer back */
+    uform_trainer_batch_t bad = batch;
+    bad.modalities = NULL;
+    uform_job_t *job = NULL;
+    CHECK(uform_trainer_step_submit(submitted, queue, &bad, arena_b, UFORM_SCALAR_F32, &embeddings_b, &stats_b,
+                                    &job) == UFORM_OK);
+    CHECK(uform_job_wait(job) == UFORM_INVALID_ARGUMENT);
+    uform_job_free(job);
+    CHECK(uform_trainer_step(submitted, &batch, arena_b, UFORM_SCALAR_F32, NULL, NULL) == UFORM_OK);
+    /* NULLs are refused at submission */
+    CHECK(uform_trainer_step_submit(submitted, queue, NULL, arena_b, UFORM_SCALAR_F32, NULL, NULL, &job) ==
+          UFORM_INVALID_ARGUMENT && job == NULL);
+    CHECK(uform_trainer_save_submit(submitted, NULL, path, NULL, &job) == UFORM_INVALID_ARGUMENT);
+    free(a), free(b);
+    texts_free(&texts);
+    uform_arena_free(arena_a), uform_arena_free(arena_b);
+    uform_trainer_free(blocking), uform_trainer_free(submitted);
+    uform_executor_free(queue), uform_executor_free(executor);
+}
+
 static void test_replicas_save_and_resume(void) {
     uint32_t domains[2] = {0, 1};
     uform_executor_t *executor = NULL;
@@ -571,6 +685,7 @@ int main(int argc, char **argv) {
                  {"replicas, save and resume", test_replicas_save_and_resume},
                  {"shared choices", test_shared_choices},
                  {"resume progress", test_resume_progress},
+                 {"submitted steps and saves", test_submitted_steps_and_saves},
                  {"bad input changes nothing", test_bad_input_changes_nothing},
                  {"workspace extremes", test_workspace_extremes},
                  {"concurrent steps refused", test_concurrent_steps_refused},

@@ -301,6 +301,8 @@ uform_status_t uform_executor_submit(uform_executor_t *executor, uform_job_fn_t 
     if (!executor->submitter_started) {
         if (pthread_create(&executor->submitter, NULL, uform_submitter_main, executor) != 0) {
             pthread_mutex_unlock(&executor->queue_lock);
+            /* never queued, so never run: marked done, or uform_job_free would wait for it */
+            atomic_store(&job->done, 1);
             uform_job_free(job);
             return uform_fail(UFORM_OUT_OF_MEMORY, "submit: cannot start the submission thread");
         }

@@ -56,10 +56,11 @@ static uform_status_t uform_samples_tokenize(const void *source, size_t item, uf
     return uform_fail_context(status, prefix);
 }
 
-uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t *executor, const float *samples,
-                                          size_t size, const size_t *offsets, size_t count, size_t sample_rate,
-                                          uform_arena_t *arena, const uform_encode_options_t *options,
-                                          uform_encoded_t *encoded, uform_audio_encode_stats_t *stats) {
+uform_status_t uform_audio_encode_samples_run(uform_model_t *model, uform_executor_t *executor,
+                                              const float *samples, size_t size, const size_t *offsets,
+                                              size_t count, size_t sample_rate, uform_arena_t *arena,
+                                              const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                              uform_audio_encode_stats_t *stats, bool held) {
     UFORM_TRY(uform_check_audio_call(model, arena, encoded, "audio_encode_samples"));
     if (count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "samples: the batch is empty");
     if (!offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "offsets: NULL");
@@ -88,14 +89,22 @@ uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t
     uform_samples_source_t source = {model, samples, offsets, sample_rate};
     uform_media_call_t call = {&model->audio, count, bound, uform_samples_tokenize, &source};
     uform_media_counts_t counts;
-    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
+    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, held));
     uform_audio_stats(&counts, stats);
     return UFORM_OK;
 }
 
-uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
-                                  uform_arena_t *arena, const uform_encode_options_t *options,
-                                  uform_encoded_t *encoded, uform_audio_encode_stats_t *stats) {
+uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t *executor, const float *samples,
+                                          size_t size, const size_t *offsets, size_t count, size_t sample_rate,
+                                          uform_arena_t *arena, const uform_encode_options_t *options,
+                                          uform_encoded_t *encoded, uform_audio_encode_stats_t *stats) {
+    return uform_audio_encode_samples_run(model, executor, samples, size, offsets, count, sample_rate, arena,
+                                          options, encoded, stats, false);
+}
+
+uform_status_t uform_audio_encode_run(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                      uform_arena_t *arena, const uform_encode_options_t *options,
+                                      uform_encoded_t *encoded, uform_audio_encode_stats_t *stats, bool held) {
     UFORM_TRY(uform_check_audio_call(model, arena, encoded, "audio_encode"));
     UFORM_TRY(uform_check_tape(files, "files"));
     size_t bound;
@@ -103,7 +112,13 @@ uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *execut
     uform_media_files_t source = {model, files};
     uform_media_call_t call = {&model->audio, files->count, bound, uform_audio_file_tokenize, &source};
     uform_media_counts_t counts;
-    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
+    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, held));
     uform_audio_stats(&counts, stats);
     return UFORM_OK;
+}
+
+uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                  uform_arena_t *arena, const uform_encode_options_t *options,
+                                  uform_encoded_t *encoded, uform_audio_encode_stats_t *stats) {
+    return uform_audio_encode_run(model, executor, files, arena, options, encoded, stats, false);
 }

@@ -67,10 +67,10 @@ static uform_status_t uform_check_pixels(const uform_pixels_t *images, size_t co
     return UFORM_OK;
 }
 
-uform_status_t uform_image_encode_pixels(uform_model_t *model, uform_executor_t *executor,
-                                         const uform_pixels_t *images, size_t count, uform_arena_t *arena,
-                                         const uform_encode_options_t *options, uform_encoded_t *encoded,
-                                         uform_image_encode_stats_t *stats) {
+uform_status_t uform_image_encode_pixels_run(uform_model_t *model, uform_executor_t *executor,
+                                             const uform_pixels_t *images, size_t count, uform_arena_t *arena,
+                                             const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                             uform_image_encode_stats_t *stats, bool held) {
     UFORM_TRY(uform_check_model_call(model, arena, encoded, "image_encode_pixels"));
     UFORM_TRY(uform_check_pixels(images, count));
     size_t bound = 0;
@@ -84,14 +84,21 @@ uform_status_t uform_image_encode_pixels(uform_model_t *model, uform_executor_t 
     uform_pixels_source_t source = {model, images};
     uform_media_call_t call = {&model->image, count, bound, uform_pixels_tokenize, &source};
     uform_media_counts_t counts;
-    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
+    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, held));
     uform_image_stats(&counts, stats);
     return UFORM_OK;
 }
 
-uform_status_t uform_image_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
-                                  uform_arena_t *arena, const uform_encode_options_t *options,
-                                  uform_encoded_t *encoded, uform_image_encode_stats_t *stats) {
+uform_status_t uform_image_encode_pixels(uform_model_t *model, uform_executor_t *executor,
+                                         const uform_pixels_t *images, size_t count, uform_arena_t *arena,
+                                         const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                         uform_image_encode_stats_t *stats) {
+    return uform_image_encode_pixels_run(model, executor, images, count, arena, options, encoded, stats, false);
+}
+
+uform_status_t uform_image_encode_run(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                      uform_arena_t *arena, const uform_encode_options_t *options,
+                                      uform_encoded_t *encoded, uform_image_encode_stats_t *stats, bool held) {
     UFORM_TRY(uform_check_model_call(model, arena, encoded, "image_encode"));
     UFORM_TRY(uform_check_tape(files, "files"));
     size_t bound;
@@ -99,7 +106,13 @@ uform_status_t uform_image_encode(uform_model_t *model, uform_executor_t *execut
     uform_media_files_t source = {model, files};
     uform_media_call_t call = {&model->image, files->count, bound, uform_image_file_tokenize, &source};
     uform_media_counts_t counts;
-    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
+    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, held));
     uform_image_stats(&counts, stats);
     return UFORM_OK;
+}
+
+uform_status_t uform_image_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                  uform_arena_t *arena, const uform_encode_options_t *options,
+                                  uform_encoded_t *encoded, uform_image_encode_stats_t *stats) {
+    return uform_image_encode_run(model, executor, files, arena, options, encoded, stats, false);
 }

@@ -113,7 +113,8 @@ static uform_status_t uform_media_encode_held(const uform_model_t *model, uform_
 uform_status_t uform_media_encode(const uform_model_t *model, uform_executor_t *executor,
                                   const uform_media_call_t *call, uform_arena_t *arena,
                                   const uform_encode_options_t *options, uform_encoded_t *encoded,
-                                  uform_media_counts_t *counts) {
+                                  uform_media_counts_t *counts, bool held) {
+    if (held) return uform_media_encode_held(model, executor, call, arena, options, encoded, counts);
     UFORM_TRY(uform_arena_acquire(arena));
     uform_status_t status = uform_media_encode_held(model, executor, call, arena, options, encoded, counts);
     uform_arena_release(arena);

@@ -23,12 +23,46 @@ typedef struct {
 } uform_media_call_t;
 
 /* Runs a checked call (model, arena and encoded not NULL, the part present):
- * holds the arena, checks the options, encodes, and adds up *counts. */
+ * holds the arena (unless `held`: a submitted job took it at submission and
+ * gives it back itself), checks the options, encodes, and adds up *counts. */
 UFORM_INTERNAL uform_status_t uform_media_encode(const uform_model_t *model, uform_executor_t *executor,
                                                  const uform_media_call_t *call, uform_arena_t *arena,
                                                  const uform_encode_options_t *options,
                                                  uform_encoded_t *encoded,
-                                                 uform_media_counts_t *counts);
+                                                 uform_media_counts_t *counts, bool held);
+
+/* The public media verbs' bodies, argument checks included; `held` as above.
+ * uform_image_encode and the rest call them with held false, the jobs of
+ * their *_submit twins (media_submit.c) with held true, so both run the same
+ * code. */
+UFORM_INTERNAL uform_status_t uform_image_encode_pixels_run(uform_model_t *model, uform_executor_t *executor,
+                                                            const uform_pixels_t *images, size_t count,
+                                                            uform_arena_t *arena,
+                                                            const uform_encode_options_t *options,
+                                                            uform_encoded_t *encoded,
+                                                            uform_image_encode_stats_t *stats, bool held);
+UFORM_INTERNAL uform_status_t uform_image_encode_run(uform_model_t *model, uform_executor_t *executor,
+                                                     const uform_tape_t *files, uform_arena_t *arena,
+                                                     const uform_encode_options_t *options,
+                                                     uform_encoded_t *encoded,
+                                                     uform_image_encode_stats_t *stats, bool held);
+UFORM_INTERNAL uform_status_t uform_video_encode_run(uform_model_t *model, uform_executor_t *executor,
+                                                     const uform_tape_t *files, uform_arena_t *arena,
+                                                     const uform_encode_options_t *options,
+                                                     uform_encoded_t *encoded,
+                                                     uform_video_encode_stats_t *stats, bool held);
+UFORM_INTERNAL uform_status_t uform_audio_encode_run(uform_model_t *model, uform_executor_t *executor,
+                                                     const uform_tape_t *files, uform_arena_t *arena,
+                                                     const uform_encode_options_t *options,
+                                                     uform_encoded_t *encoded,
+                                                     uform_audio_encode_stats_t *stats, bool held);
+UFORM_INTERNAL uform_status_t uform_audio_encode_samples_run(uform_model_t *model, uform_executor_t *executor,
+                                                             const float *samples, size_t size,
+                                                             const size_t *offsets, size_t count,
+                                                             size_t sample_rate, uform_arena_t *arena,
+                                                             const uform_encode_options_t *options,
+                                                             uform_encoded_t *encoded,
+                                                             uform_audio_encode_stats_t *stats, bool held);
 
 /* Encodes decoded clips (frames already every frame_stride-th): the part of
  * uform_video_encode after decoding, for tests and callers holding frames.

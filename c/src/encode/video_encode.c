@@ -69,7 +69,21 @@ uform_status_t uform_video_encode_frames(uform_model_t *model, uform_executor_t 
     uform_media_call_t call = {&model->video, count, uform_rows_bound(count, model->context),
                                uform_frames_tokenize, &source};
     uform_media_counts_t counts;
-    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
+    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, false));
+    uform_video_stats(&counts, stats);
+    return UFORM_OK;
+}
+
+uform_status_t uform_video_encode_run(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                      uform_arena_t *arena, const uform_encode_options_t *options,
+                                      uform_encoded_t *encoded, uform_video_encode_stats_t *stats, bool held) {
+    UFORM_TRY(uform_check_video_call(model, arena, encoded, "video_encode"));
+    UFORM_TRY(uform_check_tape(files, "files"));
+    uform_media_files_t source = {model, files};
+    uform_media_call_t call = {&model->video, files->count, uform_rows_bound(files->count, model->context),
+                               uform_video_file_tokenize, &source};
+    uform_media_counts_t counts;
+    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, held));
     uform_video_stats(&counts, stats);
     return UFORM_OK;
 }
@@ -77,13 +91,5 @@ uform_status_t uform_video_encode_frames(uform_model_t *model, uform_executor_t 
 uform_status_t uform_video_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
                                   uform_arena_t *arena, const uform_encode_options_t *options,
                                   uform_encoded_t *encoded, uform_video_encode_stats_t *stats) {
-    UFORM_TRY(uform_check_video_call(model, arena, encoded, "video_encode"));
-    UFORM_TRY(uform_check_tape(files, "files"));
-    uform_media_files_t source = {model, files};
-    uform_media_call_t call = {&model->video, files->count, uform_rows_bound(files->count, model->context),
-                               uform_video_file_tokenize, &source};
-    uform_media_counts_t counts;
-    UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts));
-    uform_video_stats(&counts, stats);
-    return UFORM_OK;
+    return uform_video_encode_run(model, executor, files, arena, options, encoded, stats, false);
 }

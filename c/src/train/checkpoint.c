@@ -104,8 +104,8 @@ uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given
     return UFORM_OK;
 }
 
-static uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
-                                             const uform_progress_t *progress) {
+uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
+                                      const uform_progress_t *progress) {
     size_t views_count = 4 * t->slots_count;
     uform_tensor_view_t *views = uform_alloc_zeroed(views_count, sizeof(*views), "save");
     uint16_t *bf16 = uform_alloc(t->count, sizeof(uint16_t), "save");

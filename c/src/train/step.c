@@ -20,10 +20,10 @@ static uform_status_t uform_check_diverged(const float *values, size_t count, co
     return UFORM_OK;
 }
 
-static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                             uform_arena_t *arena, uform_scalar_t outputs_scalar,
-                                             uform_encoded_t *embeddings_out,
-                                             uform_trainer_step_stats_t *stats) {
+uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                      uform_arena_t *arena, bool arena_held,
+                                      uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
+                                      uform_trainer_step_stats_t *stats) {
     UFORM_TRY(uform_check_step_batch(t, batch));
     if (embeddings_out && !arena)
         return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
@@ -285,7 +285,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
     t->dropped += dropped;
 
     if (embeddings_out) {
-        status = uform_arena_acquire(arena);
+        status = arena_held ? UFORM_OK : uform_arena_acquire(arena);
         if (status == UFORM_OK) {
             uform_arena_rewind(arena);
             memset(embeddings_out, 0, sizeof(*embeddings_out));
@@ -304,7 +304,7 @@ static uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_tr
                                               embeddings_out->embedding_row_bytes);
                 embeddings_out->embeddings = out;
             }
-            uform_arena_release(arena);
+            if (!arena_held) uform_arena_release(arena);
         }
     }
     if (stats) {
@@ -346,7 +346,8 @@ uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_
                                   uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
     if (!t) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
     UFORM_TRY(uform_trainer_enter(t, "step"));
-    uform_status_t status = uform_trainer_step_held(t, batch, arena, outputs_scalar, embeddings_out, stats);
+    uform_status_t status =
+        uform_trainer_step_held(t, batch, arena, false, outputs_scalar, embeddings_out, stats);
     uform_trainer_leave(t);
     return status;
 }

@@ -131,6 +131,17 @@ typedef struct {
 
 /* trainer.c */
 UFORM_INTERNAL uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what);
+/* step and save with the trainer entered (and for the step, the arena taken
+ * already when arena_held): what the blocking calls and their submitted jobs
+ * (submit.c) run. */
+UFORM_INTERNAL uform_status_t uform_trainer_step_held(uform_trainer_t *t,
+                                                      const uform_trainer_batch_t *batch,
+                                                      uform_arena_t *arena, bool arena_held,
+                                                      uform_scalar_t outputs_scalar,
+                                                      uform_encoded_t *embeddings_out,
+                                                      uform_trainer_step_stats_t *stats);
+UFORM_INTERNAL uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
+                                                      const uform_progress_t *progress);
 UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
 UFORM_INTERNAL const uform_slot_t *uform_slot_at(const uform_trainer_t *t, size_t i);
 
