@@ -324,8 +324,23 @@ def main() -> None:
     else:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with open(output, "w") as file:
-            file.write(report)
+            file.write(report + kept_sections(output))
         log(f"wrote {output}")
+
+
+# Sections measured by other scripts (bench/media_step_bench.py) live at the end of the
+# report and survive its regeneration: everything from this heading on is carried over.
+KEPT_HEADING = "## Media decoding in a training step"
+
+
+def kept_sections(path: str) -> str:
+    try:
+        with open(path) as file:
+            old = file.read()
+    except OSError:
+        return ""
+    at = old.find(KEPT_HEADING)
+    return "\n" + old[at:] if at >= 0 else ""
 
 
 if __name__ == "__main__":

@@ -189,3 +189,28 @@ def test_media_items_need_their_shape_and_valid_files(batch):
     stats = uform.TrainerStepStats()
     trainer.step(modalities, contents, bags=bags, stats=stats)
     assert stats.step == 1, "the failed step applied nothing"
+
+
+def test_media_decoding_on_the_pool_does_not_depend_on_threads(batch):
+    """Media items are decoded one per pool task (step_items.c): 1 and 3 threads give the
+    same step bit for bit, and with two broken files the error names the first, as a
+    serial loop would."""
+    modalities, contents, bags = batch
+    results = []
+    for threads in (1, 3):
+        trainer = uform.Trainer.init_ram(
+            uform.Executor.for_ram(threads), depth=2, hidden=64, objective=uform.Objective.JOINT,
+            batch=uform.BatchShape(max_rows_per_device=10, max_columns_per_row=COLUMNS,
+                                   image=uform.ImageShape(patch_side=8),
+                                   video=uform.VideoShape(patch_side=8, tube_frames=2),
+                                   audio=uform.AudioShape(chunk_samples=128, sample_rate=16000)),
+            seed=SEED)
+        stats = uform.TrainerStepStats()
+        embeddings = np.array(trainer.step(modalities, contents, bags=bags, arena=uform.Arena(), stats=stats))
+        results.append((stats.loss, embeddings, trainer.tensor("norm.weight")))
+        broken = list(contents)
+        broken[3], broken[6] = contents[3][:30], contents[6][:40]
+        with pytest.raises(uform.FormatError, match=r"files\[3\]"):
+            trainer.step(modalities, broken, bags=bags)
+    assert results[0][0] == results[1][0]
+    assert np.array_equal(results[0][1], results[1][1]) and np.array_equal(results[0][2], results[1][2])

@@ -3,6 +3,9 @@
  * and laid out in each replica's workspace, media items decoded and tokenised. */
 #include "train/trainer_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 /* ---- the step ------------------------------------------------------------------- */
 
 /* Item i's choices: its bytes start at data + *bytes (*length of them), its
@@ -227,8 +230,43 @@ void uform_tokens_free(uform_media_tokens_t *tokens, size_t count) {
     free(tokens);
 }
 
+/* One item's decoding outcome: the failure its pool thread saw, with the
+ * message (which lives in that thread's error slot) carried over. */
+typedef struct {
+    uform_status_t status;
+    char message[512];
+} uform_media_outcome_t;
+
+typedef struct {
+    const uform_media_files_t *files;
+    const uint32_t *modalities;
+    uform_media_tokens_t *tokens;
+    uform_media_outcome_t *outcomes;
+} uform_media_items_t;
+
+static void uform_tokenize_items(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_media_items_t *items = context;
+    for (size_t i = begin; i < end; i++) {
+        uform_status_t status = UFORM_OK;
+        switch (items->modalities[i]) {
+        case UFORM_MODALITY_IMAGE: status = uform_image_file_tokenize(items->files, i, &items->tokens[i]); break;
+        case UFORM_MODALITY_VIDEO: status = uform_video_file_tokenize(items->files, i, &items->tokens[i]); break;
+        case UFORM_MODALITY_AUDIO: status = uform_audio_file_tokenize(items->files, i, &items->tokens[i]); break;
+        default: break;
+        }
+        items->outcomes[i].status = status;
+        if (status != UFORM_OK)
+            snprintf(items->outcomes[i].message, sizeof(items->outcomes[i].message), "%s", uform_last_error());
+    }
+}
+
 /* Decodes and tokenises the step's image, video and audio items as the encode
- * verbs do (*out NULL when the step has none). */
+ * verbs do (*out NULL when the step has none), one item per pool task: decoding
+ * is single-threaded per item, so a step of many files keeps every core busy.
+ * Each item's tokens depend on its bytes alone, so the thread count changes
+ * nothing, and a failure is reported for the first failing item in order, as
+ * a serial loop would. */
 uform_status_t uform_tokenize_media(const uform_trainer_t *t, const uform_trainer_batch_t *b,
                                            uform_media_tokens_t **out) {
     *out = NULL;
@@ -237,14 +275,22 @@ uform_status_t uform_tokenize_media(const uform_trainer_t *t, const uform_traine
     for (size_t i = 0; i < count; i++) any = any || b->modalities[i] != UFORM_MODALITY_TEXT;
     if (!any) return UFORM_OK;
     uform_media_tokens_t *tokens = uform_alloc_zeroed(count, sizeof(*tokens), "media tokens");
-    if (!tokens) return UFORM_OUT_OF_MEMORY;
-    uform_media_files_t files = {&t->geometry, &b->contents};
-    uform_status_t status = UFORM_OK;
-    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
-        if (b->modalities[i] == UFORM_MODALITY_IMAGE) status = uform_image_file_tokenize(&files, i, &tokens[i]);
-        if (b->modalities[i] == UFORM_MODALITY_VIDEO) status = uform_video_file_tokenize(&files, i, &tokens[i]);
-        if (b->modalities[i] == UFORM_MODALITY_AUDIO) status = uform_audio_file_tokenize(&files, i, &tokens[i]);
+    uform_media_outcome_t *outcomes = tokens ? uform_alloc_zeroed(count, sizeof(*outcomes), "media outcomes")
+                                             : NULL;
+    if (!tokens || !outcomes) {
+        free(tokens);
+        return UFORM_OUT_OF_MEMORY;
     }
+    uform_media_files_t files = {&t->geometry, &b->contents};
+    uform_media_items_t items = {&files, b->modalities, tokens, outcomes};
+    uform_parallel_for(t->executor, count, 1, uform_tokenize_items, &items);
+    uform_status_t status = UFORM_OK;
+    for (size_t i = 0; i < count && status == UFORM_OK; i++)
+        if (outcomes[i].status != UFORM_OK) {
+            uform_set_error_text(outcomes[i].message);
+            status = outcomes[i].status;
+        }
+    free(outcomes);
     if (status != UFORM_OK) {
         uform_tokens_free(tokens, count);
         return uform_fail_context(status, "contents");
