@@ -250,8 +250,7 @@ def test_inputs_stay_alive_through_the_deferred(model, tmp_path):
         if FORMATS & 1:
             references += [weakref.ref(data), weakref.ref(file_offsets)]
             del data, file_offsets
-        for path in tmp_path.iterdir():  # paths were read at submission: the files may go
-            os.unlink(path)
+        # the path tape is the Deferred's; the files themselves are read when the job runs
         del images, sounds, flat, offsets
         gc.collect()
         _garbage = [np.full((97, 131, 3), 255, np.uint8) for _ in range(64)]  # reuse freed memory, if any
@@ -263,6 +262,34 @@ def test_inputs_stay_alive_through_the_deferred(model, tmp_path):
     del pending, _garbage
     gc.collect()
     assert all(reference() is None for reference in references), "inputs kept after their jobs finished"
+
+
+def test_paths_are_read_when_the_job_runs(model, tmp_path):
+    """Submitting paths reads nothing: the C job checks and reads them when it runs, so the
+    Deferred comes back at once and a file written after submission is the one encoded."""
+    needs(1, "JPEG")
+    executor = uform.Executor.for_ram(2)
+    images = pictures(4)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    staged_paths = write_jpegs(staged, images)
+    blobs = [path.read_bytes() for path in staged_paths]
+    expected = answer(model.image_encode(staged_paths, uform.Arena()))
+    later = [tmp_path / f"later-{i}.jpg" for i in range(4)]
+    gate = Gate(model, executor)
+    with gate:
+        pending = model.deferred(executor).image_encode(later, uform.Arena())   # none of them exists yet
+        assert not pending.done()
+        for path, blob in zip(later, blobs):
+            path.write_bytes(blob)
+        gate.open()
+        assert same(answer(pending.result()), expected)
+    # a path missing when the job runs is the job's FileError, naming it
+    with gate.__class__(model, executor) as again:
+        missing = model.deferred(executor).image_encode(later[:1] + [tmp_path / "never.jpg"], uform.Arena())
+        again.open()
+        with pytest.raises(uform.FileError, match=r"files\[1\].*never\.jpg.*No such file"):
+            missing.result()
 
 
 # ---- failures --------------------------------------------------------------------------
@@ -306,14 +333,16 @@ def test_failures_inside_jobs_reach_the_deferred(model):
          uform.UnsupportedError, None),
         (deferred.image_encode_pixels([], uform.Arena()), uform.InvalidArgumentError, "empty"),
         (deferred.audio_encode_samples(recordings(), 0, uform.Arena()), uform.InvalidArgumentError, "sample_rate"),
+        (deferred.image_encode(["/nonexistent/a.jpg"], uform.Arena()), uform.FileError,
+         r"files\[0\]: '/nonexistent/a.jpg': No such file"),
     ]:
         with pytest.raises(error, match=message):
             pending.result()
     # Python's own argument checks raise at the call, as for text_encode
     with pytest.raises(uform.InvalidArgumentError, match="uint8"):
         deferred.image_encode_pixels([np.zeros((4, 4, 3), np.float32)], arena)
-    with pytest.raises(uform.FileError, match=r"files\[0\]"):
-        deferred.image_encode(["/nonexistent/a.jpg"], arena)
+    with pytest.raises(uform.InvalidArgumentError, match=r"files\[0\]: contains a NUL"):
+        deferred.image_encode(["/nonexistent/\0.jpg"], arena)
     with pytest.raises(TypeError, match="unexpected keyword"):
         deferred.audio_encode_samples(recordings(), 16000, arena, colour=True)
     assert same(answer(deferred.image_encode_pixels(pictures(2), arena).result()),

@@ -10,6 +10,7 @@ projection, both far below that. SAPPHIRE rounds GEMM inputs (pixels and samples
 included) to BF16 (2^-9 relative): 3e-2 absolute plus a cosine above 0.999.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -607,6 +608,51 @@ def test_missing_files_raise_file_error(media_checkpoint, tmp_path):
         model.audio_encode(str(tmp_path / "a.wav"), uform.Arena())
     with pytest.raises(uform.InvalidArgumentError, match="empty"):
         model.video_encode([], uform.Arena())
+
+
+def test_paths_are_read_by_the_library_and_equal_the_bytes(media_checkpoint, tmp_path):
+    """Paths cross as a tape of their os.fsencode bytes to uform_*_encode_paths, which read
+    each file on a pool thread: the answer equals the (data, offsets) tape of the same bytes,
+    bit for bit, for every family this build decodes; non-ASCII and bytes names work."""
+    needs(2, "PNG")
+    from PIL import Image
+
+    model = uform.Model.load_ram(media_checkpoint(**SHAPES[1]))
+    images = sample_images(8, SHAPES[1]["context"])
+    paths = []
+    for index, image in enumerate(images):
+        paths.append(tmp_path / f"bild-{index}-\u00e4\u00f6.png")
+        Image.fromarray(np.ascontiguousarray(image)).save(paths[-1])
+    paths[1] = os.fsencode(paths[1])                       # bytes paths cross as they are
+    blobs = [open(path, "rb").read() for path in paths]
+    tape = (np.frombuffer(b"".join(blobs), np.uint8), np.cumsum([0] + [len(b) for b in blobs]).astype(np.uint64))
+    from_paths = model.image_encode(paths, uform.Arena(), outputs=BOTH)
+    from_tape = model.image_encode(tape, uform.Arena(), outputs=BOTH)
+    assert np.array_equal(np.asarray(from_paths.embeddings), np.asarray(from_tape.embeddings))
+    assert np.array_equal(np.asarray(from_paths.tokens), np.asarray(from_tape.tokens))
+
+
+def test_bad_paths_are_refused_before_decoding(media_checkpoint, tmp_path):
+    model = uform.Model.load_ram(media_checkpoint(**SHAPES[0]))
+    present = tmp_path / "present.png"
+    present.write_bytes(b"not even a png")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # a FIFO would block an open for reading until a writer came: refused without opening it
+    with pytest.raises(uform.FileError, match=r"files\[1\]: .*fifo': not a regular file"):
+        model.audio_encode([present, fifo], uform.Arena())
+    with pytest.raises(uform.FileError, match=r"files\[0\]: .*not a regular file"):
+        model.video_encode([tmp_path], uform.Arena())
+    with pytest.raises(uform.InvalidArgumentError, match=r"files\[1\]: contains a NUL"):
+        model.image_encode([present, "a\0b"], uform.Arena())
+    with pytest.raises(uform.InvalidArgumentError, match=r"files\[0\]: .*over PATH_MAX"):
+        model.image_encode(["/" + "a" * os.pathconf("/", "PC_PATH_MAX")], uform.Arena())
+    if os.geteuid() != 0:                                  # root reads a file of mode 000 anyway
+        locked = tmp_path / "locked.png"
+        locked.write_bytes(b"x")
+        locked.chmod(0)
+        with pytest.raises(uform.FileError, match=r"files\[0\]: .*Permission denied"):
+            model.image_encode([locked], uform.Arena())
 
 
 def test_png_file_equals_its_pixels(media_checkpoint, tmp_path):

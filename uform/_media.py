@@ -2,7 +2,8 @@
 pixels, files and samples into the borrowed C structures the library reads.
 
 Glue only: pixels cross as pointers into the caller's arrays (rows may be strided),
-files as one tape of their bytes (the C verbs decode), samples as one float32 buffer
+files as one tape of their bytes or of their paths (the C verbs read and decode), samples
+as one float32 buffer
 with offsets. `Model.image_encode` and the rest delegate here, blocking; the receivers of
 `model.deferred(executor)` too, submitting through the uform_*_submit functions.
 """
@@ -17,11 +18,11 @@ import numpy as np
 
 from ._buffers import Arena, Tape, _is_offsets_buffer, _Tape, _tape_from_buffers, path_bytes
 from ._enums import Outputs, Scalar
-from ._errors import FileError, InvalidArgumentError
+from ._errors import InvalidArgumentError
 from ._executor import Executor
 from ._native import Progress, ProgressBridge, as_count, check, ffi, lib
 
-#: Files: paths (str, bytes, os.PathLike), read here and decoded by the library, or a
+#: Files: paths (str, bytes, os.PathLike), read and decoded by the library, or a
 #: (data, offsets) tape of the files' bytes already in memory.
 _Files = Union[Sequence[Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]], _Tape]
 
@@ -128,45 +129,21 @@ def pixels_array(pixels: Any, name: str = "pixels") -> tuple[Any, tuple]:
     return structs, (images, structs)
 
 
-def files_tape(files: Any, name: str = "files") -> Tape:
-    """A Tape of the files' bytes: paths are read here, each into its place in one buffer; a
-    (data, offsets) tape passes as it is."""
+def files_tape(files: Any, name: str = "files") -> tuple[Tape, bool]:
+    """(tape, paths): a sequence of paths becomes a tape of their os.fsencode bytes, which
+    the C *_paths verbs check and read themselves (on the pool threads, the GIL free); a
+    (data, offsets) tape of the files' bytes passes as it is."""
     if isinstance(files, (str, bytes, bytearray, os.PathLike)):
         raise InvalidArgumentError(f"{name}: expected a sequence of paths, got a single "
                                    f"{type(files).__name__}; wrap it in a list")
     if isinstance(files, tuple) and len(files) == 2 and _is_offsets_buffer(files[1]):
-        return _tape_from_buffers(files[0], files[1], name)
+        return _tape_from_buffers(files[0], files[1], name), False
     if isinstance(files, np.ndarray) or not isinstance(files, Sequence):
         raise InvalidArgumentError(f"{name}: expected a sequence of paths or a (data, offsets) tape, "
                                    f"got {type(files).__name__}")
     paths = [path_bytes(path, f"{name}[{index}]") for index, path in enumerate(files)]
-    handles = []
-    try:
-        sizes = []
-        for index, path in enumerate(paths):
-            try:
-                handle = open(path, "rb")
-                handles.append(handle)
-                sizes.append(os.fstat(handle.fileno()).st_size)
-            except OSError as error:
-                raise FileError(f"{name}[{index}]: {os.fsdecode(path)!r}: {error.strerror}") from None
-        data = bytearray(sum(sizes))
-        view = memoryview(data)
-        position = 0
-        for index, (handle, size) in enumerate(zip(handles, sizes)):
-            try:
-                read = handle.readinto(view[position:position + size])
-            except OSError as error:
-                raise FileError(f"{name}[{index}]: {os.fsdecode(paths[index])!r}: {error.strerror}") from None
-            if read != size:
-                raise FileError(f"{name}[{index}]: {os.fsdecode(paths[index])!r} changed size while read")
-            position += size
-        view.release()
-    finally:
-        for handle in handles:
-            handle.close()
-    offsets = array("Q", accumulate(sizes, initial=0))
-    return _tape_from_buffers(data, offsets, name)
+    offsets = array("Q", accumulate((len(path) for path in paths), initial=0))
+    return _tape_from_buffers(b"".join(paths), offsets, name), True
 
 
 def _float32_values(value: Any, name: str) -> np.ndarray:
@@ -305,8 +282,9 @@ def _files_verb(c_verb: str, stats_type: type[_Stats], model: Any, executor: Exe
                 arena: Arena, deferred: bool, keywords: dict) -> Any:
     """image_encode, video_encode and audio_encode: a tape of the files' bytes to `c_verb`."""
     _check_arena(arena)
-    tape = files_tape(files)
+    tape, paths = files_tape(files)
     target = _executor_pointer(executor)
+    c_verb += "_paths" if paths else ""
     blocking, submitting = getattr(lib, c_verb), getattr(lib, c_verb + "_submit")
 
     def run(options: Any, encoded: Any, c_stats: Any) -> int:

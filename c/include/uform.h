@@ -360,6 +360,31 @@ UFORM_API uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_
                                                     uform_encoded_t *encoded,
                                                     uform_audio_encode_stats_t *stats);
 
+/* The three file verbs with the files named by path: entry i of `paths` is a
+ * path (the bytes os.fsencode gives; no NUL inside, no terminator needed).
+ * Every path is checked before any decoding: an empty one, one with a NUL or
+ * over PATH_MAX is UFORM_INVALID_ARGUMENT; a missing, unreadable or
+ * non-regular file (directory, device, FIFO, socket) is UFORM_FILE; messages
+ * name "files[i]" and the path. Each file is then read by the pool thread
+ * that decodes it, so at most the items in flight are held in memory; a file
+ * that vanishes between the check and its read is UFORM_FILE for that item.
+ * Answers equal the byte verbs' on the same files, bit for bit. */
+UFORM_API uform_status_t uform_image_encode_paths(uform_model_t *model, uform_executor_t *executor,
+                                                  const uform_tape_t *paths, uform_arena_t *arena,
+                                                  const uform_encode_options_t *options,
+                                                  uform_encoded_t *encoded,
+                                                  uform_image_encode_stats_t *stats);
+UFORM_API uform_status_t uform_video_encode_paths(uform_model_t *model, uform_executor_t *executor,
+                                                  const uform_tape_t *paths, uform_arena_t *arena,
+                                                  const uform_encode_options_t *options,
+                                                  uform_encoded_t *encoded,
+                                                  uform_video_encode_stats_t *stats);
+UFORM_API uform_status_t uform_audio_encode_paths(uform_model_t *model, uform_executor_t *executor,
+                                                  const uform_tape_t *paths, uform_arena_t *arena,
+                                                  const uform_encode_options_t *options,
+                                                  uform_encoded_t *encoded,
+                                                  uform_audio_encode_stats_t *stats);
+
 /* Which media formats this build decodes: UFORM_MEDIA_* flags. */
 enum {
     UFORM_MEDIA_JPEG = 1,
@@ -647,6 +672,26 @@ UFORM_API uform_status_t uform_audio_encode_submit(uform_model_t *model, uform_e
                                                    uform_encoded_t *encoded,
                                                    uform_audio_encode_stats_t *stats,
                                                    uform_job_t **job);
+/* The *_paths verbs submitted: the paths (and the files they name) are
+ * borrowed until the job has finished; their checks are the job's. */
+UFORM_API uform_status_t uform_image_encode_paths_submit(uform_model_t *model, uform_executor_t *executor,
+                                                         const uform_tape_t *paths, uform_arena_t *arena,
+                                                         const uform_encode_options_t *options,
+                                                         uform_encoded_t *encoded,
+                                                         uform_image_encode_stats_t *stats,
+                                                         uform_job_t **job);
+UFORM_API uform_status_t uform_video_encode_paths_submit(uform_model_t *model, uform_executor_t *executor,
+                                                         const uform_tape_t *paths, uform_arena_t *arena,
+                                                         const uform_encode_options_t *options,
+                                                         uform_encoded_t *encoded,
+                                                         uform_video_encode_stats_t *stats,
+                                                         uform_job_t **job);
+UFORM_API uform_status_t uform_audio_encode_paths_submit(uform_model_t *model, uform_executor_t *executor,
+                                                         const uform_tape_t *paths, uform_arena_t *arena,
+                                                         const uform_encode_options_t *options,
+                                                         uform_encoded_t *encoded,
+                                                         uform_audio_encode_stats_t *stats,
+                                                         uform_job_t **job);
 UFORM_API uform_status_t uform_audio_encode_samples_submit(uform_model_t *model,
                                                            uform_executor_t *executor,
                                                            const float *samples, size_t size,

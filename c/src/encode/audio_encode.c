@@ -103,13 +103,15 @@ uform_status_t uform_audio_encode_samples(uform_model_t *model, uform_executor_t
 }
 
 uform_status_t uform_audio_encode_run(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                      bool paths,
                                       uform_arena_t *arena, const uform_encode_options_t *options,
                                       uform_encoded_t *encoded, uform_audio_encode_stats_t *stats, bool held) {
     UFORM_TRY(uform_check_audio_call(model, arena, encoded, "audio_encode"));
     UFORM_TRY(uform_check_tape(files, "files"));
+    if (paths) UFORM_TRY(uform_media_paths_check(files));
     size_t bound;
     if (!uform_mul_ok(files->count, model->context, &bound)) bound = SIZE_MAX - 1;
-    uform_media_files_t source = {model, files};
+    uform_media_files_t source = {model, files, paths};
     uform_media_call_t call = {&model->audio, files->count, bound, uform_audio_file_tokenize, &source};
     uform_media_counts_t counts;
     UFORM_TRY(uform_media_encode(model, executor, &call, arena, options, encoded, &counts, held));
@@ -120,5 +122,11 @@ uform_status_t uform_audio_encode_run(uform_model_t *model, uform_executor_t *ex
 uform_status_t uform_audio_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
                                   uform_arena_t *arena, const uform_encode_options_t *options,
                                   uform_encoded_t *encoded, uform_audio_encode_stats_t *stats) {
-    return uform_audio_encode_run(model, executor, files, arena, options, encoded, stats, false);
+    return uform_audio_encode_run(model, executor, files, false, arena, options, encoded, stats, false);
+}
+
+uform_status_t uform_audio_encode_paths(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *paths,
+                                        uform_arena_t *arena, const uform_encode_options_t *options,
+                                        uform_encoded_t *encoded, uform_audio_encode_stats_t *stats) {
+    return uform_audio_encode_run(model, executor, paths, true, arena, options, encoded, stats, false);
 }

@@ -31,7 +31,8 @@ UFORM_INTERNAL uform_status_t uform_media_encode(const uform_model_t *model, ufo
                                                  uform_encoded_t *encoded,
                                                  uform_media_counts_t *counts, bool held);
 
-/* The public media verbs' bodies, argument checks included; `held` as above.
+/* The public media verbs' bodies, argument checks included; `paths`: the
+ * tape's entries are paths (the *_encode_paths verbs); `held` as above.
  * uform_image_encode and the rest call them with held false, the jobs of
  * their *_submit twins (media_submit.c) with held true, so both run the same
  * code. */
@@ -42,17 +43,20 @@ UFORM_INTERNAL uform_status_t uform_image_encode_pixels_run(uform_model_t *model
                                                             uform_encoded_t *encoded,
                                                             uform_image_encode_stats_t *stats, bool held);
 UFORM_INTERNAL uform_status_t uform_image_encode_run(uform_model_t *model, uform_executor_t *executor,
-                                                     const uform_tape_t *files, uform_arena_t *arena,
+                                                     const uform_tape_t *files, bool paths,
+                                                     uform_arena_t *arena,
                                                      const uform_encode_options_t *options,
                                                      uform_encoded_t *encoded,
                                                      uform_image_encode_stats_t *stats, bool held);
 UFORM_INTERNAL uform_status_t uform_video_encode_run(uform_model_t *model, uform_executor_t *executor,
-                                                     const uform_tape_t *files, uform_arena_t *arena,
+                                                     const uform_tape_t *files, bool paths,
+                                                     uform_arena_t *arena,
                                                      const uform_encode_options_t *options,
                                                      uform_encoded_t *encoded,
                                                      uform_video_encode_stats_t *stats, bool held);
 UFORM_INTERNAL uform_status_t uform_audio_encode_run(uform_model_t *model, uform_executor_t *executor,
-                                                     const uform_tape_t *files, uform_arena_t *arena,
+                                                     const uform_tape_t *files, bool paths,
+                                                     uform_arena_t *arena,
                                                      const uform_encode_options_t *options,
                                                      uform_encoded_t *encoded,
                                                      uform_audio_encode_stats_t *stats, bool held);

@@ -7,8 +7,9 @@
  * The job runs the blocking verb's own body (uform_image_encode_run and the
  * rest, media_encode.h) with the arena already held, so every other argument
  * check, the decoding and the encoding happen there and a failure reaches the
- * caller through uform_job_wait. The pixels, file bytes, samples and offsets
- * are borrowed until the job has run. */
+ * caller through uform_job_wait (for the *_paths twins, the check of every
+ * path too). The pixels, file bytes, paths, samples and offsets are borrowed
+ * until the job has run. */
 #include "encode/media_encode.h"
 
 #include <stdlib.h>
@@ -31,6 +32,7 @@ typedef struct {
     uform_encoded_t *encoded;
     void *stats;                       /* the verb's stats type, or NULL */
     uform_tape_t files;                /* IMAGE, VIDEO, AUDIO */
+    bool paths;                        /* files holds paths (the *_encode_paths_submit verbs) */
     const uform_pixels_t *images;      /* PIXELS */
     const float *samples;              /* SAMPLES */
     size_t size;
@@ -49,15 +51,15 @@ static uform_status_t uform_media_job_run(void *context) {
                                                options, job->encoded, job->stats, true);
         break;
     case UFORM_MEDIA_JOB_IMAGE:
-        status = uform_image_encode_run(job->model, job->executor, &job->files, job->arena, options,
+        status = uform_image_encode_run(job->model, job->executor, &job->files, job->paths, job->arena, options,
                                         job->encoded, job->stats, true);
         break;
     case UFORM_MEDIA_JOB_VIDEO:
-        status = uform_video_encode_run(job->model, job->executor, &job->files, job->arena, options,
+        status = uform_video_encode_run(job->model, job->executor, &job->files, job->paths, job->arena, options,
                                         job->encoded, job->stats, true);
         break;
     case UFORM_MEDIA_JOB_AUDIO:
-        status = uform_audio_encode_run(job->model, job->executor, &job->files, job->arena, options,
+        status = uform_audio_encode_run(job->model, job->executor, &job->files, job->paths, job->arena, options,
                                         job->encoded, job->stats, true);
         break;
     case UFORM_MEDIA_JOB_SAMPLES:
@@ -104,11 +106,12 @@ static uform_status_t uform_media_submit_check(uform_model_t *model, bool missin
 
 static uform_status_t uform_media_files_submit(uform_media_job_verb_t verb, uform_model_t *model,
                                                uform_executor_t *executor, const uform_tape_t *files,
-                                               uform_arena_t *arena, const uform_encode_options_t *options,
-                                               uform_encoded_t *encoded, void *stats, uform_job_t **job) {
-    UFORM_TRY(uform_media_submit_check(model, !files, "files", arena, job));
+                                               bool paths, uform_arena_t *arena,
+                                               const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                               void *stats, uform_job_t **job) {
+    UFORM_TRY(uform_media_submit_check(model, !files, paths ? "paths" : "files", arena, job));
     uform_media_job_t prepared = {.verb = verb, .model = model, .executor = executor, .arena = arena,
-                                  .encoded = encoded, .stats = stats, .files = *files};
+                                  .encoded = encoded, .stats = stats, .files = *files, .paths = paths};
     return uform_media_submit(&prepared, options, job);
 }
 
@@ -130,24 +133,48 @@ uform_status_t uform_image_encode_submit(uform_model_t *model, uform_executor_t 
                                          const uform_tape_t *files, uform_arena_t *arena,
                                          const uform_encode_options_t *options, uform_encoded_t *encoded,
                                          uform_image_encode_stats_t *stats, uform_job_t **job) {
-    return uform_media_files_submit(UFORM_MEDIA_JOB_IMAGE, model, executor, files, arena, options, encoded,
-                                    stats, job);
+    return uform_media_files_submit(UFORM_MEDIA_JOB_IMAGE, model, executor, files, false, arena, options,
+                                    encoded, stats, job);
+}
+
+uform_status_t uform_image_encode_paths_submit(uform_model_t *model, uform_executor_t *executor,
+                                               const uform_tape_t *paths, uform_arena_t *arena,
+                                               const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                               uform_image_encode_stats_t *stats, uform_job_t **job) {
+    return uform_media_files_submit(UFORM_MEDIA_JOB_IMAGE, model, executor, paths, true, arena, options,
+                                    encoded, stats, job);
 }
 
 uform_status_t uform_video_encode_submit(uform_model_t *model, uform_executor_t *executor,
                                          const uform_tape_t *files, uform_arena_t *arena,
                                          const uform_encode_options_t *options, uform_encoded_t *encoded,
                                          uform_video_encode_stats_t *stats, uform_job_t **job) {
-    return uform_media_files_submit(UFORM_MEDIA_JOB_VIDEO, model, executor, files, arena, options, encoded,
-                                    stats, job);
+    return uform_media_files_submit(UFORM_MEDIA_JOB_VIDEO, model, executor, files, false, arena, options,
+                                    encoded, stats, job);
+}
+
+uform_status_t uform_video_encode_paths_submit(uform_model_t *model, uform_executor_t *executor,
+                                               const uform_tape_t *paths, uform_arena_t *arena,
+                                               const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                               uform_video_encode_stats_t *stats, uform_job_t **job) {
+    return uform_media_files_submit(UFORM_MEDIA_JOB_VIDEO, model, executor, paths, true, arena, options,
+                                    encoded, stats, job);
 }
 
 uform_status_t uform_audio_encode_submit(uform_model_t *model, uform_executor_t *executor,
                                          const uform_tape_t *files, uform_arena_t *arena,
                                          const uform_encode_options_t *options, uform_encoded_t *encoded,
                                          uform_audio_encode_stats_t *stats, uform_job_t **job) {
-    return uform_media_files_submit(UFORM_MEDIA_JOB_AUDIO, model, executor, files, arena, options, encoded,
-                                    stats, job);
+    return uform_media_files_submit(UFORM_MEDIA_JOB_AUDIO, model, executor, files, false, arena, options,
+                                    encoded, stats, job);
+}
+
+uform_status_t uform_audio_encode_paths_submit(uform_model_t *model, uform_executor_t *executor,
+                                               const uform_tape_t *paths, uform_arena_t *arena,
+                                               const uform_encode_options_t *options, uform_encoded_t *encoded,
+                                               uform_audio_encode_stats_t *stats, uform_job_t **job) {
+    return uform_media_files_submit(UFORM_MEDIA_JOB_AUDIO, model, executor, paths, true, arena, options,
+                                    encoded, stats, job);
 }
 
 uform_status_t uform_audio_encode_samples_submit(uform_model_t *model, uform_executor_t *executor,

@@ -75,11 +75,13 @@ uform_status_t uform_video_encode_frames(uform_model_t *model, uform_executor_t 
 }
 
 uform_status_t uform_video_encode_run(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
+                                      bool paths,
                                       uform_arena_t *arena, const uform_encode_options_t *options,
                                       uform_encoded_t *encoded, uform_video_encode_stats_t *stats, bool held) {
     UFORM_TRY(uform_check_video_call(model, arena, encoded, "video_encode"));
     UFORM_TRY(uform_check_tape(files, "files"));
-    uform_media_files_t source = {model, files};
+    if (paths) UFORM_TRY(uform_media_paths_check(files));
+    uform_media_files_t source = {model, files, paths};
     uform_media_call_t call = {&model->video, files->count, uform_rows_bound(files->count, model->context),
                                uform_video_file_tokenize, &source};
     uform_media_counts_t counts;
@@ -91,5 +93,11 @@ uform_status_t uform_video_encode_run(uform_model_t *model, uform_executor_t *ex
 uform_status_t uform_video_encode(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *files,
                                   uform_arena_t *arena, const uform_encode_options_t *options,
                                   uform_encoded_t *encoded, uform_video_encode_stats_t *stats) {
-    return uform_video_encode_run(model, executor, files, arena, options, encoded, stats, false);
+    return uform_video_encode_run(model, executor, files, false, arena, options, encoded, stats, false);
+}
+
+uform_status_t uform_video_encode_paths(uform_model_t *model, uform_executor_t *executor, const uform_tape_t *paths,
+                                        uform_arena_t *arena, const uform_encode_options_t *options,
+                                        uform_encoded_t *encoded, uform_video_encode_stats_t *stats) {
+    return uform_video_encode_run(model, executor, paths, true, arena, options, encoded, stats, false);
 }

@@ -58,13 +58,32 @@ uform_status_t uform_image_tokens(const uform_model_t *model, const uint8_t *pix
 
 /* ---- files ------------------------------------------------------------------- */
 
+/* File `item`'s bytes: a slice of the tape, or (with paths) the file read into
+ * *owned, which the caller frees once decoded. */
+static uform_status_t uform_media_file_bytes(const uform_media_files_t *files, size_t item, const uint8_t **data,
+                                             size_t *size, uint8_t **owned) {
+    const uform_tape_t *tape = files->files;
+    *owned = NULL;
+    if (files->paths) {
+        UFORM_TRY(uform_media_path_read(tape, item, owned, size));
+        *data = *owned;
+        return UFORM_OK;
+    }
+    *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
+    *size = tape->offsets[item + 1] - tape->offsets[item];
+    return UFORM_OK;
+}
+
 uform_status_t uform_image_file_tokenize(const void *source, size_t item,
                                                 uform_media_tokens_t *tokens) {
     const uform_media_files_t *files = source;
-    const uform_tape_t *tape = files->files;
-    const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
-    uform_image_t image;
-    uform_status_t status = uform_decode_image(data, tape->offsets[item + 1] - tape->offsets[item], &image);
+    const uint8_t *data;
+    uint8_t *owned;
+    size_t size;
+    uform_image_t image = {0};
+    uform_status_t status = uform_media_file_bytes(files, item, &data, &size, &owned);
+    if (status == UFORM_OK) status = uform_decode_image(data, size, &image);
+    free(owned);
     if (status == UFORM_OK && (image.height == 0 || image.width == 0))
         status = uform_fail(UFORM_FORMAT, "the decoder answered an image of %zu x %zu pixels",
                             image.height, image.width);
@@ -102,11 +121,13 @@ uform_status_t uform_clip_tokens(const uform_model_t *model, const uform_video_t
 uform_status_t uform_video_file_tokenize(const void *source, size_t item,
                                                 uform_media_tokens_t *tokens) {
     const uform_media_files_t *files = source;
-    const uform_tape_t *tape = files->files;
-    const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
-    uform_video_t clip;
-    uform_status_t status = uform_decode_video(data, tape->offsets[item + 1] - tape->offsets[item],
-                                               files->model->video_frame_stride, &clip);
+    const uint8_t *data;
+    uint8_t *owned;
+    size_t size;
+    uform_video_t clip = {0};
+    uform_status_t status = uform_media_file_bytes(files, item, &data, &size, &owned);
+    if (status == UFORM_OK) status = uform_decode_video(data, size, files->model->video_frame_stride, &clip);
+    free(owned);
     if (status == UFORM_OK && clip.frames && (clip.height == 0 || clip.width == 0))
         status = uform_fail(UFORM_FORMAT, "the decoder answered frames of %zu x %zu pixels",
                             clip.height, clip.width);
@@ -141,11 +162,13 @@ uform_status_t uform_recording_tokens(const uform_model_t *model, const float *s
 uform_status_t uform_audio_file_tokenize(const void *source, size_t item,
                                                 uform_media_tokens_t *tokens) {
     const uform_media_files_t *files = source;
-    const uform_tape_t *tape = files->files;
-    const uint8_t *data = tape->data ? (const uint8_t *)tape->data + tape->offsets[item] : NULL;
-    uform_audio_t audio;
-    uform_status_t status = uform_decode_audio(data, tape->offsets[item + 1] - tape->offsets[item],
-                                               files->model->audio_sample_rate, &audio);
+    const uint8_t *data;
+    uint8_t *owned;
+    size_t size;
+    uform_audio_t audio = {0};
+    uform_status_t status = uform_media_file_bytes(files, item, &data, &size, &owned);
+    if (status == UFORM_OK) status = uform_decode_audio(data, size, files->model->audio_sample_rate, &audio);
+    free(owned);
     if (status == UFORM_OK)
         status = uform_recording_tokens(files->model, audio.samples, audio.count,
                                         files->model->audio_sample_rate, tokens);

@@ -43,11 +43,23 @@ UFORM_INTERNAL uform_status_t uform_recording_tokens(const uform_model_t *model,
 
 /* Encoded files of one modality for a model's geometry: the `source` of the
  * file tokenizers below. The trainer passes a geometry-only model (context and
- * the media shapes set, no weights). */
+ * the media shapes set, no weights). With `paths`, each tape entry is a path
+ * (os.fsencode bytes, no NUL) and the tokenizer reads the file itself. */
 typedef struct {
     const uform_model_t *model;
     const uform_tape_t *files;
+    bool paths;
 } uform_media_files_t;
+
+/* media_paths.c. Checks every path of a checked tape before any decoding: an
+ * empty one, a NUL inside or one over PATH_MAX is UFORM_INVALID_ARGUMENT; a
+ * file that is missing, unreadable or not a regular file is UFORM_FILE; each
+ * message names "files[i]" and the path. */
+UFORM_INTERNAL uform_status_t uform_media_paths_check(const uform_tape_t *paths);
+/* Reads the file entry `item` names into a malloc'd buffer (*bytes, freed by
+ * the caller; NULL for an empty file); messages name the path. */
+UFORM_INTERNAL uform_status_t uform_media_path_read(const uform_tape_t *paths, size_t item, uint8_t **bytes,
+                                                    size_t *size);
 
 /* Decode file `item` of a uform_media_files_t and turn it into tokens;
  * failures name "files[item]". */

@@ -281,7 +281,7 @@ uform_status_t uform_tokenize_media(const uform_trainer_t *t, const uform_traine
         free(tokens);
         return UFORM_OUT_OF_MEMORY;
     }
-    uform_media_files_t files = {&t->geometry, &b->contents};
+    uform_media_files_t files = {&t->geometry, &b->contents, false};
     uform_media_items_t items = {&files, b->modalities, tokens, outcomes};
     uform_parallel_for(t->executor, count, 1, uform_tokenize_items, &items);
     uform_status_t status = UFORM_OK;
