@@ -31,7 +31,7 @@ OBJECTS := $(patsubst c/src/%.c,$(BUILD)/obj/%.o,$(SOURCES))
 SANITIZED_OBJECTS := $(patsubst c/src/%.c,$(BUILD)/asan/%.o,$(SOURCES))
 
 WARNINGS := -Wall -Wextra -Werror
-COMMON := -std=c11 -D_GNU_SOURCE -pthread -Ic/include -Ic/src -fno-math-errno
+COMMON := -std=c11 -D_GNU_SOURCE -pthread -Ic/include -Ic/src -fno-math-errno -fno-trapping-math
 CFLAGS_LIB := $(COMMON) $(WARNINGS) -O3 -fPIC -fvisibility=hidden
 CFLAGS_ASAN := $(COMMON) $(WARNINGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=undefined
@@ -68,6 +68,13 @@ MEDIA_FILE := $(BUILD)/media.txt
 $(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build found with pkg-config (written by make)' \
   'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' 'libs=$(MEDIA_LIBS)' \
   > $(MEDIA_FILE).new && (cmp -s $(MEDIA_FILE).new $(MEDIA_FILE) && rm -f $(MEDIA_FILE).new || mv $(MEDIA_FILE).new $(MEDIA_FILE)))
+# The compiler flags, rewritten only when they change, so a change of flags
+# rebuilds every object (a stale object would keep the old code generation).
+FLAGS_FILE := $(BUILD)/flags.txt
+$(shell mkdir -p $(BUILD) && printf '%s\n' '# the flags objects were compiled with (written by make)' \
+  'cc=$(CC)' 'lib=$(CFLAGS_LIB)' 'asan=$(CFLAGS_ASAN)' > $(FLAGS_FILE).new && \
+  (cmp -s $(FLAGS_FILE).new $(FLAGS_FILE) && rm -f $(FLAGS_FILE).new || mv $(FLAGS_FILE).new $(FLAGS_FILE)))
+$(OBJECTS) $(SANITIZED_OBJECTS): $(FLAGS_FILE)
 MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/decode/%,$(OBJECTS))
 SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/decode/%,$(SANITIZED_OBJECTS))
 $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): $(MEDIA_FILE)
@@ -188,6 +195,7 @@ ARM_AR ?= aarch64-linux-gnu-ar
 ARM_BUILD := $(BUILD)/arm
 ARM_CFLAGS := $(COMMON) $(WARNINGS) -O3
 ARM_OBJECTS := $(patsubst c/src/%.c,$(ARM_BUILD)/obj/%.o,$(SOURCES))
+$(ARM_OBJECTS): $(FLAGS_FILE)
 ARM_TESTS := test_kernels test_sgemm test_ops test_api test_safetensors test_trainer reference_outputs
 
 $(ARM_BUILD)/obj/%.o: c/src/%.c $(HEADERS)

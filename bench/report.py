@@ -110,7 +110,7 @@ def build_gemm_bench(directory: str) -> tuple[str | None, str]:
             sources += sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".c"))
         else:
             sources.append(os.path.join(ROOT, pattern))
-    command = [compiler, "-O3", "-std=c11", "-D_GNU_SOURCE", "-fPIC", f"-I{ROOT}/c/include",
+    command = [compiler, "-O3", "-std=c11", "-D_GNU_SOURCE", "-fno-math-errno", "-fno-trapping-math", "-fPIC", f"-I{ROOT}/c/include",
                f"-I{ROOT}/c/src", *sources, "-lm", "-lpthread", "-o", binary]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

@@ -32,7 +32,7 @@ chmod 755 "$WORK"; chmod 777 "$WORK/debs"
 for deb in "$WORK"/debs/*.deb; do dpkg -x "$deb" "$WORK/root"; done
 
 ROOT=$WORK/root
-FLAGS=(-std=c11 -D_GNU_SOURCE -pthread -Ic/include -Ic/src -fno-math-errno -Wall -Wextra -Werror -O2
+FLAGS=(-std=c11 -D_GNU_SOURCE -pthread -Ic/include -Ic/src -fno-math-errno -fno-trapping-math -Wall -Wextra -Werror -O2
        -isystem "$ROOT/usr/include" -isystem "$ROOT/usr/include/aarch64-linux-gnu"
        -isystem "$ROOT/usr/include/libpng16")
 ALL=(-DUFORM_HAVE_JPEG -DUFORM_HAVE_PNG -DUFORM_HAVE_WEBP -DUFORM_HAVE_AUDIO -DUFORM_HAVE_MPG123

@@ -119,7 +119,7 @@ digest_check() {  # pattern, what
 }
 echo
 digest_check '^gemm digest (haswell|skylake|neon|sve):' "the GEMM of HASWELL (native), NEON and SVE at every length"
-digest_check '^encode digest (neon|sve):' "the reference encodes of NEON and SVE at every length"
+digest_check '^encode digest (haswell|skylake|neon|sve):' "the reference encodes of HASWELL (native), NEON and SVE at every length"
 digest_check '^gemm digest (neon_bf16|sve_bf16):' "the GEMM of NEON_BF16 and SVE_BF16 at every length"
 digest_check '^encode digest (neon_bf16|sve_bf16):' "the reference encodes of NEON_BF16 and SVE_BF16 at every length"
 

@@ -1,5 +1,7 @@
 /* test_kernels.c: the CPU classes' packing and GEMM against a float64
- * reference, and the determinism contract of kernels.h, bit for bit.
+ * reference, and the determinism contract of kernels.h, bit for bit; the FMA
+ * classes' attention kernels (HASWELL, SKYLAKE, NEON, SVE) against a scalar
+ * fmaf oracle of their shared arithmetic, bit for bit.
  *
  * Build (from the repository root):
  *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -fsanitize=address,undefined \
@@ -298,6 +300,93 @@ static bool is_bfdot_class(uform_cpu_class_t cpu_class) {
     return cpu_class == UFORM_CPU_CLASS_NEON_BF16 || cpu_class == UFORM_CPU_CLASS_SVE_BF16;
 }
 
+/* ---- attention: the FMA classes' shared arithmetic, bit for bit --------------------- */
+
+/* uform_fast_exp512 (fast_exp.h) in scalar fmaf steps: max/min as the vector
+ * instructions take them (no NaN here), nearest-even rounding, one fused
+ * operation wherever the vector code has one. */
+static float oracle_exp(float x) {
+    x = x > -87.0f ? x : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
+    float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p * r, r, r + 1.0f);
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
+/* One query's output as attention_avx512.c / _avx2.c / _neon.c / _sve.c
+ * promise it (their header comments): each score one fmaf chain over d from
+ * +0, times 1/8; exact maximum; the exponentials' sum in 16 lane partial sums
+ * (lane l: tokens j = l mod 16, in order) added l = 0..15; each output one
+ * fmaf chain over j from +0, times 1/sum. */
+static void oracle_attention_row(const float *q, const float *k, const float *v, size_t stride, size_t n,
+                                 float *p, float *out) {
+    float maximum = -INFINITY;
+    for (size_t j = 0; j < n; j++) {
+        float score = 0.0f;
+        for (size_t d = 0; d < 64; d++) score = fmaf(q[d], k[j * stride + d], score);
+        p[j] = score * 0.125f;
+        maximum = p[j] > maximum ? p[j] : maximum;
+    }
+    float partial[16] = {0}, sum = 0.0f;
+    for (size_t j = 0; j < n; j++) {
+        p[j] = oracle_exp(p[j] - maximum);
+        partial[j % 16] += p[j];
+    }
+    for (size_t l = 0; l < 16; l++) sum += partial[l];
+    float inverse = 1.0f / sum;
+    for (size_t d = 0; d < 64; d++) {
+        float acc = 0.0f;
+        for (size_t j = 0; j < n; j++) acc = fmaf(p[j], v[j * stride + d], acc);
+        out[d] = acc * inverse;
+    }
+}
+
+/* The FMA classes' attention kernels against the oracle, bit for bit, for
+ * items of 1 to 300 tokens (partial 16-token blocks, partial query tiles) and
+ * query ranges that start and end inside a tile; q, k and v interleaved as
+ * the model stores them (rows 3 x 128 floats apart). */
+static void test_attention_bits(const uform_cpu_kernels_t *kernels) {
+    static const size_t lengths[] = {1, 2, 5, 15, 16, 17, 31, 64, 65, 100, 300};
+    const size_t stride = 3 * 128;
+    for (size_t c = 0; c < sizeof(lengths) / sizeof(lengths[0]); c++) {
+        size_t n = lengths[c];
+        float *qkv = xmalloc(n * stride * sizeof(float)), *out = xmalloc(n * 128 * sizeof(float));
+        float *expected = xmalloc(64 * sizeof(float)), *p = xmalloc(n * sizeof(float));
+        float *scratch = uform_alloc_aligned(uform_attention_scratch_floats(n), sizeof(float), "scratch");
+        for (size_t i = 0; i < n * stride; i++) qkv[i] = 3.0f * rng_float();
+        for (size_t i = 0; i < n * 128; i++) out[i] = NAN;
+        const float *q = qkv + 64, *k = qkv + 128 + 64, *v = qkv + 256 + 64; /* head 1 of 2 */
+        size_t first = n > 3 ? 3 : 0, last = n > 9 ? n - 2 : n;
+        kernels->attention(q, k, v, stride, n, first, last, out, 128, scratch);
+        size_t wrong = 0, checked = 0;
+        for (size_t i = first; i < last; i++) {
+            oracle_attention_row(q + i * stride, k, v, stride, n, p, expected);
+            wrong += memcmp(out + i * 128, expected, 64 * sizeof(float)) != 0;
+            checked++;
+        }
+        CHECK(wrong == 0, "%s attention, %zu tokens, queries [%zu, %zu): %zu of %zu rows differ from the "
+              "oracle's bits", kernels->name, n, first, last, wrong, checked);
+        bool untouched = true;
+        for (size_t i = 0; i < n; i++)
+            for (size_t d = 0; d < 128; d++)
+                if ((i < first || i >= last || d >= 64) && !isnan(out[i * 128 + d])) untouched = false;
+        CHECK(untouched, "%s attention, %zu tokens: wrote outside its queries and head", kernels->name, n);
+        uform_free_aligned(scratch);
+        free(qkv), free(out), free(expected), free(p);
+    }
+}
+
 /* Arguments (class names) test only those classes: make test-arm runs each
  * class once, under the emulated CPUs that change its code. */
 int main(int argc, char **argv) {
@@ -329,6 +418,7 @@ int main(int argc, char **argv) {
         int before = failed;
         test_accuracy(kernels, executors[1]);
         test_determinism(kernels, executors, 3);
+        if (is_fma_class(classes[c])) test_attention_bits(kernels);
         uint64_t digest = gemm_digest(kernels, executors[2]);
         printf("gemm digest %s: %016llx\n", name, (unsigned long long)digest);
         if (is_fma_class(classes[c])) {

@@ -1,5 +1,5 @@
 /* fast_exp.h: the one exp approximation of the forward pass (softmax, GELU),
- * scalar for code the compiler vectorises, and AVX-512, NEON and SVE for
+ * scalar for code the compiler vectorises, and AVX-512, AVX2, NEON and SVE for
  * hand-written kernels; all the same Cody-Waite reduction and degree-6
  * polynomial (Cephes expf), about 2 ulp on [-87, 88]. Inputs are clamped to
  * that range, so below e^-87 the result is ~1.6e-38 rather than 0: far under
@@ -70,6 +70,26 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 uform_fas
     __m512i exponent = _mm512_slli_epi32(
         _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
+}
+
+/* AVX2 + FMA (attention_avx2.c): uform_fast_exp512 step for step, the same bits. */
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256 uform_fast_exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(UFORM_EXP_LOW));
+    x = _mm256_min_ps(x, _mm256_set1_ps(UFORM_EXP_HIGH));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(UFORM_EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(UFORM_EXP_LN2_HIGH), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(UFORM_EXP_LN2_LOW), r);
+    __m256 p = _mm256_set1_ps(UFORM_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(UFORM_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(UFORM_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(UFORM_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(UFORM_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(UFORM_EXP_P5));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i exponent = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
 }
 #endif
 

@@ -51,6 +51,10 @@ UFORM_INTERNAL void uform_attention_portable(const float *q, const float *k, con
 UFORM_INTERNAL void uform_attention_avx512(const float *q, const float *k, const float *v,
                                            size_t stride, size_t n, size_t first, size_t last,
                                            float *out, size_t out_stride, float *scratch);
+/* attention_avx2.c (HASWELL): attention_avx512.c's bits with 8-lane FMAs. */
+UFORM_INTERNAL void uform_attention_avx2(const float *q, const float *k, const float *v,
+                                         size_t stride, size_t n, size_t first, size_t last,
+                                         float *out, size_t out_stride, float *scratch);
 UFORM_INTERNAL void uform_attention_bf16(const float *q, const float *k, const float *v,
                                          size_t stride, size_t n, size_t first, size_t last,
                                          float *out, size_t out_stride, float *scratch);
