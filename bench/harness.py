@@ -180,8 +180,16 @@ def contenders(path: str, threads: int) -> list[Contender]:
 def round_function(contender: Contender, workload: Workload, texts: list) -> Callable[[], np.ndarray]:
     """One timed round: one call per text (per_call workloads), else one call with all texts."""
     if workload.per_call:
+        latencies: list[float] = []
+
         def run() -> np.ndarray:
-            return np.concatenate([contender.encode([text]) for text in texts])
+            rows = []
+            for text in texts:
+                start = time.perf_counter()
+                rows.append(contender.encode([text]))
+                latencies.append(time.perf_counter() - start)
+            return np.concatenate(rows)
+        run.latencies = latencies  # type: ignore[attr-defined]  # seconds of every call, all rounds
     else:
         def run() -> np.ndarray:
             return contender.encode(texts)

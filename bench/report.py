@@ -193,7 +193,8 @@ def measure(contenders: list, log) -> dict:
             run = harness.round_function(contender, workload, texts)
             seconds, embeddings = harness.time_rounds(run, rounds)
             results[(contender.key, workload.key)] = {"seconds": seconds, "texts": texts,
-                                                      "embeddings": embeddings}
+                                                      "embeddings": embeddings,
+                                                      "latencies": list(getattr(run, "latencies", []))}
             log(f"{workload.title:<22}  {contender.label:<48} "
                 f"best {min(seconds):8.3f} s  {len(texts) / min(seconds):9.2f} texts/s")
     return results
@@ -311,6 +312,22 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         out(f"Not a goal, for information: batch 1 with short queries ({q_lo} to {q_hi} bytes, one "
             f"call each), {by_key[auto].label} against torch FP32: {r_query:.2f}x.\n")
 
+    per_call = [w for w in workloads if w.per_call]
+    if per_call:
+        out("### Latency per call\n")
+        out("Every call of the timed rounds of the one-text-per-call workloads, timed alone "
+            "(`time.perf_counter` around `encode([text])`), in milliseconds:\n")
+        out("| implementation | " + " | ".join(f"{w.title} p50 | {w.title} p99" for w in per_call) + " |")
+        out("|---|" + "---:|---:|" * len(per_call))
+        for c in contenders:
+            cells = []
+            for w in per_call:
+                values = np.array(results[(c.key, w.key)]["latencies"]) * 1e3
+                cells += [f"{np.percentile(values, 50):.1f}", f"{np.percentile(values, 99):.1f}"]
+            out(f"| {c.label} | " + " | ".join(cells) + " |")
+        out("\n(" + "; ".join(f"{w.title}: {len(results[(contenders[0].key, w.key)]['latencies'])} calls"
+                              for w in per_call) + ", so p99 is close to the slowest call.)\n")
+
     out("### Agreement\n")
     out(f"The embeddings of the timed batch-{big} round against torch FP32's (unit vectors):\n")
     out("| implementation | max abs difference | min cosine |")
@@ -326,7 +343,16 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
     out("## Share of the machine's GEMM peak\n")
     bf16_peak = peaks.get("all", {}).get("bf16") if peaks else None
     fp32_peak = peaks.get("all", {}).get("fp32") if peaks else None
-    if peaks:
+    if peaks and not bf16_peak:
+        # an AVX2 machine (HASWELL): no BF16 arithmetic, the FP32 peak is the ymm FMA loop's
+        one = peaks["one"]
+        fp32_peak = peaks["all"].get("avx2")
+        out(f"Peak from `bench/gemm_bench.c` ({peak_source}): a register-only loop of 12 independent "
+            f"`vfmadd` on ymm registers (FP32, 16 flops each), no loads. One core alone: "
+            f"{one.get('avx2', float('nan')):.1f} GFLOP/s; {THREADS} copies at once (the cores we use, "
+            f"summed): **FP32 {fp32_peak or float('nan'):.1f} GFLOP/s**, the peak used below. This CPU "
+            f"has no BF16 arithmetic, so there is no BF16 peak.\n")
+    elif peaks:
         one = peaks["one"]
         out(f"Peaks from `bench/gemm_bench.c` ({peak_source}): register-only loops of independent "
             f"`vdpbf16ps` (BF16: 64 flops per instruction) and `vfmadd` (FP32: 32 flops) on zmm "
@@ -342,7 +368,8 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         out(f"gemm_bench could not be used ({peak_source}); the BF16 peak below is the best "
             f"square torch BF16 matmul instead (a lower bound of the true peak).\n")
         bf16_peak = torch_peak
-    out(f"For context, a 2048^3 torch BF16 matmul reaches {torch_peak:.1f} GFLOP/s on {THREADS} threads.\n")
+    if (bf16_peak or not peaks) and torch_peak is not None:
+        out(f"For context, a 2048^3 torch BF16 matmul reaches {torch_peak:.1f} GFLOP/s on {THREADS} threads.\n")
     out("Useful GEMM FLOPs are counted without padding: per token per layer 2 x 12 x H^2 (qkv 3H^2, "
         "out H^2, MLP up 4H^2 and down 4H^2) plus the embedding head, 2 x D x H per text. torch "
         "computes more (padding to each mini-batch's longest text); only useful work is counted.\n")
@@ -396,6 +423,9 @@ def main() -> None:
                         help="where to write the report ('-': stdout); default docs/benchmarks.md, "
                              "stdout under UFORM_BENCH_QUICK=1")
     parser.add_argument("--no-gemm-table", action="store_true", help="skip gemm_bench's GEMM table")
+    parser.add_argument("--text-only", action="store_true",
+                        help="only the text_encode comparison (no text_choose, MaxSim or image_encode "
+                             "sections): a quarter of the time on a 2-core AVX2 machine")
     arguments = parser.parse_args()
     output = arguments.output or ("-" if harness.QUICK else os.path.join(ROOT, "docs", "benchmarks.md"))
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
@@ -408,26 +438,32 @@ def main() -> None:
         if binary is not None:
             try:
                 peaks = machine_peaks(binary, THREADS)
-                if not peaks["one"].get("bf16"):
-                    message, peaks = "this CPU has no AVX-512 BF16: gemm_bench printed no BF16 peak", None
+                if not peaks["one"].get("bf16") and not peaks["one"].get("avx2"):
+                    message, peaks = "gemm_bench printed neither a BF16 nor an AVX2 peak", None
                 else:
                     message = f"built with the library's flags, {THREADS} concurrent copies"
                     log(f"peaks: one core {peaks['one']}, {THREADS} copies {peaks['all']}")
             except (OSError, subprocess.CalledProcessError) as error:
                 message, peaks = f"gemm_bench failed: {error}", None
-        torch_peak = torch_matmul_peak()
-        log(f"torch bf16 matmul: {torch_peak:.1f} GFLOP/s")
+        # without BF16 arithmetic a 2048^3 BF16 matmul takes a minute and says nothing
+        torch_peak = torch_matmul_peak() if harness.TORCH_BF16 else None
+        if torch_peak is not None:
+            log(f"torch bf16 matmul: {torch_peak:.1f} GFLOP/s")
 
         path = harness.write_checkpoint(directory)
         contenders = harness.contenders(path, THREADS)
         if binary is not None and not arguments.no_gemm_table:
             gemm_output = gemm_table(binary, [c.uform_class for c in contenders if c.uform_class])
         results = measure(contenders, log)
-        choose_path = choose_harness.write_checkpoint(directory)
-        choose_contenders = choose_harness.contenders(choose_path, THREADS)
-        choose_results = choose_harness.measure(choose_contenders, log)
-        image_section = image_harness.report_section(image_harness.measure(THREADS, log, directory), THREADS)
-    maxsim_section = maxsim_harness.report_section(maxsim_harness.measure(THREADS, log), THREADS)
+        choose_contenders, choose_results, image_section, maxsim_section = None, None, "", ""
+        if not arguments.text_only:
+            choose_path = choose_harness.write_checkpoint(directory)
+            choose_contenders = choose_harness.contenders(choose_path, THREADS)
+            choose_results = choose_harness.measure(choose_contenders, log)
+            image_section = image_harness.report_section(image_harness.measure(THREADS, log, directory),
+                                                         THREADS)
+    if not arguments.text_only:
+        maxsim_section = maxsim_harness.report_section(maxsim_harness.measure(THREADS, log), THREADS)
     report = write_report(contenders, results, peaks, message, gemm_output, torch_peak,
                           time.perf_counter() - started, (load_before, os.getloadavg()[0]),
                           choose_contenders, choose_results, maxsim_section, image_section)
