@@ -638,7 +638,7 @@ def test_bad_paths_are_refused_before_decoding(media_checkpoint, tmp_path):
     present.write_bytes(b"not even a png")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    # a FIFO would block an open for reading until a writer came: refused without opening it
+    # a blocking open of a FIFO would wait for a writer: the library opens it non-blocking and refuses it
     with pytest.raises(uform.FileError, match=r"files\[1\]: .*fifo': not a regular file"):
         model.audio_encode([present, fifo], uform.Arena())
     with pytest.raises(uform.FileError, match=r"files\[0\]: .*not a regular file"):

@@ -999,7 +999,7 @@ static void test_paths_equal_bytes(void) {
     } cases[] = {
         {"a missing file after a corrupt one", {present, missing}, UFORM_FILE, "files[1]: '"},
         {"a directory", {directory, present}, UFORM_FILE, "files[0]: "},
-        {"a FIFO (refused, never opened)", {present, fifo}, UFORM_FILE, "not a regular file"},
+        {"a FIFO (opened non-blocking, refused)", {present, fifo}, UFORM_FILE, "not a regular file"},
         {"an empty path", {present, ""}, UFORM_INVALID_ARGUMENT, "files[1]: an empty path"},
         {"a path over PATH_MAX", {long_path, present}, UFORM_INVALID_ARGUMENT, "over PATH_MAX"},
     };

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,20 +36,34 @@ static uform_status_t uform_path_entry(const uform_tape_t *paths, size_t item, c
     return UFORM_OK;
 }
 
+/* Opens `path` for reading (non-blocking, so a FIFO's open returns at once
+ * and nothing is consumed) and refuses anything but a regular file; messages
+ * name the path. On success *fd is open and *info holds its fstat. */
+static uform_status_t uform_open_regular(const char *path, int *fd, struct stat *info) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0) return uform_fail(UFORM_FILE, "'%s': %s", path, strerror(errno));
+    uform_status_t status = UFORM_OK;
+    if (fstat(*fd, info) != 0) status = uform_fail(UFORM_FILE, "'%s': %s", path, strerror(errno));
+    else if (!S_ISREG(info->st_mode)) /* a directory, device, FIFO or socket is never a media file */
+        status = uform_fail(UFORM_FILE, "'%s': not a regular file (a directory, device, FIFO or socket)", path);
+    if (status != UFORM_OK) {
+        close(*fd);
+        *fd = -1;
+    }
+    return status;
+}
+
 uform_status_t uform_media_paths_check(const uform_tape_t *paths) {
-    char path[PATH_MAX];
+    char path[PATH_MAX], prefix[48];
     for (size_t item = 0; item < paths->count; item++) {
         UFORM_TRY(uform_path_entry(paths, item, path));
+        int fd;
         struct stat info;
-        if (stat(path, &info) != 0)
-            return uform_fail(UFORM_FILE, "files[%zu]: '%s': %s", item, path, strerror(errno));
-        /* a FIFO would block the check's open and be consumed by it; a
-         * directory or device is never a media file */
-        if (!S_ISREG(info.st_mode))
-            return uform_fail(UFORM_FILE, "files[%zu]: '%s': not a regular file (a directory, device, FIFO "
-                              "or socket)", item, path);
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0) return uform_fail(UFORM_FILE, "files[%zu]: '%s': %s", item, path, strerror(errno));
+        uform_status_t status = uform_open_regular(path, &fd, &info);
+        if (status != UFORM_OK) {
+            snprintf(prefix, sizeof(prefix), "files[%zu]", item);
+            return uform_fail_context(status, prefix);
+        }
         close(fd);
     }
     return UFORM_OK;
@@ -59,14 +74,11 @@ uform_status_t uform_media_path_read(const uform_tape_t *paths, size_t item, uin
     *size = 0;
     char path[PATH_MAX];
     UFORM_TRY(uform_path_entry(paths, item, path));
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return uform_fail(UFORM_FILE, "'%s': %s", path, strerror(errno));
+    int fd;
     struct stat info;
+    UFORM_TRY(uform_open_regular(path, &fd, &info));
     uform_status_t status = UFORM_OK;
-    if (fstat(fd, &info) != 0) status = uform_fail(UFORM_FILE, "'%s': %s", path, strerror(errno));
-    else if (!S_ISREG(info.st_mode))
-        status = uform_fail(UFORM_FILE, "'%s': not a regular file (a directory, device, FIFO or socket)", path);
-    else if ((uintmax_t)info.st_size > SIZE_MAX / 2)
+    if ((uintmax_t)info.st_size > SIZE_MAX / 2)
         status = uform_fail(UFORM_FILE, "'%s': a file of %jd bytes is too large", path, (intmax_t)info.st_size);
     /* Read to the end, whatever the size fstat saw: a file that grew since
      * is read whole, one that shrank ends early, as a read of the same file
