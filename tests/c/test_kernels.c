@@ -1,7 +1,9 @@
 /* test_kernels.c: the CPU classes' packing and GEMM against a float64
  * reference, and the determinism contract of kernels.h, bit for bit; the FMA
  * classes' attention kernels (HASWELL, SKYLAKE, NEON, SVE) against a scalar
- * fmaf oracle of their shared arithmetic, bit for bit.
+ * fmaf oracle of their shared arithmetic, bit for bit; E4M3 matrices against
+ * the BF16 matrices of their dequantized weights, bit for bit (the scales are
+ * powers of two, so the two hold the same values: gemm.h).
  *
  * Build (from the repository root):
  *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -fsanitize=address,undefined \
@@ -22,6 +24,9 @@
  *   that rounds x to BF16 first the bound is the FP32 one, which checks that
  *   the kernel rounds exactly like uform_f32_to_bf16. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/e4m3_decode.h"
+#include "backend/cpu/gemm.h"
+#include "core/fp8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -389,8 +394,132 @@ static void test_attention_bits(const uform_cpu_kernels_t *kernels) {
 
 /* Arguments (class names) test only those classes: make test-arm runs each
  * class once, under the emulated CPUs that change its code. */
+/* A random E4M3 code that is not NaN (0x7F and 0xFF are never stored). */
+static uint8_t random_code(void) {
+    for (;;) {
+        uint8_t code = (uint8_t)(rng_next() >> 56);
+        if ((code & 0x7f) != 0x7f) return code;
+    }
+}
+
+/* Every decoder this build has gives the portable decoder's bits. */
+static void test_e4m3_decoders(void) {
+    enum { WIDTH = 64, ROWS = 9 };
+    uint8_t codes[ROWS * WIDTH];
+    float scales[WIDTH], expected[ROWS * WIDTH], got[ROWS * WIDTH];
+    uint16_t expected16[ROWS * WIDTH], got16[ROWS * WIDTH];
+    for (size_t i = 0; i < ROWS * WIDTH; i++) codes[i] = (uint8_t)(i % 256);
+    for (size_t i = 0; i < ROWS * WIDTH; i++)
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] = 0x80; /* -0 instead of NaN */
+    for (size_t i = 0; i < WIDTH; i++) scales[i] = ldexpf(1.0f, (int)(i % 40) - 20 - (i == 7) * 97);
+    uform_e4m3_decode_f32_portable(codes, ROWS, WIDTH, scales, expected);
+    uform_e4m3_decode_bf16_portable(codes, ROWS, WIDTH, scales, expected16);
+    for (size_t i = 0; i < ROWS * WIDTH; i++) {
+        double value = (double)uform_e4m3_to_f32(codes[i]) * scales[i % WIDTH];
+        if ((double)expected[i] != value || (signbit(expected[i]) != 0) != (codes[i] >> 7 != 0)) {
+            CHECK(false, "portable decode of 0x%02x x %g: %g", codes[i], scales[i % WIDTH],
+                  expected[i]);
+            break;
+        }
+    }
+    struct { const char *name; uform_e4m3_decode_fn_t f32, bf16; bool runs; } decoders[] = {
+#if defined(__x86_64__)
+        {"avx2", uform_e4m3_decode_f32_avx2, uform_e4m3_decode_bf16_avx2,
+         uform_cpu_class_supported(UFORM_CPU_CLASS_HASWELL)},
+#endif
+#if defined(__aarch64__)
+        {"neon", uform_e4m3_decode_f32_neon, uform_e4m3_decode_bf16_neon, true},
+#endif
+        {"portable", uform_e4m3_decode_f32_portable, uform_e4m3_decode_bf16_portable, true},
+    };
+    for (size_t d = 0; d < sizeof(decoders) / sizeof(decoders[0]); d++) {
+        if (!decoders[d].runs) {
+            printf("skip the %s E4M3 decoder: not supported by this CPU\n", decoders[d].name);
+            continue;
+        }
+        decoders[d].f32(codes, ROWS, WIDTH, scales, got);
+        decoders[d].bf16(codes, ROWS, WIDTH, scales, got16);
+        CHECK(memcmp(got, expected, sizeof(got)) == 0, "%s E4M3 decode (FP32) differs",
+              decoders[d].name);
+        CHECK(memcmp(got16, expected16, sizeof(got16)) == 0, "%s E4M3 decode (BF16) differs",
+              decoders[d].name);
+    }
+}
+
+/* E4M3 weights multiply exactly as the BF16 matrix of their dequantized
+ * values: same bits for every shape, bias, accumulation and thread count. */
+static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **executors,
+                      size_t executors_count) {
+    static const size_t ms[] = {1, 3, 7, 17, 64, 257};
+    static const size_t ns[] = {1, 5, 64, 100, 192, 300};
+    static const size_t ks[] = {1, 3, 64, 65, 200, 601};
+    size_t variant = 0;
+    for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
+        for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
+            for (size_t c = 0; c < sizeof(ks) / sizeof(ks[0]); c++, variant++) {
+                size_t m = ms[a], n = ns[b], k = ks[c];
+                if (m * n * k > 4000000) m = 17;
+                problem_t p = problem_make(m, n, k, variant % 3 == 0 ? 3 : 0, variant % 2 == 0);
+                uint8_t *codes = xmalloc(n * k), *codes_back = xmalloc(n * k);
+                float *scales = xmalloc(n * sizeof(float)), *scales_back = xmalloc(n * sizeof(float));
+                for (size_t j = 0; j < n; j++) {
+                    /* the extremes of the quantizer's exponents, and ordinary ones */
+                    int exponent = j % 11 == 3 ? -117 : j % 11 == 5 ? 100 : (int)(rng_next() % 41) - 20;
+                    scales[j] = ldexpf(1.0f, exponent);
+                    bool zero_row = j % 13 == 4;
+                    for (size_t q = 0; q < k; q++) {
+                        codes[j * k + q] = zero_row ? 0 : random_code();
+                        float value = uform_e4m3_to_f32(codes[j * k + q]) * scales[j];
+                        p.w[j * k + q] = uform_f32_to_bf16(value);
+                        if (uform_bf16_to_f32(p.w[j * k + q]) != value) {
+                            printf("  dequantized weight not exact in BF16\n");
+                            failed++;
+                        }
+                    }
+                }
+                uform_packed_t bf16, e4m3;
+                uform_status_t status = kernels->pack(p.w, n, k, &bf16);
+                if (status == UFORM_OK) status = kernels->pack_e4m3(codes, scales, n, k, &e4m3);
+                CHECK(status == UFORM_OK, "%s pack %zu x %zu: %s", kernels->name, n, k,
+                      uform_last_error());
+                if (status == UFORM_OK) {
+                    CHECK(e4m3.scalar == UFORM_SCALAR_E4M3 && (k < 64 || e4m3.bytes < bf16.bytes * 3 / 4),
+                          "%s E4M3 packing holds %zu bytes for %zu BF16", kernels->name, e4m3.bytes,
+                          bf16.bytes);
+                    CHECK(uform_gemm_unpack_e4m3(&e4m3, codes_back, scales_back) == UFORM_OK &&
+                              memcmp(codes_back, codes, n * k) == 0 &&
+                              memcmp(scales_back, scales, n * sizeof(float)) == 0,
+                          "%s %zu x %zu: unpacked codes or scales differ", kernels->name, n, k);
+                    bool accumulate = variant % 4 == 1;
+                    uform_executor_t *executor = executors[variant % executors_count];
+                    float *expected = output_make(&p), *got = output_make(&p);
+                    if (accumulate)
+                        for (size_t i = 0; i < m; i++)
+                            for (size_t j = 0; j < n; j++)
+                                expected[i * p.y_stride + j] = got[i * p.y_stride + j] = rng_float();
+                    kernels->gemm(executor, &bf16, p.x, p.x_stride, m, p.bias, accumulate, expected,
+                                  p.y_stride);
+                    kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, accumulate, got,
+                                  p.y_stride);
+                    CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
+                          "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d differs from BF16",
+                          kernels->name, m, n, k, p.bias != NULL, accumulate);
+                    free(expected);
+                    free(got);
+                    uform_packed_free(&e4m3);
+                }
+                uform_packed_free(&bf16);
+                free(codes);
+                free(codes_back);
+                free(scales);
+                free(scales_back);
+                problem_free(&p);
+            }
+}
+
 int main(int argc, char **argv) {
     test_detect();
+    test_e4m3_decoders();
     uform_executor_t *executors[3];
     for (size_t t = 0; t < 3; t++)
         if (uform_executor_for_ram(t + 1, NULL, 0, &executors[t]) != UFORM_OK) {
@@ -418,6 +547,7 @@ int main(int argc, char **argv) {
         int before = failed;
         test_accuracy(kernels, executors[1]);
         test_determinism(kernels, executors, 3);
+        test_e4m3(kernels, executors, 3);
         if (is_fma_class(classes[c])) test_attention_bits(kernels);
         uint64_t digest = gemm_digest(kernels, executors[2]);
         printf("gemm digest %s: %016llx\n", name, (unsigned long long)digest);

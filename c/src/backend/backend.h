@@ -50,6 +50,13 @@ typedef struct {
     size_t k;        /* input features (columns of W) */
     void *data;
     size_t bytes;    /* bytes held at data (device memory) */
+    /* BF16, or E4M3: one byte per weight and a power-of-two FP32 scale per
+     * output row (docs/architecture.md, "E4M3 quantization"). */
+    uform_scalar_t scalar;
+    /* The backend's own tags of its layout at data (the CPU classes': the
+     * panel width and gemm.h's layout). */
+    size_t panel_columns;
+    int layout;
 } uform_packed_t;
 
 /* A weight matrix W [n, k] (y = W x) as the backend holds it: packed once at
@@ -106,6 +113,13 @@ typedef struct {
     /* Packs W [n, k], given as BF16 bits row-major on the host, for `linear`. */
     uform_status_t (*pack)(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
                            uform_packed_t *packed);
+    /* Packs W [n, k] quantized to E4M3: codes [n, k] row-major and the scale
+     * of each row (a power of two), W[i][p] = e4m3(codes[i][p]) x scales[i]. */
+    uform_status_t (*pack_e4m3)(uform_backend_t *b, const uint8_t *codes, const float *scales,
+                                size_t n, size_t k, uform_packed_t *packed);
+    /* The codes and scales an E4M3 packed matrix holds, as pack_e4m3 took them. */
+    uform_status_t (*unpack_e4m3)(uform_backend_t *b, const uform_packed_t *packed,
+                                  uint8_t *codes, float *scales);
     void (*packed_free)(uform_backend_t *b, uform_packed_t *packed);
 
     /* -- matrix products -- */

@@ -9,6 +9,7 @@
  * Splitting row-owned work over threads never changes a bit. */
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/losses.h"
 #include "backend/cpu/rows.h"
@@ -49,6 +50,16 @@ static uform_status_t uform_cpu_synchronize(uform_backend_t *b) {
 static uform_status_t uform_cpu_pack(uform_backend_t *b, const uint16_t *weights, size_t n,
                                      size_t k, uform_packed_t *packed) {
     return uform_class_of(b)->pack(weights, n, k, packed);
+}
+static uform_status_t uform_cpu_pack_e4m3(uform_backend_t *b, const uint8_t *codes,
+                                          const float *scales, size_t n, size_t k,
+                                          uform_packed_t *packed) {
+    return uform_class_of(b)->pack_e4m3(codes, scales, n, k, packed);
+}
+static uform_status_t uform_cpu_unpack_e4m3(uform_backend_t *b, const uform_packed_t *packed,
+                                            uint8_t *codes, float *scales) {
+    (void)b;
+    return uform_gemm_unpack_e4m3(packed, codes, scales);
 }
 static void uform_cpu_packed_free(uform_backend_t *b, uform_packed_t *packed) {
     (void)b;
@@ -376,6 +387,8 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
     .download_rows = uform_cpu_download_rows,
     .synchronize = uform_cpu_synchronize,
     .pack = uform_cpu_pack,
+    .pack_e4m3 = uform_cpu_pack_e4m3,
+    .unpack_e4m3 = uform_cpu_unpack_e4m3,
     .packed_free = uform_cpu_packed_free,
     .gemm = uform_cpu_gemm,
     .linear = uform_cpu_linear,

@@ -2,54 +2,145 @@
  * classes (see gemm.h). Compiled for the baseline target: it only moves data
  * and calls the class's kernels through pointers. */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/e4m3_decode.h"
 
 static size_t uform_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t uform_round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
 
-uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class, const uint16_t *weights,
-                               size_t n, size_t k, uform_packed_t *packed) {
+/* Where element (column c of its panel, k index p) sits in a panel, in
+ * elements: the layouts of gemm.h. */
+static size_t uform_gemm_slot(uform_gemm_layout_t layout, size_t nr, size_t c, size_t p) {
+    switch (layout) {
+    case UFORM_GEMM_HALVES: return p * nr + (c < nr / 2 ? 2 * c : 2 * (c - nr / 2) + 1);
+    case UFORM_GEMM_PAIRS: return (p / 2) * 2 * nr + 2 * c + (p & 1);
+    case UFORM_GEMM_PLAIN: break;
+    }
+    return p * nr + c;
+}
+
+/* k padded as the layout needs: PAIRS to even. */
+static size_t uform_gemm_padded_k(uform_gemm_layout_t layout, size_t k) {
+    return layout == UFORM_GEMM_PAIRS ? k + (k & 1) : k;
+}
+
+/* The layout an E4M3 matrix takes for a class: codes are decoded into a tile
+ * before the kernels see them, PLAIN for the FP32 classes. */
+static uform_gemm_layout_t uform_gemm_e4m3_layout(const uform_gemm_class_t *gemm_class) {
+    return gemm_class->layout == UFORM_GEMM_PAIRS ? UFORM_GEMM_PAIRS : UFORM_GEMM_PLAIN;
+}
+
+/* Slots per panel row of an E4M3 matrix (a scale each): 2 nr for PAIRS. */
+static size_t uform_gemm_slots(uform_gemm_layout_t layout, size_t nr) {
+    return layout == UFORM_GEMM_PAIRS ? 2 * nr : nr;
+}
+
+/* Bytes of an E4M3 matrix's codes, rounded up so its scales start aligned. */
+static size_t uform_gemm_codes_bytes(size_t panels, size_t nr, size_t kp) {
+    return (panels * nr * kp + 63) / 64 * 64;
+}
+
+/* Checks the class and shape; `panels` of nr columns hold n. */
+static uform_status_t uform_gemm_check(const uform_gemm_class_t *gemm_class, size_t n, size_t k,
+                                       uform_packed_t *packed, size_t *panels) {
     if (!packed) return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the packed matrix is NULL");
     memset(packed, 0, sizeof(*packed));
-    if (!weights) return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the weights are NULL");
     if (n == 0 || k == 0)
         return uform_fail(UFORM_INVALID_ARGUMENT, "pack: empty matrix %zu x %zu", n, k);
-    size_t nr = gemm_class->nr;
+    size_t nr = gemm_class->nr, elements, bytes;
     if (nr == 0 || nr > UFORM_GEMM_NR_MAX || gemm_class->mr > UFORM_GEMM_MR_MAX)
         return uform_fail(UFORM_UNSUPPORTED, "pack: a %zu x %zu kernel tile is too large",
                           gemm_class->mr, nr);
-    size_t panels = n / nr + (n % nr != 0);
-    size_t kp = gemm_class->layout == UFORM_GEMM_PAIRS ? k + (k & 1) : k;
-    size_t elements, bytes;
-    if (k > SIZE_MAX - 1 || !uform_mul_ok(panels * nr, kp, &elements) ||
-        !uform_mul_ok(elements, sizeof(uint16_t), &bytes))
+    *panels = n / nr + (n % nr != 0);
+    /* the largest packing: 2 bytes per element, k + 1, and 64 bytes of alignment */
+    if (k > SIZE_MAX / 4 || !uform_mul_ok(*panels * nr, k + 1, &elements) ||
+        !uform_mul_ok(elements, 8, &bytes))
         return uform_fail(UFORM_OUT_OF_MEMORY, "pack: %zu x %zu weights overflow", n, k);
-    uint16_t *data = uform_alloc_aligned(elements, sizeof(uint16_t), "packed weights");
-    if (!data) return UFORM_OUT_OF_MEMORY;
-    memset(data, 0, bytes); /* padding columns and the odd-k pair stay zero */
+    packed->n = n;
+    packed->k = k;
+    packed->panel_columns = nr;
+    return UFORM_OK;
+}
 
+/* Zeroed storage for a packed matrix (padding columns and the odd-k pair stay zero). */
+static uform_status_t uform_gemm_allocate(uform_packed_t *packed, size_t bytes) {
+    packed->data = uform_alloc_aligned(bytes, 1, "packed weights");
+    if (!packed->data) return UFORM_OUT_OF_MEMORY;
+    memset(packed->data, 0, bytes);
+    packed->bytes = bytes;
+    return UFORM_OK;
+}
+
+uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class, const uint16_t *weights,
+                               size_t n, size_t k, uform_packed_t *packed) {
+    size_t panels, nr = gemm_class->nr;
+    UFORM_TRY(uform_gemm_check(gemm_class, n, k, packed, &panels));
+    if (!weights) return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the weights are NULL");
+    uform_gemm_layout_t layout = gemm_class->layout;
+    size_t kp = uform_gemm_padded_k(layout, k);
+    UFORM_TRY(uform_gemm_allocate(packed, panels * nr * kp * sizeof(uint16_t)));
+    uint16_t *data = packed->data;
     for (size_t panel = 0; panel < panels; panel++) {
         uint16_t *dst = data + panel * kp * nr;
         for (size_t c = 0; c < nr && panel * nr + c < n; c++) {
             const uint16_t *row = weights + (panel * nr + c) * k;
-            switch (gemm_class->layout) {
-            case UFORM_GEMM_PLAIN:
-                for (size_t p = 0; p < k; p++) dst[p * nr + c] = row[p];
-                break;
-            case UFORM_GEMM_HALVES: {
-                size_t slot = c < nr / 2 ? 2 * c : 2 * (c - nr / 2) + 1;
-                for (size_t p = 0; p < k; p++) dst[p * nr + slot] = row[p];
-                break;
-            }
-            case UFORM_GEMM_PAIRS:
-                for (size_t p = 0; p < k; p++) dst[(p / 2) * 2 * nr + 2 * c + (p & 1)] = row[p];
-                break;
+            for (size_t p = 0; p < k; p++) dst[uform_gemm_slot(layout, nr, c, p)] = row[p];
+        }
+    }
+    packed->scalar = UFORM_SCALAR_BF16;
+    packed->layout = (int)layout;
+    return UFORM_OK;
+}
+
+/* E4M3: the codes in the class's E4M3 layout, then per panel the scale of
+ * each slot (the column's; padding columns keep 0, their codes are 0 too). */
+uform_status_t uform_gemm_pack_e4m3(const uform_gemm_class_t *gemm_class, const uint8_t *codes,
+                                    const float *scales, size_t n, size_t k,
+                                    uform_packed_t *packed) {
+    size_t panels, nr = gemm_class->nr;
+    UFORM_TRY(uform_gemm_check(gemm_class, n, k, packed, &panels));
+    if (!codes || !scales)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the codes or scales are NULL");
+    uform_gemm_layout_t layout = uform_gemm_e4m3_layout(gemm_class);
+    size_t kp = uform_gemm_padded_k(layout, k), slots = uform_gemm_slots(layout, nr);
+    size_t codes_bytes = uform_gemm_codes_bytes(panels, nr, kp);
+    UFORM_TRY(uform_gemm_allocate(packed, codes_bytes + panels * slots * sizeof(float)));
+    uint8_t *data = packed->data;
+    float *slot_scales = (float *)(data + codes_bytes);
+    for (size_t panel = 0; panel < panels; panel++) {
+        uint8_t *dst = data + panel * kp * nr;
+        for (size_t c = 0; c < nr && panel * nr + c < n; c++) {
+            const uint8_t *row = codes + (panel * nr + c) * k;
+            for (size_t p = 0; p < k; p++) dst[uform_gemm_slot(layout, nr, c, p)] = row[p];
+            float scale = scales[panel * nr + c];
+            if (layout == UFORM_GEMM_PAIRS) {
+                slot_scales[panel * slots + 2 * c] = scale;
+                slot_scales[panel * slots + 2 * c + 1] = scale;
+            } else {
+                slot_scales[panel * slots + c] = scale;
             }
         }
     }
-    packed->n = n;
-    packed->k = k;
-    packed->data = data;
-    packed->bytes = bytes;
+    packed->scalar = UFORM_SCALAR_E4M3;
+    packed->layout = (int)layout;
+    return UFORM_OK;
+}
+
+uform_status_t uform_gemm_unpack_e4m3(const uform_packed_t *packed, uint8_t *codes,
+                                      float *scales) {
+    if (!packed || !packed->data || packed->scalar != UFORM_SCALAR_E4M3)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "unpack: the matrix is not E4M3");
+    uform_gemm_layout_t layout = (uform_gemm_layout_t)packed->layout;
+    size_t n = packed->n, k = packed->k, nr = packed->panel_columns;
+    size_t kp = uform_gemm_padded_k(layout, k), slots = uform_gemm_slots(layout, nr);
+    size_t panels = n / nr + (n % nr != 0);
+    const uint8_t *data = packed->data;
+    const float *slot_scales = (const float *)(data + uform_gemm_codes_bytes(panels, nr, kp));
+    for (size_t i = 0; i < n; i++) {
+        size_t panel = i / nr, c = i % nr;
+        for (size_t p = 0; p < k; p++)
+            codes[i * k + p] = data[panel * kp * nr + uform_gemm_slot(layout, nr, c, p)];
+        scales[i] = slot_scales[panel * slots + (layout == UFORM_GEMM_PAIRS ? 2 * c : c)];
+    }
     return UFORM_OK;
 }
 
@@ -84,64 +175,143 @@ typedef struct {
     size_t mc;          /* rows per task, a multiple of mr */
     size_t nc_panels;   /* W panels per task */
     size_t n_blocks;    /* tasks across n */
+    size_t kc;          /* k per block */
 } uform_gemm_job_t;
 
-/* One task: rows [i0, i1) x panels [q0, q1). For each k block, each group of
- * mr rows is packed once and swept across the task's panels, so the A panel
- * stays in L1 while W streams from L2. */
+/* The panels a sweep reads: panel q at base + (q - first) * stride elements of
+ * `size` bytes, read by `kernels` and `wide`. */
+typedef struct {
+    const unsigned char *base;
+    size_t first, stride, size;
+    const uform_microkernel_fn_t *kernels, *wide;
+} uform_gemm_panels_t;
+
+/* Per-task stack buffers: the packed A panel and the last panel's partial
+ * columns, computed full width. */
+typedef struct {
+    _Alignas(64) unsigned char a_panel[UFORM_GEMM_A_BYTES];
+    _Alignas(64) float edge[UFORM_GEMM_MR_MAX * UFORM_GEMM_NR_MAX];
+    _Alignas(64) float edge_bias[UFORM_GEMM_NR_MAX];
+} uform_gemm_buffers_t;
+
+/* Rows [i, i + rows) of k block [k0, k0 + kb), packed into buffers->a_panel,
+ * swept over panels [q0, q1): the wide kernel where whole groups of panels
+ * fit, then one panel at a time, a partial last panel through the edge. */
+static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panels_t *panels,
+                             size_t i, size_t rows, size_t kb, int first, int last, size_t q0,
+                             size_t q1, uform_gemm_buffers_t *buffers) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    size_t n = job->w->n, nr = gc->nr;
+    uform_microkernel_fn_t kernel = panels->kernels[rows], wide = panels->wide[rows];
+    size_t q = q0, wide_panels = gc->wide_panels;
+#define UFORM_GEMM_B(q) (panels->base + ((q) - panels->first) * panels->stride * panels->size)
+    if (wide)
+        for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels)
+            wide(kb, buffers->a_panel, UFORM_GEMM_B(q), panels->stride,
+                 job->y + i * job->y_stride + q * nr, job->y_stride, first,
+                 last && job->bias ? job->bias + q * nr : NULL);
+    for (; q < q1; q++) {
+        size_t j = q * nr, cols = uform_min(nr, n - j);
+        float *c = job->y + i * job->y_stride + j;
+        const float *bias = last && job->bias ? job->bias + j : NULL;
+        if (cols == nr) {
+            kernel(kb, buffers->a_panel, UFORM_GEMM_B(q), 0, c, job->y_stride, first, bias);
+            continue;
+        }
+        if (!first)
+            for (size_t r = 0; r < rows; r++)
+                memcpy(buffers->edge + r * nr, c + r * job->y_stride, cols * sizeof(float));
+        if (bias) {
+            memset(buffers->edge_bias, 0, nr * sizeof(float));
+            memcpy(buffers->edge_bias, bias, cols * sizeof(float));
+            bias = buffers->edge_bias;
+        }
+        kernel(kb, buffers->a_panel, UFORM_GEMM_B(q), 0, buffers->edge, nr, first, bias);
+        for (size_t r = 0; r < rows; r++)
+            memcpy(c + r * job->y_stride, buffers->edge + r * nr, cols * sizeof(float));
+    }
+#undef UFORM_GEMM_B
+}
+
+/* The task of a parallel loop index: rows [i0, i1) x panels [q0, q1). */
+static void uform_gemm_task_bounds(const uform_gemm_job_t *job, size_t task, size_t *i0,
+                                   size_t *i1, size_t *q0, size_t *q1) {
+    size_t nr = job->gemm_class->nr, panels = job->w->n / nr + (job->w->n % nr != 0);
+    *i0 = task / job->n_blocks * job->mc;
+    *i1 = uform_min(*i0 + job->mc, job->m);
+    *q0 = task % job->n_blocks * job->nc_panels;
+    *q1 = uform_min(*q0 + job->nc_panels, panels);
+}
+
+/* BF16 tasks. For each k block, each group of mr rows is packed once and
+ * swept across the task's panels, so the A panel stays in L1 while W streams
+ * from L2. */
 static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thread) {
     (void)thread;
     const uform_gemm_job_t *job = context;
     const uform_gemm_class_t *gc = job->gemm_class;
-    size_t n = job->w->n, k = job->w->k, nr = gc->nr, mr = gc->mr;
-    size_t kp = gc->layout == UFORM_GEMM_PAIRS ? k + (k & 1) : k;
-    size_t panels = n / nr + (n % nr != 0);
-    const uint16_t *data = job->w->data;
-    _Alignas(64) unsigned char a_panel[UFORM_GEMM_A_BYTES];
-    /* The last panel's partial columns are computed full width into here. */
-    _Alignas(64) float edge[UFORM_GEMM_MR_MAX * UFORM_GEMM_NR_MAX];
-    _Alignas(64) float edge_bias[UFORM_GEMM_NR_MAX];
-    memset(edge, 0, mr * nr * sizeof(float)); /* the part the kernel reads */
+    size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
+    size_t kp = uform_gemm_padded_k(gc->layout, k);
+    uform_gemm_buffers_t buffers;
+    memset(buffers.edge, 0, mr * nr * sizeof(float)); /* the part the kernel reads */
 
     for (size_t task = begin; task < end; task++) {
-        size_t i0 = task / job->n_blocks * job->mc, i1 = uform_min(i0 + job->mc, job->m);
-        size_t q0 = task % job->n_blocks * job->nc_panels;
-        size_t q1 = uform_min(q0 + job->nc_panels, panels);
-        for (size_t k0 = 0; k0 < k; k0 += gc->kc) {
-            size_t kb = uform_min(gc->kc, k - k0);
-            int first = k0 == 0 && !job->accumulate;
-            int last = k0 + kb == k;
+        size_t i0, i1, q0, q1;
+        uform_gemm_task_bounds(job, task, &i0, &i1, &q0, &q1);
+        for (size_t k0 = 0; k0 < k; k0 += job->kc) {
+            size_t kb = uform_min(job->kc, k - k0);
+            int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
+            uform_gemm_panels_t panels = {(const unsigned char *)job->w->data + k0 * nr * 2, 0,
+                                          kp * nr, 2, gc->kernels, gc->wide};
             for (size_t i = i0; i < i1; i += mr) {
                 size_t rows = uform_min(mr, i1 - i);
-                gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, a_panel);
-                uform_microkernel_fn_t kernel = gc->kernels[rows], wide = gc->wide[rows];
-                size_t q = q0, wide_panels = gc->wide_panels;
-                if (wide)
-                    for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels)
-                        wide(kb, a_panel, data + (q * kp + k0) * nr, kp * nr,
-                             job->y + i * job->y_stride + q * nr, job->y_stride, first,
-                             last && job->bias ? job->bias + q * nr : NULL);
-                for (; q < q1; q++) {
-                    size_t j = q * nr, cols = uform_min(nr, n - j);
-                    const uint16_t *b = data + (q * kp + k0) * nr;
-                    float *c = job->y + i * job->y_stride + j;
-                    const float *bias = last && job->bias ? job->bias + j : NULL;
-                    if (cols == nr) {
-                        kernel(kb, a_panel, b, 0, c, job->y_stride, first, bias);
-                        continue;
-                    }
-                    if (!first)
-                        for (size_t r = 0; r < rows; r++)
-                            memcpy(edge + r * nr, c + r * job->y_stride, cols * sizeof(float));
-                    if (bias) {
-                        memset(edge_bias, 0, nr * sizeof(float));
-                        memcpy(edge_bias, bias, cols * sizeof(float));
-                        bias = edge_bias;
-                    }
-                    kernel(kb, a_panel, b, 0, edge, nr, first, bias);
-                    for (size_t r = 0; r < rows; r++)
-                        memcpy(c + r * job->y_stride, edge + r * nr, cols * sizeof(float));
-                }
+                gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb,
+                           buffers.a_panel);
+                uform_gemm_sweep(job, &panels, i, rows, kb, first, last, q0, q1, &buffers);
+            }
+        }
+    }
+}
+
+/* E4M3 tasks: for each k block, the task's panels are decoded once into the
+ * tile (the class's compute type), then every row group sweeps them. */
+static void uform_gemm_task_e4m3(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_gemm_job_t *job = context;
+    const uform_gemm_class_t *gc = job->gemm_class;
+    const uform_packed_t *w = job->w;
+    size_t k = w->k, nr = gc->nr, mr = gc->mr, panels_total = w->n / nr + (w->n % nr != 0);
+    bool pairs = w->layout == UFORM_GEMM_PAIRS;
+    size_t kp = uform_gemm_padded_k(w->layout, k), slots = uform_gemm_slots(w->layout, nr);
+    const uint8_t *codes = w->data;
+    const float *slot_scales = (const float *)(codes + uform_gemm_codes_bytes(panels_total, nr, kp));
+    void (*decode)(const uint8_t *, size_t, size_t, const float *, void *) =
+        gc->decode_e4m3 ? gc->decode_e4m3
+                        : pairs ? uform_e4m3_decode_bf16_portable : uform_e4m3_decode_f32_portable;
+    size_t size = pairs ? 2 : 4, kbp_max = uform_gemm_padded_k(w->layout, job->kc);
+    _Alignas(64) unsigned char tile[UFORM_GEMM_TILE_BYTES];
+    uform_gemm_buffers_t buffers;
+    memset(buffers.edge, 0, mr * nr * sizeof(float));
+
+    for (size_t task = begin; task < end; task++) {
+        size_t i0, i1, q0, q1;
+        uform_gemm_task_bounds(job, task, &i0, &i1, &q0, &q1);
+        for (size_t k0 = 0; k0 < k; k0 += job->kc) {
+            size_t kb = uform_min(job->kc, k - k0);
+            int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
+            /* rows of the panel this block covers: pairs of k for PAIRS (k0 is even) */
+            size_t panel_rows = pairs ? (kb + 1) / 2 : kb, width = slots;
+            for (size_t q = q0; q < q1; q++)
+                decode(codes + q * kp * nr + k0 * nr, panel_rows, width, slot_scales + q * slots,
+                       tile + (q - q0) * kbp_max * nr * size);
+            uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, size,
+                                          pairs ? gc->kernels : gc->kernels_f32,
+                                          pairs ? gc->wide : gc->wide_f32};
+            for (size_t i = i0; i < i1; i += mr) {
+                size_t rows = uform_min(mr, i1 - i);
+                gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb,
+                           buffers.a_panel);
+                uform_gemm_sweep(job, &panels, i, rows, kb, first, last, q0, q1, &buffers);
             }
         }
     }
@@ -153,7 +323,9 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
     if (m == 0 || w->n == 0) return;
     size_t mr = gemm_class->mr, nr = gemm_class->nr;
     size_t panels = w->n / nr + (w->n % nr != 0);
-    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias, accumulate, y, y_stride, 0, 0, 0};
+    bool e4m3 = w->scalar == UFORM_SCALAR_E4M3;
+    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias, accumulate, y, y_stride,
+                            0, 0, 0, gemm_class->kc};
 
     /* Tiles of up to 8 kernel rows x 512 columns keep a task's y block and
      * W block within L2. With several threads, shrink them until there are
@@ -165,6 +337,14 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
     size_t min_panels = gemm_class->wide_panels > 4 ? gemm_class->wide_panels : 4;
     job.mc = uform_min(8 * mr, uform_round_up(m, mr));
     job.nc_panels = uform_min(panels, 512 / nr > 0 ? 512 / nr : 1);
+    if (e4m3) {
+        /* The decoded tile holds nc_panels x kc weights of the compute type:
+         * min_panels of them and k blocks of 64 at least, else one panel. */
+        size_t per_k = nr * (w->layout == UFORM_GEMM_PAIRS ? 2 : 4);
+        size_t tile_panels = UFORM_GEMM_TILE_BYTES / (min_panels * per_k) >= 64 ? min_panels : 1;
+        job.kc = uform_min(gemm_class->kc, UFORM_GEMM_TILE_BYTES / (tile_panels * per_k)) & ~(size_t)1;
+        job.nc_panels = uform_min(job.nc_panels, tile_panels);
+    }
     for (;;) {
         size_t m_blocks = (m + job.mc - 1) / job.mc;
         job.n_blocks = (panels + job.nc_panels - 1) / job.nc_panels;
@@ -176,11 +356,12 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         else break;
     }
     size_t tasks = (m + job.mc - 1) / job.mc * job.n_blocks;
+    uform_range_fn_t task = e4m3 ? uform_gemm_task_e4m3 : uform_gemm_task;
     /* Waking the pool costs about as much as 1M multiply-adds (tens of us):
      * smaller products run on the calling thread alone. */
     double macs = (double)m * (double)w->n * (double)w->k;
     if (executor && threads > 1 && macs >= 1048576.0)
-        uform_parallel_for(executor, tasks, 1, uform_gemm_task, &job);
+        uform_parallel_for(executor, tasks, 1, task, &job);
     else
-        uform_gemm_task(&job, 0, tasks, 0);
+        task(&job, 0, tasks, 0);
 }

@@ -12,6 +12,16 @@
  *           widen a whole vector of BF16 to two vectors of FP32)
  *   PAIRS   panel[p/2][c][p & 1]  = W[c][p], k padded to even (vdpbf16ps)
  *
+ * E4M3 matrices (packed by uform_gemm_pack_e4m3) keep one byte per weight,
+ * PLAIN for the FP32 classes and PAIRS for the BF16 ones, and per panel the
+ * scale of each slot. A task decodes its panels' k block once into a tile of
+ * the class's compute type on its stack (e4m3_decode.h: the FP32 classes get
+ * FP32 in PLAIN order, read by kernels_f32; the BF16 classes BF16 PAIRS, read
+ * by their usual kernels), then sweeps every row group of the task over it.
+ * The scales are powers of two, so a decoded weight is exactly the
+ * dequantized value in BF16 and in FP32: an E4M3 matrix multiplies exactly as
+ * the BF16 matrix of its dequantized weights, bit for bit.
+ *
  * Determinism: a kernel computes each output as one chain over k in order
  * (FMA or mul+add, the same in every row-count variant), starting from +0,
  * storing and reloading the partial sum between k blocks (exact), adding the
@@ -27,6 +37,8 @@
 #define UFORM_GEMM_NR_MAX 128
 /* Bytes of the A panel buffer each task keeps on its stack. */
 #define UFORM_GEMM_A_BYTES 16384
+/* Bytes of the decoded W tile an E4M3 task keeps on its stack (L1-sized). */
+#define UFORM_GEMM_TILE_BYTES 32768
 
 typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gemm_layout_t;
 
@@ -34,8 +46,10 @@ typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gem
  * + bias[0 .. panels * nr) when bias is not NULL (the last k block only).
  * a comes from pack_a with the same row count; b points at the first panel's
  * row of k where the block starts, the next panels are b_stride further on.
- * `panels` is 1 for kernels[] and wide_panels for wide[]. */
-typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const uint16_t *b,
+ * `panels` is 1 for kernels[] and wide_panels for wide[]. b holds BF16 bits in
+ * the class's layout, or FP32 in PLAIN order for kernels_f32[] and wide_f32[];
+ * b_stride counts its elements. */
+typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const void *b,
                                        size_t b_stride, float *c, size_t c_stride, int first,
                                        const float *bias);
 /* Packs x[rows, kc] (rows x_stride floats apart) into the A panel layout of
@@ -54,6 +68,13 @@ typedef struct {
      * latency; these kernels sweep wide_panels panels at once (NULL: none). */
     size_t wide_panels;
     uform_microkernel_fn_t wide[UFORM_GEMM_MR_MAX + 1];
+    /* FP32 classes: the same kernels reading a decoded FP32 tile (E4M3). */
+    uform_microkernel_fn_t kernels_f32[UFORM_GEMM_MR_MAX + 1];
+    uform_microkernel_fn_t wide_f32[UFORM_GEMM_MR_MAX + 1];
+    /* The E4M3 tile decoder (e4m3_decode.h): FP32 out for the FP32 classes,
+     * BF16 for PAIRS; NULL: the portable one. */
+    void (*decode_e4m3)(const uint8_t *codes, size_t rows, size_t width, const float *scales,
+                        void *out);
 } uform_gemm_class_t;
 
 /* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */
@@ -66,6 +87,13 @@ UFORM_INTERNAL void uform_gemm_pack_a_bf16_pairs(const float *x, size_t x_stride
 UFORM_INTERNAL uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class,
                                               const uint16_t *weights, size_t n, size_t k,
                                               uform_packed_t *packed);
+/* E4M3: codes [n, k] and one power-of-two scale per row (backend.h pack_e4m3). */
+UFORM_INTERNAL uform_status_t uform_gemm_pack_e4m3(const uform_gemm_class_t *gemm_class,
+                                                   const uint8_t *codes, const float *scales,
+                                                   size_t n, size_t k, uform_packed_t *packed);
+/* Reads them back out of any class's E4M3 packing (codes [n, k], scales [n]). */
+UFORM_INTERNAL uform_status_t uform_gemm_unpack_e4m3(const uform_packed_t *packed, uint8_t *codes,
+                                                     float *scales);
 UFORM_INTERNAL void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
                                    const uform_packed_t *w, const float *x, size_t x_stride,
                                    size_t m, const float *bias, bool accumulate, float *y,

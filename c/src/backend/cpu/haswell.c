@@ -3,10 +3,12 @@
  * Kernel: 6 rows x 16 columns in 12 ymm accumulators. W stays BF16 in the
  * HALVES layout: one 256-bit load holds 16 columns, a shift gives columns
  * 0..7 as FP32 and a mask gives 8..15; a single row sweeps 4 panels at
- * once. The functions carry their own target so the file builds with
+ * once. E4M3 matrices are decoded per task into FP32 tiles (gemm.h), which
+ * the same kernels read directly. The functions carry their own target so the file builds with
  * baseline flags and is only called on AVX2 CPUs. */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/avx2_transpose.h"
+#include "backend/cpu/e4m3_decode.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -18,7 +20,7 @@
 
 /* rows x (panels x 16) outputs; panels > 1 gives one row enough sums. */
 static inline __attribute__((always_inline)) UFORM_HASWELL void
-uform_haswell_kernel(size_t rows, size_t panels, size_t kc, const float *a, const uint16_t *b,
+uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const float *a, const void *b,
                      size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
     __m256 acc[UFORM_HASWELL_MR][2 * UFORM_HASWELL_WIDE];
     size_t vectors = 2 * panels;
@@ -32,8 +34,14 @@ uform_haswell_kernel(size_t rows, size_t panels, size_t kc, const float *a, cons
         __m256 w[2 * UFORM_HASWELL_WIDE];
 #pragma GCC unroll 8
         for (size_t q = 0; q < panels; q++) {
+            if (f32) { /* a decoded tile, PLAIN order */
+                const float *src = (const float *)b + q * b_stride + p * UFORM_HASWELL_NR;
+                w[2 * q] = _mm256_loadu_ps(src);
+                w[2 * q + 1] = _mm256_loadu_ps(src + 8);
+                continue;
+            }
             __m256i raw = _mm256_loadu_si256(
-                (const __m256i *)(b + q * b_stride + p * UFORM_HASWELL_NR));
+                (const __m256i *)((const uint16_t *)b + q * b_stride + p * UFORM_HASWELL_NR));
             w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
             w[2 * q + 1] = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
         }
@@ -83,11 +91,17 @@ static UFORM_HASWELL void uform_haswell_pack_a(const float *x, size_t x_stride, 
         for (size_t r = 0; r < UFORM_HASWELL_MR; r++) dst[p * UFORM_HASWELL_MR + r] = x[r * x_stride + p];
 }
 
+/* uform_haswell_kernel_RxP on BF16 panels, uform_haswell_f32_RxP on a decoded FP32 tile. */
 #define UFORM_HASWELL_KERNEL(R, P)                                                              \
     static UFORM_HASWELL void uform_haswell_kernel_##R##x##P(                                   \
-        size_t kc, const void *a, const uint16_t *b, size_t b_stride, float *c,                 \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
         size_t c_stride, int first, const float *bias) {                                        \
-        uform_haswell_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);               \
+        uform_haswell_kernel(R, P, false, kc, a, b, b_stride, c, c_stride, first, bias);        \
+    }                                                                                           \
+    static UFORM_HASWELL void uform_haswell_f32_##R##x##P(                                      \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
+        size_t c_stride, int first, const float *bias) {                                        \
+        uform_haswell_kernel(R, P, true, kc, a, b, b_stride, c, c_stride, first, bias);         \
     }
 UFORM_HASWELL_KERNEL(1, 1)
 UFORM_HASWELL_KERNEL(2, 1)
@@ -108,11 +122,20 @@ static const uform_gemm_class_t uform_haswell_gemm = {
                 uform_haswell_kernel_4x1, uform_haswell_kernel_5x1, uform_haswell_kernel_6x1},
     .wide_panels = UFORM_HASWELL_WIDE,
     .wide = {NULL, uform_haswell_kernel_1x4},
+    .kernels_f32 = {NULL, uform_haswell_f32_1x1, uform_haswell_f32_2x1, uform_haswell_f32_3x1,
+                    uform_haswell_f32_4x1, uform_haswell_f32_5x1, uform_haswell_f32_6x1},
+    .wide_f32 = {NULL, uform_haswell_f32_1x4},
+    .decode_e4m3 = uform_e4m3_decode_f32_avx2,
 };
 
 static uform_status_t uform_haswell_pack(const uint16_t *weights, size_t n, size_t k,
                                          uform_packed_t *packed) {
     return uform_gemm_pack(&uform_haswell_gemm, weights, n, k, packed);
+}
+
+static uform_status_t uform_haswell_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                              size_t k, uform_packed_t *packed) {
+    return uform_gemm_pack_e4m3(&uform_haswell_gemm, codes, scales, n, k, packed);
 }
 
 static void uform_haswell_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
@@ -125,6 +148,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_haswell = {
     .cpu_class = UFORM_CPU_CLASS_HASWELL,
     .name = "haswell",
     .pack = uform_haswell_pack,
+    .pack_e4m3 = uform_haswell_pack_e4m3,
     .gemm = uform_haswell_gemm_run,
     .attention = uform_attention_avx2,
 };

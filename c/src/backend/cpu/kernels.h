@@ -20,6 +20,10 @@ typedef struct {
     const char *name;                    /* "serial", "haswell", ..., "neon", "sve" */
     /* Packs W [n, k] given as BF16 bits, row-major. */
     uform_status_t (*pack)(const uint16_t *weights, size_t n, size_t k, uform_packed_t *packed);
+    /* Packs W [n, k] quantized to E4M3 (backend.h pack_e4m3); the gemm below
+     * takes either. */
+    uform_status_t (*pack_e4m3)(const uint8_t *codes, const float *scales, size_t n, size_t k,
+                                uform_packed_t *packed);
     /* y[m, n] = (accumulate ? y : 0) + x[m, k] * W^T + bias (bias may be NULL):
      * each y element one chain from y or 0 over k, bias added last. x rows are
      * x_stride floats apart, y rows y_stride floats apart; runs on the executor. */

@@ -16,6 +16,7 @@
  * every vector length. They differ from SAPPHIRE's (vdpbf16ps rounds to
  * nearest even); both are within the BF16 tolerance of the reference. */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/e4m3_decode.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -81,7 +82,7 @@ uform_neon_bf16_kernel(size_t rows, size_t panels, size_t kc, const uint32_t *a,
 
 #define UFORM_NEON_BF16_KERNEL(R, P)                                                          \
     static UFORM_NEON_BF16 void uform_neon_bf16_kernel_##R##x##P(                             \
-        size_t kc, const void *a, const uint16_t *b, size_t b_stride, float *c,               \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                   \
         size_t c_stride, int first, const float *bias) {                                      \
         uform_neon_bf16_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);           \
     }
@@ -105,11 +106,17 @@ static const uform_gemm_class_t uform_neon_bf16_gemm = {
                 uform_neon_bf16_kernel_6x1},
     .wide_panels = UFORM_NEON_BF16_WIDE,
     .wide = {NULL, uform_neon_bf16_kernel_1x4},
+    .decode_e4m3 = uform_e4m3_decode_bf16_neon, /* E4M3 tiles in BF16 PAIRS (gemm.h) */
 };
 
 static uform_status_t uform_neon_bf16_pack(const uint16_t *weights, size_t n, size_t k,
                                            uform_packed_t *packed) {
     return uform_gemm_pack(&uform_neon_bf16_gemm, weights, n, k, packed);
+}
+
+static uform_status_t uform_neon_bf16_pack_e4m3(const uint8_t *codes, const float *scales,
+                                                size_t n, size_t k, uform_packed_t *packed) {
+    return uform_gemm_pack_e4m3(&uform_neon_bf16_gemm, codes, scales, n, k, packed);
 }
 
 static void uform_neon_bf16_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
@@ -125,6 +132,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_neon_bf16 = {
     .cpu_class = UFORM_CPU_CLASS_NEON_BF16,
     .name = "neon_bf16",
     .pack = uform_neon_bf16_pack,
+    .pack_e4m3 = uform_neon_bf16_pack_e4m3,
     .gemm = uform_neon_bf16_gemm_run,
     .attention = uform_attention_neon,
 };

@@ -8,6 +8,7 @@
  * products of two BF16 are exact in FP32. */
 #include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/e4m3_decode.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -77,7 +78,7 @@ uform_sapphire_kernel(size_t rows, size_t panels, size_t kc, const uint32_t *a, 
 
 #define UFORM_SAPPHIRE_KERNEL(R, P)                                                             \
     static UFORM_SAPPHIRE void uform_sapphire_kernel_##R##x##P(                                 \
-        size_t kc, const void *a, const uint16_t *b, size_t b_stride, float *c,                 \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
         size_t c_stride, int first, const float *bias) {                                        \
         uform_sapphire_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);              \
     }
@@ -112,11 +113,17 @@ static const uform_gemm_class_t uform_sapphire_gemm = {
                 uform_sapphire_kernel_13x1, uform_sapphire_kernel_14x1},
     .wide_panels = UFORM_SAPPHIRE_WIDE,
     .wide = {NULL, uform_sapphire_kernel_1x4, uform_sapphire_kernel_2x4},
+    .decode_e4m3 = uform_e4m3_decode_bf16_avx2, /* E4M3 tiles in BF16 PAIRS (gemm.h) */
 };
 
 static uform_status_t uform_sapphire_pack(const uint16_t *weights, size_t n, size_t k,
                                           uform_packed_t *packed) {
     return uform_gemm_pack(&uform_sapphire_gemm, weights, n, k, packed);
+}
+
+static uform_status_t uform_sapphire_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                               size_t k, uform_packed_t *packed) {
+    return uform_gemm_pack_e4m3(&uform_sapphire_gemm, codes, scales, n, k, packed);
 }
 
 static void uform_sapphire_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
@@ -129,6 +136,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_sapphire = {
     .cpu_class = UFORM_CPU_CLASS_SAPPHIRE,
     .name = "sapphire",
     .pack = uform_sapphire_pack,
+    .pack_e4m3 = uform_sapphire_pack_e4m3,
     .gemm = uform_sapphire_gemm_run,
     .attention = uform_attention_bf16,
 };

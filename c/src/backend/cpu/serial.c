@@ -9,15 +9,18 @@
 #define UFORM_SERIAL_MR 4
 #define UFORM_SERIAL_NR 8
 
-static inline void uform_serial_kernel(size_t rows, size_t kc, const float *a, const uint16_t *b,
-                                       float *c, size_t c_stride, int first, const float *bias) {
+static inline void uform_serial_kernel(size_t rows, bool f32, size_t kc, const float *a,
+                                       const void *b, float *c, size_t c_stride, int first,
+                                       const float *bias) {
     float acc[UFORM_SERIAL_MR][UFORM_SERIAL_NR];
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < UFORM_SERIAL_NR; j++)
             acc[r][j] = first ? 0.0f : c[r * c_stride + j];
     for (size_t p = 0; p < kc; p++) {
         float w[UFORM_SERIAL_NR];
-        for (size_t j = 0; j < UFORM_SERIAL_NR; j++) w[j] = uform_bf16_to_f32(b[p * UFORM_SERIAL_NR + j]);
+        for (size_t j = 0; j < UFORM_SERIAL_NR; j++)
+            w[j] = f32 ? ((const float *)b)[p * UFORM_SERIAL_NR + j]
+                       : uform_bf16_to_f32(((const uint16_t *)b)[p * UFORM_SERIAL_NR + j]);
         for (size_t r = 0; r < rows; r++) {
             float v = a[p * rows + r];
             for (size_t j = 0; j < UFORM_SERIAL_NR; j++) acc[r][j] += v * w[j];
@@ -28,13 +31,19 @@ static inline void uform_serial_kernel(size_t rows, size_t kc, const float *a, c
             c[r * c_stride + j] = bias ? acc[r][j] + bias[j] : acc[r][j];
 }
 
-/* One function per row count, so the row loops have constant bounds. */
+/* One function per row count, so the row loops have constant bounds; the
+ * _f32 ones read a decoded FP32 tile (E4M3, gemm.h). */
 #define UFORM_SERIAL_KERNEL(R)                                                                 \
-    static void uform_serial_kernel_##R(size_t kc, const void *a, const uint16_t *b,           \
+    static void uform_serial_kernel_##R(size_t kc, const void *a, const void *b,               \
                                         size_t b_stride, float *c, size_t c_stride, int first, \
                                         const float *bias) {                                   \
         (void)b_stride;                                                                        \
-        uform_serial_kernel(R, kc, a, b, c, c_stride, first, bias);                            \
+        uform_serial_kernel(R, false, kc, a, b, c, c_stride, first, bias);                     \
+    }                                                                                          \
+    static void uform_serial_f32_##R(size_t kc, const void *a, const void *b, size_t b_stride, \
+                                     float *c, size_t c_stride, int first, const float *bias) { \
+        (void)b_stride;                                                                        \
+        uform_serial_kernel(R, true, kc, a, b, c, c_stride, first, bias);                      \
     }
 UFORM_SERIAL_KERNEL(1)
 UFORM_SERIAL_KERNEL(2)
@@ -50,11 +59,18 @@ static const uform_gemm_class_t uform_serial_gemm = {
     .pack_a = uform_gemm_pack_a_f32,
     .kernels = {NULL, uform_serial_kernel_1, uform_serial_kernel_2, uform_serial_kernel_3,
                 uform_serial_kernel_4},
+    .kernels_f32 = {NULL, uform_serial_f32_1, uform_serial_f32_2, uform_serial_f32_3,
+                    uform_serial_f32_4},
 };
 
 static uform_status_t uform_serial_pack(const uint16_t *weights, size_t n, size_t k,
                                         uform_packed_t *packed) {
     return uform_gemm_pack(&uform_serial_gemm, weights, n, k, packed);
+}
+
+static uform_status_t uform_serial_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                             size_t k, uform_packed_t *packed) {
+    return uform_gemm_pack_e4m3(&uform_serial_gemm, codes, scales, n, k, packed);
 }
 
 static void uform_serial_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
@@ -67,6 +83,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_serial = {
     .cpu_class = UFORM_CPU_CLASS_SERIAL,
     .name = "serial",
     .pack = uform_serial_pack,
+    .pack_e4m3 = uform_serial_pack_e4m3,
     .gemm = uform_serial_gemm_run,
     .attention = uform_attention_portable,
 };

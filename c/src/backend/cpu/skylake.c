@@ -3,8 +3,10 @@
  * Kernel: 14 rows x 32 columns in 28 zmm accumulators (of 32), W in the
  * HALVES layout: one 512-bit load of BF16 is widened to two FP32 vectors by a
  * shift and a mask. One or two rows sweep 4 panels at once, for enough
- * independent sums. Functions carry their own target (see haswell.c). */
+ * independent sums; E4M3 matrices are decoded per task into FP32 tiles
+ * (gemm.h) the same kernels read. Functions carry their own target (see haswell.c). */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/e4m3_decode.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,7 +18,7 @@
 
 /* rows x (panels x 32) outputs; panels > 1 gives a few rows enough sums. */
 static inline __attribute__((always_inline)) UFORM_SKYLAKE void
-uform_skylake_kernel(size_t rows, size_t panels, size_t kc, const float *a, const uint16_t *b,
+uform_skylake_kernel(size_t rows, size_t panels, bool f32, size_t kc, const float *a, const void *b,
                      size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
     __m512 acc[UFORM_SKYLAKE_MR][2 * UFORM_SKYLAKE_WIDE];
     size_t vectors = 2 * panels;
@@ -30,7 +32,14 @@ uform_skylake_kernel(size_t rows, size_t panels, size_t kc, const float *a, cons
         __m512 w[2 * UFORM_SKYLAKE_WIDE];
 #pragma GCC unroll 8
         for (size_t q = 0; q < panels; q++) {
-            __m512i raw = _mm512_loadu_si512(b + q * b_stride + p * UFORM_SKYLAKE_NR);
+            if (f32) { /* a decoded tile, PLAIN order */
+                const float *src = (const float *)b + q * b_stride + p * UFORM_SKYLAKE_NR;
+                w[2 * q] = _mm512_loadu_ps(src);
+                w[2 * q + 1] = _mm512_loadu_ps(src + 16);
+                continue;
+            }
+            __m512i raw =
+                _mm512_loadu_si512((const uint16_t *)b + q * b_stride + p * UFORM_SKYLAKE_NR);
             w[2 * q] = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
             w[2 * q + 1] = _mm512_castsi512_ps(_mm512_and_si512(raw, high));
         }
@@ -53,11 +62,17 @@ uform_skylake_kernel(size_t rows, size_t panels, size_t kc, const float *a, cons
         for (size_t v = 0; v < vectors; v++) _mm512_storeu_ps(c + r * c_stride + 16 * v, acc[r][v]);
 }
 
+/* uform_skylake_kernel_RxP on BF16 panels, uform_skylake_f32_RxP on a decoded FP32 tile. */
 #define UFORM_SKYLAKE_KERNEL(R, P)                                                              \
     static UFORM_SKYLAKE void uform_skylake_kernel_##R##x##P(                                   \
-        size_t kc, const void *a, const uint16_t *b, size_t b_stride, float *c,                 \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
         size_t c_stride, int first, const float *bias) {                                        \
-        uform_skylake_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);               \
+        uform_skylake_kernel(R, P, false, kc, a, b, b_stride, c, c_stride, first, bias);        \
+    }                                                                                           \
+    static UFORM_SKYLAKE void uform_skylake_f32_##R##x##P(                                      \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
+        size_t c_stride, int first, const float *bias) {                                        \
+        uform_skylake_kernel(R, P, true, kc, a, b, b_stride, c, c_stride, first, bias);         \
     }
 UFORM_SKYLAKE_KERNEL(1, 1)
 UFORM_SKYLAKE_KERNEL(2, 1)
@@ -90,11 +105,23 @@ static const uform_gemm_class_t uform_skylake_gemm = {
                 uform_skylake_kernel_13x1, uform_skylake_kernel_14x1},
     .wide_panels = UFORM_SKYLAKE_WIDE,
     .wide = {NULL, uform_skylake_kernel_1x4, uform_skylake_kernel_2x4},
+    .kernels_f32 = {NULL, uform_skylake_f32_1x1, uform_skylake_f32_2x1, uform_skylake_f32_3x1,
+                    uform_skylake_f32_4x1, uform_skylake_f32_5x1, uform_skylake_f32_6x1,
+                    uform_skylake_f32_7x1, uform_skylake_f32_8x1, uform_skylake_f32_9x1,
+                    uform_skylake_f32_10x1, uform_skylake_f32_11x1, uform_skylake_f32_12x1,
+                    uform_skylake_f32_13x1, uform_skylake_f32_14x1},
+    .wide_f32 = {NULL, uform_skylake_f32_1x4, uform_skylake_f32_2x4},
+    .decode_e4m3 = uform_e4m3_decode_f32_avx2,
 };
 
 static uform_status_t uform_skylake_pack(const uint16_t *weights, size_t n, size_t k,
                                          uform_packed_t *packed) {
     return uform_gemm_pack(&uform_skylake_gemm, weights, n, k, packed);
+}
+
+static uform_status_t uform_skylake_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                              size_t k, uform_packed_t *packed) {
+    return uform_gemm_pack_e4m3(&uform_skylake_gemm, codes, scales, n, k, packed);
 }
 
 static void uform_skylake_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
@@ -107,6 +134,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_skylake = {
     .cpu_class = UFORM_CPU_CLASS_SKYLAKE,
     .name = "skylake",
     .pack = uform_skylake_pack,
+    .pack_e4m3 = uform_skylake_pack_e4m3,
     .gemm = uform_skylake_gemm_run,
     .attention = uform_attention_avx512,
 };

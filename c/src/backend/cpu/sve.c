@@ -17,6 +17,7 @@
  * in every instantiation and the unused ones vanish. The file builds with
  * baseline flags: only these functions carry the SVE target. */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/e4m3_decode.h"
 
 #if defined(__aarch64__)
 #pragma GCC push_options
@@ -31,7 +32,7 @@
     UFORM_SVE_EACH_ROW(X, 2) UFORM_SVE_EACH_ROW(X, 3)
 
 static inline __attribute__((always_inline)) void
-uform_sve_kernel(size_t rows, size_t panels, size_t kc, const float *a, const uint16_t *b,
+uform_sve_kernel(size_t rows, size_t panels, bool f32, size_t kc, const float *a, const void *b,
                  size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
     const svbool_t all = svptrue_b32(), all16 = svptrue_b16();
     const size_t vl = svcntw(), nr = 2 * vl;
@@ -53,9 +54,13 @@ uform_sve_kernel(size_t rows, size_t panels, size_t kc, const float *a, const ui
         }
 #define UFORM_SVE_PANEL(q)                                                                  \
         svfloat32_t low_##q = svdup_n_f32(0.0f), high_##q = svdup_n_f32(0.0f);            \
-        if ((q) < panels) {                                                                \
+        if ((q) < panels && f32) { /* a decoded tile, PLAIN order */                       \
+            const float *src = (const float *)b + (q) * b_stride + p * nr;                 \
+            low_##q = svld1_f32(all, src);                                                 \
+            high_##q = svld1_f32(all, src + vl);                                           \
+        } else if ((q) < panels) {                                                         \
             svuint32_t raw = svreinterpret_u32_u16(                                        \
-                svld1_u16(all16, b + (q) * b_stride + p * nr));                            \
+                svld1_u16(all16, (const uint16_t *)b + (q) * b_stride + p * nr));          \
             low_##q = svreinterpret_f32_u32(svlsl_n_u32_x(all, raw, 16));                  \
             high_##q = svreinterpret_f32_u32(svand_n_u32_x(all, raw, 0xffff0000u));        \
         }                                                                                  \
@@ -79,11 +84,17 @@ uform_sve_kernel(size_t rows, size_t panels, size_t kc, const float *a, const ui
     UFORM_SVE_EACH(UFORM_SVE_STORE)
 }
 
+/* uform_sve_kernel_RxP on BF16 panels, uform_sve_f32_RxP on a decoded FP32 tile. */
 #define UFORM_SVE_KERNEL(R, P)                                                                 \
-    static void uform_sve_kernel_##R##x##P(size_t kc, const void *a, const uint16_t *b,        \
+    static void uform_sve_kernel_##R##x##P(size_t kc, const void *a, const void *b,            \
                                            size_t b_stride, float *c, size_t c_stride,         \
                                            int first, const float *bias) {                     \
-        uform_sve_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);                  \
+        uform_sve_kernel(R, P, false, kc, a, b, b_stride, c, c_stride, first, bias);           \
+    }                                                                                          \
+    static void uform_sve_f32_##R##x##P(size_t kc, const void *a, const void *b,               \
+                                        size_t b_stride, float *c, size_t c_stride,            \
+                                        int first, const float *bias) {                        \
+        uform_sve_kernel(R, P, true, kc, a, b, b_stride, c, c_stride, first, bias);            \
     }
 UFORM_SVE_KERNEL(1, 1)
 UFORM_SVE_KERNEL(2, 1)
@@ -110,6 +121,11 @@ static uform_gemm_class_t uform_sve_gemm(void) {
                     uform_sve_kernel_7x1, uform_sve_kernel_8x1},
         .wide_panels = UFORM_SVE_WIDE,
         .wide = {NULL, uform_sve_kernel_1x4, uform_sve_kernel_2x4},
+        .kernels_f32 = {NULL, uform_sve_f32_1x1, uform_sve_f32_2x1, uform_sve_f32_3x1,
+                        uform_sve_f32_4x1, uform_sve_f32_5x1, uform_sve_f32_6x1,
+                        uform_sve_f32_7x1, uform_sve_f32_8x1},
+        .wide_f32 = {NULL, uform_sve_f32_1x4, uform_sve_f32_2x4},
+        .decode_e4m3 = uform_e4m3_decode_f32_neon, /* the tile decode needs no vector length */
     };
     return gemm_class;
 }
@@ -118,6 +134,12 @@ static uform_status_t uform_sve_pack(const uint16_t *weights, size_t n, size_t k
                                      uform_packed_t *packed) {
     uform_gemm_class_t gemm_class = uform_sve_gemm();
     return uform_gemm_pack(&gemm_class, weights, n, k, packed);
+}
+
+static uform_status_t uform_sve_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                          size_t k, uform_packed_t *packed) {
+    uform_gemm_class_t gemm_class = uform_sve_gemm();
+    return uform_gemm_pack_e4m3(&gemm_class, codes, scales, n, k, packed);
 }
 
 static void uform_sve_gemm_run(uform_executor_t *executor, const uform_packed_t *w, const float *x,
@@ -133,6 +155,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_sve = {
     .cpu_class = UFORM_CPU_CLASS_SVE,
     .name = "sve",
     .pack = uform_sve_pack,
+    .pack_e4m3 = uform_sve_pack_e4m3,
     .gemm = uform_sve_gemm_run,
     .attention = uform_attention_sve,
 };

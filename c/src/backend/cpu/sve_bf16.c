@@ -14,6 +14,7 @@
  * length, independent of the batch. Accumulators are named by macros
  * (sizeless types), as in sve.c. */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/e4m3_decode.h"
 
 #if defined(__aarch64__)
 #pragma GCC push_options
@@ -78,7 +79,7 @@ uform_sve_bf16_kernel(size_t rows, size_t panels, size_t kc, const uint32_t *a, 
 }
 
 #define UFORM_SVE_BF16_KERNEL(R, P)                                                            \
-    static void uform_sve_bf16_kernel_##R##x##P(size_t kc, const void *a, const uint16_t *b,   \
+    static void uform_sve_bf16_kernel_##R##x##P(size_t kc, const void *a, const void *b,       \
                                                 size_t b_stride, float *c, size_t c_stride,    \
                                                 int first, const float *bias) {                \
         uform_sve_bf16_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);             \
@@ -108,6 +109,7 @@ static uform_gemm_class_t uform_sve_bf16_gemm(void) {
                     uform_sve_bf16_kernel_6x1, uform_sve_bf16_kernel_7x1, uform_sve_bf16_kernel_8x1},
         .wide_panels = UFORM_SVE_BF16_WIDE,
         .wide = {NULL, uform_sve_bf16_kernel_1x4, uform_sve_bf16_kernel_2x4},
+        .decode_e4m3 = uform_e4m3_decode_bf16_neon, /* E4M3 tiles in BF16 PAIRS (gemm.h) */
     };
     return gemm_class;
 }
@@ -116,6 +118,12 @@ static uform_status_t uform_sve_bf16_pack(const uint16_t *weights, size_t n, siz
                                           uform_packed_t *packed) {
     uform_gemm_class_t gemm_class = uform_sve_bf16_gemm();
     return uform_gemm_pack(&gemm_class, weights, n, k, packed);
+}
+
+static uform_status_t uform_sve_bf16_pack_e4m3(const uint8_t *codes, const float *scales,
+                                               size_t n, size_t k, uform_packed_t *packed) {
+    uform_gemm_class_t gemm_class = uform_sve_bf16_gemm();
+    return uform_gemm_pack_e4m3(&gemm_class, codes, scales, n, k, packed);
 }
 
 static void uform_sve_bf16_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
@@ -132,6 +140,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_sve_bf16 = {
     .cpu_class = UFORM_CPU_CLASS_SVE_BF16,
     .name = "sve_bf16",
     .pack = uform_sve_bf16_pack,
+    .pack_e4m3 = uform_sve_bf16_pack_e4m3,
     .gemm = uform_sve_bf16_gemm_run,
     .attention = uform_attention_sve,
 };

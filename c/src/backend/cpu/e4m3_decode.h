@@ -1,0 +1,35 @@
+/* e4m3_decode.h: decoding a block of E4M3 weight codes into a GEMM tile.
+ *
+ * out[r * width + i] = e4m3(codes[r * width + i]) x scales[i] for r < rows,
+ * i < width (a multiple of 8): FP32 (the _f32 decoders) or the BF16 bits of
+ * the same value (_bf16). The scales are powers of two chosen at
+ * quantization so that every product is a normal number (or zero) in FP32
+ * and BF16: the decoded value is exact, and equal on every path below. */
+#ifndef UFORM_CPU_E4M3_DECODE_H
+#define UFORM_CPU_E4M3_DECODE_H
+
+#include "core/internal.h"
+
+typedef void (*uform_e4m3_decode_fn_t)(const uint8_t *codes, size_t rows, size_t width,
+                                       const float *scales, void *out);
+
+UFORM_INTERNAL void uform_e4m3_decode_f32_portable(const uint8_t *codes, size_t rows, size_t width,
+                                                   const float *scales, void *out);
+UFORM_INTERNAL void uform_e4m3_decode_bf16_portable(const uint8_t *codes, size_t rows, size_t width,
+                                                    const float *scales, void *out);
+#if defined(__x86_64__)
+/* e4m3_avx2.c: for every x86 class but SERIAL (they all have AVX2). */
+UFORM_INTERNAL void uform_e4m3_decode_f32_avx2(const uint8_t *codes, size_t rows, size_t width,
+                                               const float *scales, void *out);
+UFORM_INTERNAL void uform_e4m3_decode_bf16_avx2(const uint8_t *codes, size_t rows, size_t width,
+                                                const float *scales, void *out);
+#endif
+#if defined(__aarch64__)
+/* e4m3_neon.c: for every aarch64 class (NEON is baseline). */
+UFORM_INTERNAL void uform_e4m3_decode_f32_neon(const uint8_t *codes, size_t rows, size_t width,
+                                               const float *scales, void *out);
+UFORM_INTERNAL void uform_e4m3_decode_bf16_neon(const uint8_t *codes, size_t rows, size_t width,
+                                                const float *scales, void *out);
+#endif
+
+#endif /* UFORM_CPU_E4M3_DECODE_H */
