@@ -1,13 +1,16 @@
-/* gemm_bench.c: GFLOP/s of each CPU class's GEMM, and the machine's BF16 and
- * FP32 peaks from register-only loops.
+/* gemm_bench.c: GFLOP/s of each CPU class's GEMM on BF16 and on E4M3 weights
+ * (the same matrix quantized as a model load does), and the machine's BF16
+ * and FP32 peaks from register-only loops.
  *
  * Build with the library's own flags (kernels pick their ISA by attributes):
  *   gcc -O3 -std=c11 -D_GNU_SOURCE -fno-math-errno -fno-trapping-math -fPIC -Ic/include -Ic/src c/src/core/error.c \
- *       c/src/core/executor.c c/src/backend/loss_checks.c c/src/backend/cpu/\*.c \
+ *       c/src/core/executor.c c/src/core/fp8.c c/src/model/quantize.c c/src/backend/loss_checks.c \
+ *       c/src/backend/cpu/\*.c \
  *       bench/gemm_bench.c -lm -lpthread -o /tmp/gemm_bench
  *   /tmp/gemm_bench [class ...]      (default: every class this CPU runs)
  */
 #include "backend/cpu/kernels.h"
+#include "model/quantize.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,13 +182,15 @@ int main(int argc, char **argv) {
     float *y = malloc(max_m * 2048 * sizeof(float));
     float *bias = malloc(2048 * sizeof(float));
     uint16_t *w = malloc(max_nk * sizeof(uint16_t));
-    if (!x || !y || !bias || !w) return 1;
+    uint8_t *codes = malloc(max_nk);
+    float *scales = malloc(2048 * sizeof(float)), *row = malloc(2048 * sizeof(float));
+    if (!x || !y || !bias || !w || !codes || !scales || !row) return 1;
     for (size_t i = 0; i < max_m * 2048; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < 2048; i++) bias[i] = 0.01f * (float)i;
     for (size_t i = 0; i < max_nk; i++)
         w[i] = uform_f32_to_bf16((float)((i * 40503u) % 1000) * 1e-3f - 0.5f);
 
-    printf("%-9s %7s %5s %5s %5s %9s\n", "class", "threads", "m", "n", "k", "GFLOP/s");
+    printf("%-9s %-7s %7s %5s %5s %5s %9s\n", "class", "weights", "threads", "m", "n", "k", "GFLOP/s");
     for (size_t c = 0; c < sizeof(all) / sizeof(all[0]); c++) {
         const char *name = uform_cpu_class_name(all[c]);
         bool wanted = argc < 2;
@@ -194,21 +199,30 @@ int main(int argc, char **argv) {
         if (!wanted || !kernels || !uform_cpu_class_supported(all[c])) continue;
         for (size_t s = 0; s < sizeof(nks) / sizeof(nks[0]); s++) {
             size_t n = nks[s][0], k = nks[s][1];
-            uform_packed_t packed;
-            if (kernels->pack(w, n, k, &packed) != UFORM_OK) {
-                printf("pack: %s\n", uform_last_error());
-                return 1;
+            for (size_t i = 0; i < n; i++) {
+                for (size_t p = 0; p < k; p++) row[p] = uform_bf16_to_f32(w[i * k + p]);
+                scales[i] = uform_quantize_e4m3_row(row, k, codes + i * k);
             }
-            for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
-                for (size_t t = 0; t < 2; t++) {
-                    gemm_call_t call = {kernels, executors[t], &packed, x, bias, y, ms[i], n, k};
-                    /* The serial class is slow: one timed call is enough there. */
-                    double seconds = time_gemm(&call, all[c] == UFORM_CPU_CLASS_SERIAL ? 0 : 0.3);
-                    printf("%-9s %7zu %5zu %5zu %5zu %9.1f\n", name, threads[t], ms[i], n, k,
-                           2.0 * (double)ms[i] * (double)n * (double)k / seconds * 1e-9);
-                    fflush(stdout);
+            for (int scalar = 0; scalar < 2; scalar++) {
+                uform_packed_t packed;
+                uform_status_t status = scalar ? kernels->pack_e4m3(codes, scales, n, k, &packed)
+                                               : kernels->pack(w, n, k, &packed);
+                if (status != UFORM_OK) {
+                    printf("pack: %s\n", uform_last_error());
+                    return 1;
                 }
-            uform_packed_free(&packed);
+                for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+                    for (size_t t = 0; t < 2; t++) {
+                        gemm_call_t call = {kernels, executors[t], &packed, x, bias, y, ms[i], n, k};
+                        /* The serial class is slow: one timed call is enough there. */
+                        double seconds = time_gemm(&call, all[c] == UFORM_CPU_CLASS_SERIAL ? 0 : 0.3);
+                        printf("%-9s %-7s %7zu %5zu %5zu %5zu %9.1f\n", name, scalar ? "e4m3" : "bf16",
+                               threads[t], ms[i], n, k,
+                               2.0 * (double)ms[i] * (double)n * (double)k / seconds * 1e-9);
+                        fflush(stdout);
+                    }
+                uform_packed_free(&packed);
+            }
         }
     }
     for (size_t t = 0; t < 2; t++) uform_executor_free(executors[t]);
@@ -216,5 +230,8 @@ int main(int argc, char **argv) {
     free(y);
     free(bias);
     free(w);
+    free(codes);
+    free(scales);
+    free(row);
     return 0;
 }

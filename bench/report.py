@@ -41,7 +41,8 @@ import uform  # noqa: E402
 
 ROOT = harness.ROOT
 SHAPE = harness.SHAPE
-GEMM_SOURCES = ["c/src/core/error.c", "c/src/core/executor.c", "c/src/backend/loss_checks.c",
+GEMM_SOURCES = ["c/src/core/error.c", "c/src/core/executor.c", "c/src/core/fp8.c", "c/src/model/quantize.c",
+                "c/src/backend/loss_checks.c",
                 "c/src/backend/cpu/*.c", "bench/gemm_bench.c"]
 
 

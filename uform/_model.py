@@ -4,7 +4,9 @@ from __future__ import annotations
 import atexit
 import itertools
 import threading
-from typing import Any, Callable, Generic, NamedTuple, Sequence, TypeVar, Union
+from typing import Any, Callable, Generic, NamedTuple, Sequence, Tuple, TypeVar, Union
+
+import numpy as np
 
 from . import _media
 from ._buffers import (Arena, ArenaBuffer, Buffer, RowsTape, _PathLike, _Tape, _Texts, arena_rows,
@@ -279,6 +281,25 @@ class Model:
             token_width=description.token_width,
             choice_temperature_groups=description.choice_temperature_groups,
         )
+
+    def quantized_matrix(self, name: str, /) -> Tuple[np.ndarray, np.ndarray]:
+        """One block matrix of an E4M3 model as the blocks multiply it: (codes, scales),
+        codes a uint8 array [rows, cols] of E4M3 codes and scales a float32 array [rows]
+        of powers of two, W[i, p] = e4m3(codes[i, p]) * scales[i]. `name` is
+        "blocks.<l>.attention.qkv.weight", "...attention.out.weight", "...mlp.up.weight" or
+        "...mlp.down.weight". For tools and tests that check the quantization rule
+        (docs/architecture.md); a BF16 model holds none (InvalidArgumentError)."""
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"name: expected str, got {type(name).__name__}")
+        encoded = name.encode()
+        rows, cols = ffi.new("size_t *"), ffi.new("size_t *")
+        check(lib.uform_model_quantized_matrix(self._model, encoded, rows, cols, ffi.NULL, ffi.NULL))
+        codes = np.empty((rows[0], cols[0]), dtype=np.uint8)
+        scales = np.empty(rows[0], dtype=np.float32)
+        check(lib.uform_model_quantized_matrix(self._model, encoded, rows, cols,
+                                               ffi.from_buffer("uint8_t[]", codes),
+                                               ffi.from_buffer("float[]", scales)))
+        return codes, scales
 
     # ---- text ---------------------------------------------------------------
 

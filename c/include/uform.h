@@ -194,7 +194,11 @@ typedef struct {
     uform_executor_t *executor;      /* NULL: a private pool on every core; borrowed, must
                                         outlive the model, also runs encode calls that pass
                                         no executor of their own */
-    uform_scalar_t quantization;     /* F32 (0) or BF16: as stored (BF16); E4M3: not built yet */
+    uform_scalar_t quantization;     /* F32 (0) or BF16: as stored (BF16); E4M3: every
+                                        transformer-block matrix quantized at load, one
+                                        power-of-two scale per output row (docs/architecture.md);
+                                        embeddings, norms, biases, heads and media projections
+                                        stay as BF16 loads them */
     uform_progress_t progress;
 } uform_model_load_ram_options_t;
 
@@ -236,6 +240,16 @@ UFORM_API uform_status_t uform_model_load_vram_buffer(const void *data, size_t s
                                                       uform_model_t **model);
 UFORM_API uform_status_t uform_model_describe(const uform_model_t *model,
                                               uform_model_description_t *description);
+/* One quantized matrix of an E4M3 model, as the blocks multiply it: `name` is
+ * a block matrix ("blocks.<l>.attention.qkv.weight", ".attention.out.weight",
+ * ".mlp.up.weight" or ".mlp.down.weight"); *rows and *cols get its shape; when
+ * codes / scales are not NULL they get the E4M3 codes [rows, cols] row-major
+ * and each row's scale [rows], W[i][p] = e4m3(codes[i][p]) x scales[i]. For
+ * tools and tests that check the quantization (docs/architecture.md). A model
+ * loaded as BF16 has none: InvalidArgumentError. */
+UFORM_API uform_status_t uform_model_quantized_matrix(const uform_model_t *model, const char *name,
+                                                      size_t *rows, size_t *cols, uint8_t *codes,
+                                                      float *scales);
 UFORM_API void uform_model_free(uform_model_t *model);
 
 /* ------------------------------------------------------------------------ */

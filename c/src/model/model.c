@@ -8,6 +8,7 @@
 #include "model/geometry.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/safetensors.h"
+#include "model/quantize.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -141,24 +142,51 @@ static uform_status_t uform_load_table(uform_loader_t *loader, const char *name,
     return uform_loaded_one(loader);
 }
 
+/* A [rows, cols] matrix quantized to E4M3 row by row (quantize.h) from its
+ * stored values, and packed. */
+static uform_status_t uform_pack_quantized(uform_loader_t *loader, const uform_tensor_t *tensor,
+                                           size_t rows, size_t cols, uform_packed_t *out) {
+    uint8_t *codes = uform_alloc(rows, cols, tensor->name);
+    float *scales = uform_alloc(rows, sizeof(float), tensor->name);
+    float *row = uform_alloc(cols, sizeof(float), tensor->name);
+    uform_status_t status = codes && scales && row ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    for (size_t i = 0; status == UFORM_OK && i < rows; i++) {
+        for (size_t p = 0; p < cols; p++) row[p] = uform_tensor_value(tensor, i * cols + p);
+        scales[i] = uform_quantize_e4m3_row(row, cols, codes + i * cols);
+    }
+    if (status == UFORM_OK) {
+        uform_backend_t backend = uform_model_backend(loader->model, NULL);
+        status = backend.ops->pack_e4m3(&backend, codes, scales, rows, cols, out);
+    }
+    free(codes);
+    free(scales);
+    free(row);
+    return status;
+}
+
 /* A [rows, cols] matrix packed for the model's CPU class. BF16 weights pack as
- * they are; F32/F16 ones are rounded to BF16, the scalar the blocks run in. */
+ * they are; F32/F16 ones are rounded to BF16, the scalar the blocks run in.
+ * A block matrix of an E4M3 model (`block`) is quantized instead. */
 static uform_status_t uform_load_matrix(uform_loader_t *loader, const char *name, size_t rows,
-                                        size_t cols, bool required, uform_packed_t *out) {
+                                        size_t cols, bool required, bool block, uform_packed_t *out) {
     memset(out, 0, sizeof(*out));
     uform_status_t status;
     const uform_tensor_t *tensor = uform_expect(loader, name, 2, rows, cols, required, &status);
     if (!tensor) return status;
     size_t count = rows * cols;
     UFORM_TRY(uform_check_finite(tensor, count));
-    uint16_t *bits = uform_alloc(count, sizeof(uint16_t), name);
-    if (!bits) return UFORM_OUT_OF_MEMORY;
-    if (tensor->dtype == UFORM_DTYPE_BF16) memcpy(bits, tensor->data, count * 2);
-    else
-        for (size_t i = 0; i < count; i++) bits[i] = uform_f32_to_bf16(uform_tensor_value(tensor, i));
-    uform_backend_t backend = uform_model_backend(loader->model, NULL);
-    status = backend.ops->pack(&backend, bits, rows, cols, out);
-    free(bits);
+    if (block && loader->model->quantization == UFORM_SCALAR_E4M3) {
+        status = uform_pack_quantized(loader, tensor, rows, cols, out);
+    } else {
+        uint16_t *bits = uform_alloc(count, sizeof(uint16_t), name);
+        if (!bits) return UFORM_OUT_OF_MEMORY;
+        if (tensor->dtype == UFORM_DTYPE_BF16) memcpy(bits, tensor->data, count * 2);
+        else
+            for (size_t i = 0; i < count; i++) bits[i] = uform_f32_to_bf16(uform_tensor_value(tensor, i));
+        uform_backend_t backend = uform_model_backend(loader->model, NULL);
+        status = backend.ops->pack(&backend, bits, rows, cols, out);
+        free(bits);
+    }
     if (status != UFORM_OK) return uform_fail_context(status, name);
     loader->model->memory_usage += out->bytes;
     return uform_loaded_one(loader);
@@ -173,10 +201,10 @@ static uform_status_t uform_load_block(uform_loader_t *loader, size_t l, uform_b
     UFORM_TRY(uform_load_vector(loader, UFORM_NAME("attention.norm.bias"), hidden, true,
                                 &block->attention_norm_bias));
     UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("attention.qkv.weight"), 3 * hidden, hidden,
-                                true, &block->qkv));
+                                true, true, &block->qkv));
     UFORM_TRY(uform_load_vector(loader, UFORM_NAME("attention.qkv.bias"), 3 * hidden, true,
                                 &block->qkv_bias));
-    UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("attention.out.weight"), hidden, hidden, true,
+    UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("attention.out.weight"), hidden, hidden, true, true,
                                 &block->out));
     UFORM_TRY(uform_load_vector(loader, UFORM_NAME("attention.out.bias"), hidden, true,
                                 &block->out_bias));
@@ -184,10 +212,10 @@ static uform_status_t uform_load_block(uform_loader_t *loader, size_t l, uform_b
                                 &block->mlp_norm_weight));
     UFORM_TRY(uform_load_vector(loader, UFORM_NAME("mlp.norm.bias"), hidden, true,
                                 &block->mlp_norm_bias));
-    UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("mlp.up.weight"), 4 * hidden, hidden, true,
+    UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("mlp.up.weight"), 4 * hidden, hidden, true, true,
                                 &block->up));
     UFORM_TRY(uform_load_vector(loader, UFORM_NAME("mlp.up.bias"), 4 * hidden, true, &block->up_bias));
-    UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("mlp.down.weight"), hidden, 4 * hidden, true,
+    UFORM_TRY(uform_load_matrix(loader, UFORM_NAME("mlp.down.weight"), hidden, 4 * hidden, true, true,
                                 &block->down));
     UFORM_TRY(uform_load_vector(loader, UFORM_NAME("mlp.down.bias"), hidden, true,
                                 &block->down_bias));
@@ -217,7 +245,7 @@ static uform_status_t uform_load_media_part(uform_loader_t *loader, const char *
                               name, modality, shape_key);
         return UFORM_OK;
     }
-    UFORM_TRY(uform_load_matrix(loader, name, hidden, width, true, &part->projection));
+    UFORM_TRY(uform_load_matrix(loader, name, hidden, width, true, false, &part->projection));
     snprintf(name, sizeof(name), "%s.%s.bias", modality, input);
     UFORM_TRY(uform_load_vector(loader, name, hidden, true, &part->bias));
     snprintf(name, sizeof(name), "%s.modality", modality);
@@ -265,10 +293,10 @@ static uform_status_t uform_load_parts(uform_loader_t *loader, const uform_geome
     UFORM_TRY(uform_load_vector(loader, "norm.bias", hidden, true, &model->norm_bias));
     UFORM_TRY(uform_model_transformer(model));
     UFORM_TRY(uform_load_matrix(loader, "heads.embedding.weight", model->dimensions, hidden, true,
-                                &model->embedding_head));
+                                false, &model->embedding_head));
     if (g->token_width) {
         UFORM_TRY(uform_load_matrix(loader, "heads.tokens.weight", model->token_width, hidden, true,
-                                    &model->token_head));
+                                    false, &model->token_head));
     } else if (uform_safetensors_find(loader->file, "heads.tokens.weight")) {
         return uform_fail(UFORM_FORMAT,
                           "checkpoint: \"heads.tokens.weight\" is present but token_width is 0");
@@ -351,9 +379,10 @@ static uform_status_t uform_check_load_options(const uform_model_load_ram_option
         *quantization = UFORM_SCALAR_BF16;
         return UFORM_OK;
     }
-    if (scalar == UFORM_SCALAR_E4M3)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "quantization: E4M3 quantization at load is not built yet; use BF16");
+    if (scalar == UFORM_SCALAR_E4M3) {
+        *quantization = UFORM_SCALAR_E4M3;
+        return UFORM_OK;
+    }
     return uform_fail(UFORM_INVALID_ARGUMENT,
                       "quantization: %d is not BF16 or E4M3", (int)scalar);
 }
@@ -472,4 +501,38 @@ uform_status_t uform_model_describe(const uform_model_t *model,
     description->depth = model->depth;
     description->hidden = model->hidden;
     return UFORM_OK;
+}
+
+uform_status_t uform_model_quantized_matrix(const uform_model_t *model, const char *name,
+                                            size_t *rows, size_t *cols, uint8_t *codes,
+                                            float *scales) {
+    if (!model) return uform_fail(UFORM_INVALID_ARGUMENT, "model: NULL");
+    if (!name) return uform_fail(UFORM_INVALID_ARGUMENT, "name: NULL");
+    if (!rows || !cols) return uform_fail(UFORM_INVALID_ARGUMENT, "rows, cols: NULL");
+    if (model->quantization != UFORM_SCALAR_E4M3)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "model: loaded with quantization BF16, so it holds no quantized matrix");
+    static const char *const suffixes[] = {"attention.qkv.weight", "attention.out.weight",
+                                           "mlp.up.weight", "mlp.down.weight"};
+    const uform_packed_t *packed = NULL;
+    for (size_t l = 0; l < model->depth && !packed; l++)
+        for (size_t s = 0; s < 4 && !packed; s++) {
+            char candidate[96];
+            snprintf(candidate, sizeof(candidate), "blocks.%zu.%s", l, suffixes[s]);
+            if (strcmp(candidate, name) != 0) continue;
+            const uform_block_t *block = &model->blocks[l];
+            packed = s == 0 ? &block->qkv : s == 1 ? &block->out : s == 2 ? &block->up : &block->down;
+        }
+    if (!packed)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "name: \"%s\" is not a quantized matrix (blocks.<l>.attention.qkv.weight, "
+                          "attention.out.weight, mlp.up.weight or mlp.down.weight, l < %zu)",
+                          name, model->depth);
+    *rows = packed->n;
+    *cols = packed->k;
+    if (!codes && !scales) return UFORM_OK;
+    if (!codes || !scales)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "codes, scales: give both or neither");
+    uform_backend_t backend = uform_model_backend(model, NULL);
+    return backend.ops->unpack_e4m3(&backend, packed, codes, scales);
 }

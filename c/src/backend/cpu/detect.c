@@ -29,7 +29,7 @@
 #include <cpuid.h>
 
 typedef struct {
-    bool avx2_fma;     /* AVX, AVX2, FMA, and the OS saves YMM */
+    bool avx2_fma;     /* AVX, AVX2, FMA, F16C (every AVX2 CPU has it), and the OS saves YMM */
     bool avx512;       /* AVX512F, and the OS saves ZMM and the mask registers */
     bool avx512_bf16;  /* + AVX512BW, AVX512VL, AVX512_BF16 */
 } uform_x86_features_t;
@@ -44,7 +44,7 @@ static uform_x86_features_t uform_x86_features(void) {
     uform_x86_features_t features = {false, false, false};
     unsigned eax, ebx, ecx, edx;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return features;
-    bool fma = ecx >> 12 & 1, osxsave = ecx >> 27 & 1, avx = ecx >> 28 & 1;
+    bool fma = ecx >> 12 & 1, osxsave = ecx >> 27 & 1, avx = ecx >> 28 & 1, f16c = ecx >> 29 & 1;
     if (!osxsave || !avx) return features; /* xgetbv needs OSXSAVE */
     uint64_t xcr0 = uform_xgetbv0();
     bool os_ymm = (xcr0 & 0x6) == 0x6;    /* SSE and AVX state */
@@ -60,7 +60,7 @@ static uform_x86_features_t uform_x86_features(void) {
         __cpuid_count(7, 1, eax, ebx, ecx, edx);
         bf16 = eax >> 5 & 1;
     }
-    features.avx2_fma = os_ymm && avx2 && fma;
+    features.avx2_fma = os_ymm && avx2 && fma && f16c;
     features.avx512 = features.avx2_fma && os_zmm && avx512f;
     features.avx512_bf16 = features.avx512 && avx512bw && avx512vl && bf16;
     return features;

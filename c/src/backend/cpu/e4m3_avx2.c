@@ -1,55 +1,77 @@
-/* e4m3_avx2.c: the E4M3 tile decoders with AVX2 (e4m3_decode.h).
+/* e4m3_avx2.c: the E4M3 tile decoders of the x86 classes (e4m3_decode.h),
+ * with AVX2 and F16C, which every class but SERIAL has.
  *
- * Eight codes become eight FP32 with integer steps and one subtraction that
- * only ever sees normal numbers (so no MXCSR flush mode can change a bit):
- * the code's 7 magnitude bits are placed under the FP32 exponent and
- * mantissa, the exponent rebiased by 127 - 7. A subnormal code (exponent
- * field 0, value m 2^-9) is built as 2^-6 (1 + m/8) and 2^-6 subtracted,
- * which is exact. Then the scale (a power of two) and the sign. */
+ * An E4M3 code s.EEEE.mmm is an FP16 number once its exponent and mantissa
+ * move under FP16's: s.0EEEE.mmm0000000 is the code's value times 2^-8,
+ * subnormal codes included (E = 0: FP16 subnormals of the same digits). Moved
+ * with integer steps (the code in a 16-bit lane's high byte, an arithmetic
+ * shift right by one, a mask), widened by VCVTPH2PS, exact, which the SDM
+ * says ignores MXCSR.DAZ for its FP16 inputs; then multiplied by 2^8 times
+ * the power-of-two scale, which keeps every value a normal FP32 (quantize.h).
+ * So no flush mode can change a bit. */
 #include "backend/cpu/e4m3_decode.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define UFORM_E4M3_AVX2 __attribute__((target("avx2,fma")))
+#define UFORM_E4M3_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define UFORM_E4M3_WIDTH_MAX 256 /* slots per tile row: 2 x UFORM_GEMM_NR_MAX */
 
-static inline __attribute__((always_inline)) UFORM_E4M3_AVX2 __m256
-uform_e4m3_decode8(const uint8_t *codes, const float *scales) {
-    __m256i code = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)codes));
-    __m256i magnitude = _mm256_and_si256(code, _mm256_set1_epi32(0x7f));
-    __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(magnitude, 20),
-                                    _mm256_set1_epi32(120 << 23));
-    __m256i subnormal = _mm256_cmpeq_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x78)),
-                                           _mm256_setzero_si256());
-    bits = _mm256_add_epi32(bits, _mm256_and_si256(subnormal, _mm256_set1_epi32(1 << 23)));
-    __m256 value = _mm256_sub_ps(_mm256_castsi256_ps(bits),
-                                 _mm256_and_ps(_mm256_castsi256_ps(subnormal),
-                                               _mm256_set1_ps(1.0f / 64.0f)));
-    value = _mm256_mul_ps(value, _mm256_loadu_ps(scales));
-    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(0x80)), 24);
-    return _mm256_or_ps(value, _mm256_castsi256_ps(sign));
+/* 16 codes as FP16 bits of value x 2^-8 in 16-bit lanes. */
+static inline __attribute__((always_inline)) UFORM_E4M3_AVX2 __m256i
+uform_e4m3_to_f16x16(const uint8_t *codes) {
+    __m256i wide = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    __m256i shifted = _mm256_srai_epi16(_mm256_slli_epi16(wide, 8), 1);
+    return _mm256_and_si256(shifted, _mm256_set1_epi16((short)0xbfff));
 }
+
+/* 8 codes likewise in the low 128 bits. */
+static inline __attribute__((always_inline)) UFORM_E4M3_AVX2 __m128i
+uform_e4m3_to_f16x8(const uint8_t *codes) {
+    __m128i wide = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)codes));
+    __m128i shifted = _mm_srai_epi16(_mm_slli_epi16(wide, 8), 1);
+    return _mm_and_si128(shifted, _mm_set1_epi16((short)0xbfff));
+}
+
+/* Decodes rows of `width` codes; `emit` stores 8 FP32 values at column i. */
+#define UFORM_E4M3_DECODE_ROWS(emit)                                                        \
+    float scaled[UFORM_E4M3_WIDTH_MAX];                                                     \
+    for (size_t i = 0; i < width; i++) scaled[i] = scales[i] * 256.0f; /* exact */          \
+    for (size_t r = 0; r < rows; r++, codes += width) {                                     \
+        size_t i = 0;                                                                       \
+        for (; i + 16 <= width; i += 16) {                                                  \
+            __m256i half = uform_e4m3_to_f16x16(codes + i);                                 \
+            emit(r, i, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)),         \
+                                     _mm256_loadu_ps(scaled + i)));                         \
+            emit(r, i + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), \
+                                         _mm256_loadu_ps(scaled + i + 8)));                 \
+        }                                                                                   \
+        for (; i < width; i += 8)                                                           \
+            emit(r, i, _mm256_mul_ps(_mm256_cvtph_ps(uform_e4m3_to_f16x8(codes + i)),       \
+                                     _mm256_loadu_ps(scaled + i)));                         \
+    }
 
 UFORM_E4M3_AVX2 void uform_e4m3_decode_f32_avx2(const uint8_t *codes, size_t rows, size_t width,
                                                 const float *scales, void *out) {
     float *dst = out;
-    for (size_t r = 0; r < rows; r++, codes += width, dst += width)
-        for (size_t i = 0; i < width; i += 8)
-            _mm256_storeu_ps(dst + i, uform_e4m3_decode8(codes + i, scales + i));
+#define UFORM_E4M3_EMIT_F32(r, i, value) _mm256_storeu_ps(dst + (r) * width + (i), value)
+    UFORM_E4M3_DECODE_ROWS(UFORM_E4M3_EMIT_F32)
+#undef UFORM_E4M3_EMIT_F32
 }
 
 UFORM_E4M3_AVX2 void uform_e4m3_decode_bf16_avx2(const uint8_t *codes, size_t rows, size_t width,
                                                  const float *scales, void *out) {
     uint16_t *dst = out;
-    for (size_t r = 0; r < rows; r++, codes += width, dst += width)
-        for (size_t i = 0; i < width; i += 8) {
-            /* the high halves are the BF16 bits, exactly (4 significant bits) */
-            __m256i high = _mm256_srli_epi32(
-                _mm256_castps_si256(uform_e4m3_decode8(codes + i, scales + i)), 16);
-            _mm_storeu_si128((__m128i *)(dst + i),
-                             _mm_packus_epi32(_mm256_castsi256_si128(high),
-                                              _mm256_extracti128_si256(high, 1)));
-        }
+    /* the high halves are the BF16 bits, exactly (4 significant bits) */
+#define UFORM_E4M3_EMIT_BF16(r, i, value)                                                  \
+    do {                                                                                   \
+        __m256i high = _mm256_srli_epi32(_mm256_castps_si256(value), 16);                  \
+        _mm_storeu_si128((__m128i *)(dst + (r) * width + (i)),                             \
+                         _mm_packus_epi32(_mm256_castsi256_si128(high),                    \
+                                          _mm256_extracti128_si256(high, 1)));             \
+    } while (0)
+    UFORM_E4M3_DECODE_ROWS(UFORM_E4M3_EMIT_BF16)
+#undef UFORM_E4M3_EMIT_BF16
 }
 
 #endif /* __x86_64__ */

@@ -341,9 +341,13 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         /* The decoded tile holds nc_panels x kc weights of the compute type:
          * min_panels of them and k blocks of 64 at least, else one panel. */
         size_t per_k = nr * (w->layout == UFORM_GEMM_PAIRS ? 2 : 4);
-        size_t tile_panels = UFORM_GEMM_TILE_BYTES / (min_panels * per_k) >= 64 ? min_panels : 1;
+        size_t tile_panels = UFORM_GEMM_TILE_BYTES / (UFORM_GEMM_E4M3_KC * per_k);
+        if (tile_panels == 0) tile_panels = 1;
         job.kc = uform_min(gemm_class->kc, UFORM_GEMM_TILE_BYTES / (tile_panels * per_k)) & ~(size_t)1;
         job.nc_panels = uform_min(job.nc_panels, tile_panels);
+        /* Decoding a tile costs about what one row group's pass over it does:
+         * let 192 rows sweep each (about 3% of the time at large m). */
+        job.mc = uform_min(uform_round_up(UFORM_GEMM_E4M3_MC, mr), uform_round_up(m, mr));
     }
     for (;;) {
         size_t m_blocks = (m + job.mc - 1) / job.mc;

@@ -39,6 +39,11 @@
 #define UFORM_GEMM_A_BYTES 16384
 /* Bytes of the decoded W tile an E4M3 task keeps on its stack (L1-sized). */
 #define UFORM_GEMM_TILE_BYTES 32768
+/* An E4M3 task's k block, and its rows (each decoded tile is swept by all of
+ * them): on the 2-core Zen 3, 64 KiB-256 KiB tiles or other blocks measured
+ * within noise of these (docs/benchmarks.md, "E4M3"). */
+#define UFORM_GEMM_E4M3_KC 128
+#define UFORM_GEMM_E4M3_MC 192
 
 typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gemm_layout_t;
 
