@@ -196,7 +196,7 @@ ARM_BUILD := $(BUILD)/arm
 ARM_CFLAGS := $(COMMON) $(WARNINGS) -O3
 ARM_OBJECTS := $(patsubst c/src/%.c,$(ARM_BUILD)/obj/%.o,$(SOURCES))
 $(ARM_OBJECTS): $(FLAGS_FILE)
-ARM_TESTS := test_kernels test_sgemm test_ops test_api test_safetensors test_trainer reference_outputs
+ARM_TESTS := test_kernels test_sgemm test_ops test_api test_safetensors test_fp8 test_trainer reference_outputs
 
 $(ARM_BUILD)/obj/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)

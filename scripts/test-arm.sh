@@ -2,7 +2,7 @@
 # test-arm.sh: runs the aarch64 build of the C tests under qemu-user, once per
 # emulated CPU, and prints a table (`make test-arm` builds the binaries first).
 #
-#   NEON alone   -cpu max,sve=off       every test of ARM_TESTS (the API, safetensors,
+#   NEON alone   -cpu max,sve=off       every test of ARM_TESTS (the API, safetensors, FP8,
 #                                       trainer, training GEMM, ops, kernels, the
 #                                       reference outputs) on every class it runs; of
 #                                       test_api the parts that load, describe, pin
@@ -32,7 +32,7 @@ LIMIT=${UFORM_ARM_TEST_SECONDS:-900}
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
 
-FULL=(test_kernels test_sgemm test_ops test_api test_safetensors test_trainer reference_outputs)
+FULL=(test_kernels test_sgemm test_ops test_api test_safetensors test_fp8 test_trainer reference_outputs)
 VECTOR=(test_kernels test_ops reference_outputs test_sgemm)
 # (encode_scalars is left out too: the output conversions are portable C, and it
 # alone takes four minutes emulated.)

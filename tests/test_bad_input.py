@@ -227,8 +227,10 @@ def test_text_encode_wrong_keywords(model):
         model.text_encode(["x"], arena, outputs=8)
     with pytest.raises(uform.InvalidArgumentError, match="outputs_scalar"):
         model.text_encode(["x"], arena, outputs_scalar=42)
-    with pytest.raises(uform.UnsupportedError, match="FP8"):
-        model.text_encode(["x"], arena, outputs_scalar=uform.Scalar.E5M2)
+    with pytest.raises(uform.InvalidArgumentError, match="outputs_scalar"):
+        model.text_encode(["x"], arena, outputs_scalar=-1)
+    with pytest.raises(uform.InvalidArgumentError, match="outputs_scalar"):
+        model.text_encode(["x"], arena, outputs_scalar="E5M2")      # a name is not a Scalar
     with pytest.raises(uform.InvalidArgumentError, match="stats"):
         model.text_encode(["x"], arena, stats={})
     with pytest.raises(TypeError):

@@ -96,7 +96,8 @@ MEDIA_PARTS = dict(image={"patch_side": PATCH}, video={"patch_side": PATCH, "tub
 MEDIA_SHAPE = dict(depth=2, hidden=64, dimensions=16, token_width=8, **MEDIA_PARTS)
 LARGE_MEDIA_SHAPE = dict(depth=1, hidden=1024, dimensions=32, token_width=16, **MEDIA_PARTS)
 
-SCALARS = [uform.Scalar.BF16, uform.Scalar.F16, uform.Scalar.I8, uform.Scalar.B1]
+SCALARS = [uform.Scalar.BF16, uform.Scalar.F16, uform.Scalar.E4M3, uform.Scalar.E5M2, uform.Scalar.I8,
+           uform.Scalar.B1]
 
 
 # ---- checkpoints, reference -----------------------------------------------------------
@@ -177,12 +178,22 @@ def assert_same_item(encoded, i: int, j: int) -> None:
         assert np.array_equal(encoded.tokens.rows(i), encoded.tokens.rows(j)), (i, j)
 
 
+def unit(x: np.ndarray) -> np.ndarray:
+    """x, contiguous, once every component is checked to lie in [-1, 1]."""
+    assert np.all(np.abs(x) <= 1)
+    return np.ascontiguousarray(x)
+
+
 def assert_scalars_round_f32(run, e32: np.ndarray, t32: np.ndarray) -> None:
     """run(scalar) -> (embeddings, tokens) in that scalar: each the rounding of the F32 outputs
     (docs/architecture.md section 5), as test_text_encode.test_output_scalars_are_rounded_f32."""
     expected = {
         uform.Scalar.BF16: lambda x: f32_to_bf16_bits(x),
         uform.Scalar.F16: lambda x: x.astype(np.float16),
+        # torch rounds to nearest even as the library does; they differ only past the
+        # largest finite value, which unit vectors never reach (tests/test_fp8_outputs.py)
+        uform.Scalar.E4M3: lambda x: torch.from_numpy(unit(x)).to(torch.float8_e4m3fn).view(torch.uint8).numpy(),
+        uform.Scalar.E5M2: lambda x: torch.from_numpy(unit(x)).to(torch.float8_e5m2).view(torch.uint8).numpy(),
         uform.Scalar.I8: lambda x: np.clip(np.rint(x * 127), -127, 127).astype(np.int8),
         uform.Scalar.B1: lambda x: np.packbits(x > 0, axis=1),
     }
@@ -236,9 +247,8 @@ def test_text_encode_at_context_one(checkpoint_factory, cpu_class):
         return result.embeddings, result.tokens
 
     assert_scalars_round_f32(run, e32, t32)
-    for scalar in (uform.Scalar.E4M3, uform.Scalar.E5M2):            # documented as not built yet
-        with pytest.raises(uform.UnsupportedError, match="FP8"):
-            model.text_encode(texts, arena, outputs_scalar=scalar)
+    with pytest.raises(uform.InvalidArgumentError, match="outputs_scalar"):
+        model.text_encode(texts, arena, outputs_scalar=7)              # one past B1
 
 
 @pytest.mark.parametrize("cpu_class", CPU_CLASSES, ids=lambda c: c.name)

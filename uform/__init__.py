@@ -6,7 +6,7 @@ computation happens in C.
 """
 from __future__ import annotations
 
-from ._buffers import Arena, ArenaBuffer, RowsTape
+from ._buffers import Arena, ArenaBuffer, RowsTape, to_float32
 from ._capabilities import Capabilities, capabilities
 from ._enums import (CPUClass, GPUClass, LateInteractionSide, Modality, MultimemTier, Negatives,
                      Objective, Outputs, PairLossForm, Scalar)
@@ -33,5 +33,5 @@ __all__ = [
     "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",
     "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError", "VideoEncodeStats",
-    "capabilities", "late_interaction_scores",
+    "capabilities", "late_interaction_scores", "to_float32",
 ]

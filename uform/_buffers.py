@@ -23,9 +23,68 @@ _DTYPES: dict[Scalar, np.dtype] = {
     Scalar.F32: np.dtype(np.float32),
     Scalar.BF16: np.dtype(np.uint16),  # bfloat16 bits: (x.astype(np.uint32) << 16).view(np.float32)
     Scalar.F16: np.dtype(np.float16),
+    Scalar.E4M3: np.dtype(np.uint8),   # OCP FP8 codes, no scale: to_float32 or .view(ml_dtypes.float8_e4m3fn)
+    Scalar.E5M2: np.dtype(np.uint8),   # OCP FP8 codes, no scale: to_float32 or .view(ml_dtypes.float8_e5m2)
     Scalar.I8: np.dtype(np.int8),
     Scalar.B1: np.dtype(np.uint8),
 }
+
+
+def _fp8_table(mantissa: int, bias: int, e4m3: bool) -> np.ndarray:
+    """The float32 value of each of the 256 codes of an OCP FP8 format, from its definition:
+    sign, 7 - mantissa exponent bits, `mantissa` bits; exponent field 0 is subnormal. E4M3
+    has no infinities and only S.1111.111 is NaN; E5M2's all-ones exponent is infinity with
+    a zero mantissa, NaN otherwise."""
+    codes = np.arange(256)
+    magnitude = codes & 0x7F
+    field, fraction = magnitude >> mantissa, magnitude & ((1 << mantissa) - 1)
+    values = np.where(field == 0, np.ldexp(fraction.astype(np.float64), 1 - bias - mantissa),
+                      np.ldexp((fraction + (1 << mantissa)).astype(np.float64), field - bias - mantissa))
+    if e4m3:
+        values[magnitude == 0x7F] = np.nan
+    else:
+        top = field == (1 << (7 - mantissa)) - 1
+        values[top] = np.where(fraction[top] == 0, np.inf, np.nan)
+    return np.copysign(values, np.where(codes & 0x80, -1.0, 1.0)).astype(np.float32)   # exact
+
+
+_FP8_TABLES = {Scalar.E4M3: _fp8_table(3, 7, True), Scalar.E5M2: _fp8_table(2, 15, False)}
+
+
+def to_float32(rows: Any, *, scalar: Any = None) -> np.ndarray:
+    """The values of encoded rows as a new float32 array of the same shape.
+
+    rows: an ArenaBuffer or RowsTape (its `scalar` says how to read it), or a numpy
+    array of the stored dtype with `scalar=` naming its scalar (given for an arena view
+    too, it must agree with the view's). F32 is copied; BF16 bit patterns (uint16) and
+    F16 are widened exactly; I8 is divided by 127 (the library writes round(127 x));
+    E4M3 and E5M2 codes (uint8) are looked up in a table of their 256 values (no scale:
+    rows are unit vectors). B1 rows are packed sign bits, not values: InvalidArgumentError
+    (use np.unpackbits). A RowsTape's offsets stay on the tape."""
+    carried = getattr(rows, "scalar", None) if isinstance(rows, ArenaBuffer) else None
+    if scalar is None and carried is None:
+        raise InvalidArgumentError(
+            "scalar: rows carry no scalar (not an ArenaBuffer or RowsTape); pass scalar=uform.Scalar...")
+    try:
+        wanted = Scalar(carried if scalar is None else scalar)
+    except ValueError:
+        raise InvalidArgumentError(f"scalar: {scalar!r} is not a uform.Scalar") from None
+    if carried is not None and Scalar(carried) != wanted:
+        raise InvalidArgumentError(f"scalar: {wanted.name} given, but the rows are {Scalar(carried).name}")
+    if wanted == Scalar.B1:
+        raise InvalidArgumentError(
+            "B1 rows are packed sign bits, not values: np.unpackbits(rows, axis=-1) reads them")
+    values = np.asarray(rows)
+    if values.dtype != _DTYPES[wanted]:
+        raise InvalidArgumentError(
+            f"rows: {wanted.name} rows are stored as {_DTYPES[wanted]}, got {values.dtype}")
+    if wanted == Scalar.BF16:
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    if wanted == Scalar.I8:
+        return values.astype(np.float32) / np.float32(127)
+    if wanted in _FP8_TABLES:
+        return _FP8_TABLES[wanted][values]
+    return values.astype(np.float32)   # F32 (a copy) and F16
 
 
 class Arena:
@@ -58,7 +117,8 @@ class ArenaBuffer(np.ndarray):
     """Rows in an arena, as a numpy array that shares the arena's memory.
 
     The buffer protocol and numpy read it without a copy; `scalar` tells how
-    to read the values (BF16 rows are uint16 bit patterns, B1 rows packed bits)."""
+    to read the values (BF16 rows are uint16 bit patterns, E4M3 and E5M2 rows
+    uint8 FP8 codes, B1 rows packed bits); to_float32 turns them into values."""
 
     scalar: Scalar
 

@@ -94,8 +94,9 @@ typedef enum {
     UFORM_SCALAR_F32 = 0,
     UFORM_SCALAR_BF16 = 1,
     UFORM_SCALAR_F16 = 2,
-    UFORM_SCALAR_E4M3 = 3,
-    UFORM_SCALAR_E5M2 = 4,
+    UFORM_SCALAR_E4M3 = 3, /* OCP FP8 (bias 7, largest 448), one byte, no scale: outputs are
+                              unit vectors; nearest even, saturating, NaN 0x7F with its sign */
+    UFORM_SCALAR_E5M2 = 4, /* OCP FP8 (bias 15, largest 57344), the same rules */
     UFORM_SCALAR_I8 = 5,   /* round(x * 127), clamped to [-127, 127]: scale 1/127 */
     UFORM_SCALAR_B1 = 6    /* sign bits, x > 0 -> 1, MSB-first in each byte */
 } uform_scalar_t;
@@ -269,7 +270,7 @@ typedef struct {
 
 typedef struct {
     uint32_t outputs;                /* UFORM_OUTPUTS_* flags; 0 means EMBEDDINGS */
-    uform_scalar_t outputs_scalar;   /* F32, BF16, F16, I8 or B1 */
+    uform_scalar_t outputs_scalar;   /* F32, BF16, F16, E4M3, E5M2, I8 or B1 */
     uform_progress_t progress;
 } uform_encode_options_t;
 

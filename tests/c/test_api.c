@@ -12,6 +12,7 @@
 #if defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
+#include "core/fp8.h"
 #include "core/safetensors.h"
 
 #include <errno.h>
@@ -854,7 +855,7 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static void check_output_shape(const output_t *out, const texts_t *texts, const spec_t *spec,
                                uint32_t outputs, uform_scalar_t scalar) {
     size_t D = spec->dimensions, W = spec->token_width, C = spec->context;
-    size_t bytes_per[] = {4, 2, 2, 0, 0, 1, 0};
+    size_t bytes_per[] = {4, 2, 2, 1, 1, 1, 0};
     size_t expected_row = scalar == UFORM_SCALAR_B1 ? (D + 7) / 8 : D * bytes_per[scalar];
     size_t expected_token_row = scalar == UFORM_SCALAR_B1 ? (W + 7) / 8 : W * bytes_per[scalar];
     CHECK(out->count == texts->count);
@@ -934,6 +935,19 @@ static bool converted_rows_match(const uint8_t *f32, size_t rows, size_t width,
                 if (fabsf(uform_f16_to_f32(bits) - x) > fabsf(x) * 0x1p-11f + 0x1p-25f) return false;
                 break;
             }
+            case UFORM_SCALAR_E4M3:
+            case UFORM_SCALAR_E5M2: {
+                /* test_fp8.c checks the conversion; here that it is the one applied,
+                 * with no scale, and within half a quantum (3 or 2 mantissa bits;
+                 * subnormal quanta 2^-9 and 2^-16) */
+                bool e4m3 = scalar == UFORM_SCALAR_E4M3;
+                uint8_t code = e4m3 ? uform_f64_to_e4m3((double)x) : uform_f64_to_e5m2((double)x);
+                if (row[i] != code) return false;
+                float back = e4m3 ? uform_e4m3_to_f32(row[i]) : uform_e5m2_to_f32(row[i]);
+                if (fabsf(back - x) > fabsf(x) * (e4m3 ? 0x1p-4f : 0x1p-3f) + (e4m3 ? 0x1p-10f : 0x1p-17f))
+                    return false;
+                break;
+            }
             case UFORM_SCALAR_I8: {
                 long expected = lrintf(x * 127.0f);
                 if (expected > 127) expected = 127;
@@ -961,8 +975,8 @@ static void test_encode_scalars(void) {
     check_output_shape(&reference_a, &texts_a, &spec_a, BOTH, UFORM_SCALAR_F32);
     check_output_shape(&reference_b, &texts_b, &spec_b, UFORM_OUTPUTS_EMBEDDINGS, UFORM_SCALAR_F32);
     static const uform_scalar_t scalars[] = {UFORM_SCALAR_BF16, UFORM_SCALAR_F16, UFORM_SCALAR_I8,
-                                             UFORM_SCALAR_B1};
-    for (size_t s = 0; s < 4; s++) {
+                                             UFORM_SCALAR_B1, UFORM_SCALAR_E4M3, UFORM_SCALAR_E5M2};
+    for (size_t s = 0; s < sizeof(scalars) / sizeof(scalars[0]); s++) {
         output_t out;
         CHECK_OK(encode(model_a, NULL, &texts_a, BOTH, scalars[s], &out));
         check_output_shape(&out, &texts_a, &spec_a, BOTH, scalars[s]);
@@ -1247,12 +1261,12 @@ static void test_bad_arguments(void) {
     wrong.outputs_scalar = (uform_scalar_t)99;
     EXPECT_FAIL(uform_text_encode(model_a, NULL, &tape, arena, &wrong, &encoded, &stats),
                 UFORM_INVALID_ARGUMENT, "outputs_scalar");
-    wrong.outputs_scalar = UFORM_SCALAR_E4M3;
+    wrong.outputs_scalar = (uform_scalar_t)7; /* one past B1 */
     EXPECT_FAIL(uform_text_encode(model_a, NULL, &tape, arena, &wrong, &encoded, &stats),
-                UFORM_UNSUPPORTED, "FP8");
-    wrong.outputs_scalar = UFORM_SCALAR_E5M2;
+                UFORM_INVALID_ARGUMENT, "outputs_scalar");
+    wrong.outputs_scalar = (uform_scalar_t)-1;
     EXPECT_FAIL(uform_text_encode(model_a, NULL, &tape, arena, &wrong, &encoded, &stats),
-                UFORM_UNSUPPORTED, "outputs_scalar");
+                UFORM_INVALID_ARGUMENT, "outputs_scalar");
     uform_tape_t tape_b = tape_of(&texts_b);
     EXPECT_FAIL(uform_text_encode(model_b, NULL, &tape_b, arena, &options, &encoded, &stats),
                 UFORM_UNSUPPORTED, "token head");

@@ -8,7 +8,7 @@
  * answers, bit for bit (outputs and stats); bad arguments are refused by the
  * submit call itself exactly where uform_text_encode_submit refuses them;
  * failures inside a job (an empty batch, a corrupt file among good ones, a NaN
- * sample, an unsupported scalar, cancellation) reach uform_job_wait and give
+ * sample, an unknown scalar, cancellation) reach uform_job_wait and give
  * the arena back; a queued job holds its arena; and inputs may be freed once
  * the job has finished. File verbs whose decoder this build lacks are checked
  * to fail alike (UFORM_UNSUPPORTED) both ways. The *_encode_paths verbs and their
@@ -484,7 +484,8 @@ static void test_submitted_equals_blocking(void) {
     uform_executor_t *executor = NULL;
     CHECK(uform_executor_for_ram(2, NULL, 0, &executor) == UFORM_OK, "executor: %s", uform_last_error());
     if (!executor) return;
-    static const uform_scalar_t scalars[] = {UFORM_SCALAR_F32, UFORM_SCALAR_BF16, UFORM_SCALAR_I8};
+    static const uform_scalar_t scalars[] = {UFORM_SCALAR_F32, UFORM_SCALAR_BF16, UFORM_SCALAR_I8,
+                                             UFORM_SCALAR_E4M3};
     for (size_t k = 0; k < sizeof(scalars) / sizeof(scalars[0]); k++) {
         uform_encode_options_t options = {BOTH, scalars[k], {NULL, NULL, 0}};
         snapshot_t expected[VERBS];
@@ -673,7 +674,7 @@ static void test_job_failures(void) {
     float *samples = copy_of(in.samples, in.samples_size * sizeof(float));
     samples[in.sample_offsets[2] + 17] = NAN;
 
-    uform_encode_options_t e4m3 = {BOTH, UFORM_SCALAR_E4M3, {NULL, NULL, 0}};
+    uform_encode_options_t unknown = {BOTH, (uform_scalar_t)42, {NULL, NULL, 0}};
     uform_encode_options_t cancel = {BOTH, UFORM_SCALAR_F32, {cancel_at_once, NULL, 1}};
     failing_t cases[] = {
         {"empty pixels", {.verb = PIXELS, .images = NULL, .count = 0}, plain, UFORM_INVALID_ARGUMENT, "empty"},
@@ -693,7 +694,7 @@ static void test_job_failures(void) {
         {"zero rate", {.verb = SAMPLES, .samples = in.samples, .size = in.samples_size, .offsets = in.sample_offsets,
                        .count = RECORDINGS, .rate = 0},
          plain, UFORM_INVALID_ARGUMENT, "sample_rate"},
-        {"E4M3 outputs", in.calls[PIXELS], e4m3, UFORM_UNSUPPORTED, ""},
+        {"unknown outputs scalar", in.calls[PIXELS], unknown, UFORM_INVALID_ARGUMENT, "outputs_scalar"},
         {"cancelled", in.calls[SAMPLES], cancel, UFORM_CANCELLED, ""},
         {"encoded NULL", in.calls[IMAGE], plain, UFORM_INVALID_ARGUMENT, "encoded"},
     };

@@ -102,8 +102,10 @@ typedef struct {
     void (*copy)(uform_backend_t *b, void *destination, const void *source, size_t bytes);
     void (*zero)(uform_backend_t *b, void *memory, size_t bytes);
     /* FP32 rows [rows, width] written to host memory as `scalar` (F32, BF16,
-     * F16 rounded to nearest even; I8 round(127 x), clamped, NaN 0; B1 sign
-     * bits, most significant first), rows row_bytes apart. */
+     * F16 rounded to nearest even; E4M3, E5M2 one byte each, no scale, nearest
+     * even, saturating, NaN 0x7F with its sign (core/fp8.h); I8 round(127 x),
+     * clamped, NaN 0; B1 sign bits, most significant first), rows row_bytes
+     * apart. */
     void (*download_rows)(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
                           uform_scalar_t scalar, void *host, size_t row_bytes);
     /* Waits for every operation issued; the first failure since the last call. */

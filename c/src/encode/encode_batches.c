@@ -40,10 +40,9 @@ uform_status_t uform_check_encode_options(const uform_model_t *model,
                           "outputs: TOKENS asked, but the checkpoint has no token head (token_width 0)");
     switch (*scalar) {
     case UFORM_SCALAR_F32: case UFORM_SCALAR_BF16: case UFORM_SCALAR_F16:
+    case UFORM_SCALAR_E4M3: case UFORM_SCALAR_E5M2:
     case UFORM_SCALAR_I8: case UFORM_SCALAR_B1:
         return UFORM_OK;
-    case UFORM_SCALAR_E4M3: case UFORM_SCALAR_E5M2:
-        return uform_fail(UFORM_UNSUPPORTED, "outputs_scalar: FP8 outputs are not built yet");
     default:
         return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar", (int)*scalar);
     }

@@ -28,7 +28,7 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
     if (embeddings_out && !arena)
         return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
     if (embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not F32, BF16, F16, I8 or B1",
+        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar",
                           (int)outputs_scalar);
     size_t count = batch->contents.count, replicas = 1;
     uform_executor_memory_domains(t->executor, &replicas);

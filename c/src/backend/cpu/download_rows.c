@@ -1,6 +1,7 @@
 /* download_rows.c: the CPU backend's download_rows (backend.h): FP32 rows
  * converted to an output scalar into host memory. */
 #include "backend/cpu/rows.h"
+#include "core/fp8.h"
 
 #include <math.h>
 
@@ -23,6 +24,13 @@ void uform_cpu_download_rows(uform_backend_t *b, const float *rows_f32, size_t r
                 uint16_t bits = uform_f32_to_f16(x[i]);
                 memcpy(row + 2 * i, &bits, 2);
             }
+            break;
+        case UFORM_SCALAR_E4M3:
+            /* One byte, no scale: unit-vector components are far inside the range. */
+            for (size_t i = 0; i < width; i++) row[i] = uform_f64_to_e4m3((double)x[i]);
+            break;
+        case UFORM_SCALAR_E5M2:
+            for (size_t i = 0; i < width; i++) row[i] = uform_f64_to_e5m2((double)x[i]);
             break;
         case UFORM_SCALAR_I8:
             /* Unit vectors: every component is in [-1, 1]; a fixed scale of 127. */
