@@ -68,8 +68,8 @@ def test_wrong_argument_types(checkpoint, checkpoint_bytes):
 
 def test_not_built_yet_is_unsupported(checkpoint, model):
     arena = uform.Arena()
-    with pytest.raises(uform.UnsupportedError, match="E4M3"):
-        uform.Model.load_ram(checkpoint, quantization=uform.Scalar.E4M3)
+    with pytest.raises(uform.InvalidArgumentError, match="not BF16 or E4M3"):
+        uform.Model.load_ram(checkpoint, quantization=uform.Scalar.E5M2)
     with pytest.raises(uform.UnsupportedError, match="GPU"):
         uform.Model.load_vram(checkpoint)
     with pytest.raises(uform.UnsupportedError, match="GPU"):

@@ -749,10 +749,63 @@ static void test_quantization(void) {
         CHECK(d.quantization == UFORM_SCALAR_BF16);
         uform_model_free(model);
     }
+    /* E4M3: loads, says so, holds less; its block matrices read back (the
+     * codes themselves are checked against numpy in tests/test_quantization.py) */
+    size_t bf16_bytes = 0;
+    options.quantization = UFORM_SCALAR_BF16;
+    CHECK_OK(uform_model_load_ram_buffer(bytes_a, size_a, &options, &model));
+    if (model) {
+        uform_model_description_t d;
+        CHECK_OK(uform_model_describe(model, &d));
+        bf16_bytes = d.memory_usage;
+        size_t rows = 1, cols = 1;
+        EXPECT_FAIL(uform_model_quantized_matrix(model, "blocks.0.mlp.up.weight", &rows, &cols, NULL,
+                                                 NULL),
+                    UFORM_INVALID_ARGUMENT, "BF16");
+        uform_model_free(model);
+    }
     options.quantization = UFORM_SCALAR_E4M3;
+    model = NULL;
+    CHECK_OK(uform_model_load_ram_buffer(bytes_a, size_a, &options, &model));
+    if (model) {
+        uform_model_description_t d;
+        CHECK_OK(uform_model_describe(model, &d));
+        CHECK(d.quantization == UFORM_SCALAR_E4M3);
+        CHECK(d.memory_usage < bf16_bytes);
+        size_t rows = 0, cols = 0;
+        CHECK_OK(uform_model_quantized_matrix(model, "blocks.0.mlp.up.weight", &rows, &cols, NULL, NULL));
+        CHECK(rows == 4 * d.hidden && cols == d.hidden);
+        uint8_t *codes = malloc(rows * cols);
+        float *scales = malloc(rows * sizeof(float));
+        if (codes && scales) {
+            CHECK_OK(uform_model_quantized_matrix(model, "blocks.0.mlp.up.weight", &rows, &cols, codes,
+                                                  scales));
+            bool powers = true;
+            for (size_t i = 0; i < rows; i++) {
+                int e;
+                powers &= frexpf(scales[i], &e) == 0.5f;
+            }
+            CHECK(powers); /* the scales are powers of two */
+            EXPECT_FAIL(uform_model_quantized_matrix(model, "blocks.0.mlp.up.weight", &rows, &cols,
+                                                     codes, NULL),
+                        UFORM_INVALID_ARGUMENT, "both");
+        }
+        free(codes);
+        free(scales);
+        EXPECT_FAIL(uform_model_quantized_matrix(model, "heads.embedding.weight", &rows, &cols, NULL,
+                                                 NULL),
+                    UFORM_INVALID_ARGUMENT, "heads.embedding.weight");
+        EXPECT_FAIL(uform_model_quantized_matrix(model, "blocks.99.mlp.up.weight", &rows, &cols, NULL,
+                                                 NULL),
+                    UFORM_INVALID_ARGUMENT, "not a quantized matrix");
+        EXPECT_FAIL(uform_model_quantized_matrix(model, NULL, &rows, &cols, NULL, NULL),
+                    UFORM_INVALID_ARGUMENT, "name");
+        uform_model_free(model);
+    }
+    options.quantization = UFORM_SCALAR_E5M2;
     model = (uform_model_t *)&model;
-    EXPECT_FAIL(uform_model_load_ram_buffer(bytes_a, size_a, &options, &model), UFORM_UNSUPPORTED,
-                "E4M3");
+    EXPECT_FAIL(uform_model_load_ram_buffer(bytes_a, size_a, &options, &model), UFORM_INVALID_ARGUMENT,
+                "not BF16 or E4M3");
     CHECK(model == NULL);
     options.quantization = (uform_scalar_t)99;
     model = (uform_model_t *)&model;
