@@ -82,7 +82,7 @@ $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLA
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-fuzz test-example test-python test-arm arm-binaries demo bench bench-pytest bench-training install clean deps fuzz
+.PHONY: all lib python test test-c test-fuzz test-example test-python test-arm arm-binaries demo bench bench-pytest bench-training bench-e4m3 install clean deps fuzz
 
 all: lib python
 
@@ -244,6 +244,12 @@ demo: deps
 bench: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) bench/report.py
+
+# E4M3 against BF16 weights, uform alone, every CPU class; writes docs/benchmarks-e4m3.md
+# (make bench copies it into docs/benchmarks.md).
+bench-e4m3: deps
+	$(MAKE) --no-print-directory all
+	$(PYTHON) bench/quantized_report.py --output docs/benchmarks-e4m3.md
 
 # One training step against PyTorch; writes docs/benchmarks-training.md.
 bench-training: deps

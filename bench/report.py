@@ -407,9 +407,17 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
     if image_section:
         out(image_section)
 
+    e4m3_page = os.path.join(ROOT, "docs", "benchmarks-e4m3.md")
+    if os.path.exists(e4m3_page):
+        # E4M3 against BF16 is uform against itself: `make bench-e4m3` measures it on its own
+        # (its section names the machine it ran on, which may not be this one).
+        with open(e4m3_page) as file:
+            out(file.read().strip().replace("## E4M3 weights against BF16 (uform alone)",
+                                            "## E4M3 weights against BF16 (uform alone, `make bench-e4m3`)") + "\n")
     out("## Reproduce\n")
     out("```sh\n"
         "make bench          # make all, then python3 bench/report.py: this page (docs/benchmarks.md)\n"
+        "make bench-e4m3     # E4M3 against BF16 weights: docs/benchmarks-e4m3.md, copied into this page\n"
         "make bench-pytest   # make all, then the same comparison under pytest-benchmark\n"
         "UFORM_BENCH_QUICK=1 python3 bench/report.py   # smoke run: depth 2, hidden 128, batch 32; "
         "prints the page, writes nothing\n"
