@@ -233,6 +233,19 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
 #undef UFORM_GEMM_B
 }
 
+/* Rows [i0, i1) of k block [k0, k0 + kb), mr at a time: each group packed
+ * once into the A panel and swept over panels [q0, q1). */
+static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_panels_t *panels,
+                                  size_t i0, size_t i1, size_t k0, size_t kb, int first, int last,
+                                  size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    for (size_t i = i0; i < i1; i += gc->mr) {
+        size_t rows = uform_min(gc->mr, i1 - i);
+        gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, buffers->a_panel);
+        uform_gemm_sweep(job, panels, i, rows, kb, first, last, q0, q1, buffers);
+    }
+}
+
 /* The task of a parallel loop index: rows [i0, i1) x panels [q0, q1). */
 static void uform_gemm_task_bounds(const uform_gemm_job_t *job, size_t task, size_t *i0,
                                    size_t *i1, size_t *q0, size_t *q1) {
@@ -263,12 +276,7 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
             int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
             uform_gemm_panels_t panels = {(const unsigned char *)job->w->data + k0 * nr * 2, 0,
                                           kp * nr, 2, gc->kernels, gc->wide};
-            for (size_t i = i0; i < i1; i += mr) {
-                size_t rows = uform_min(mr, i1 - i);
-                gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb,
-                           buffers.a_panel);
-                uform_gemm_sweep(job, &panels, i, rows, kb, first, last, q0, q1, &buffers);
-            }
+            uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
 }
@@ -285,7 +293,7 @@ static void uform_gemm_task_e4m3(void *context, size_t begin, size_t end, size_t
     size_t kp = uform_gemm_padded_k(w->layout, k), slots = uform_gemm_slots(w->layout, nr);
     const uint8_t *codes = w->data;
     const float *slot_scales = (const float *)(codes + uform_gemm_codes_bytes(panels_total, nr, kp));
-    void (*decode)(const uint8_t *, size_t, size_t, const float *, void *) =
+    uform_e4m3_decode_fn_t decode =
         gc->decode_e4m3 ? gc->decode_e4m3
                         : pairs ? uform_e4m3_decode_bf16_portable : uform_e4m3_decode_f32_portable;
     size_t size = pairs ? 2 : 4, kbp_max = uform_gemm_padded_k(w->layout, job->kc);
@@ -300,19 +308,14 @@ static void uform_gemm_task_e4m3(void *context, size_t begin, size_t end, size_t
             size_t kb = uform_min(job->kc, k - k0);
             int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
             /* rows of the panel this block covers: pairs of k for PAIRS (k0 is even) */
-            size_t panel_rows = pairs ? (kb + 1) / 2 : kb, width = slots;
+            size_t panel_rows = pairs ? (kb + 1) / 2 : kb;
             for (size_t q = q0; q < q1; q++)
-                decode(codes + q * kp * nr + k0 * nr, panel_rows, width, slot_scales + q * slots,
+                decode(codes + q * kp * nr + k0 * nr, panel_rows, slots, slot_scales + q * slots,
                        tile + (q - q0) * kbp_max * nr * size);
             uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, size,
                                           pairs ? gc->kernels : gc->kernels_f32,
                                           pairs ? gc->wide : gc->wide_f32};
-            for (size_t i = i0; i < i1; i += mr) {
-                size_t rows = uform_min(mr, i1 - i);
-                gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb,
-                           buffers.a_panel);
-                uform_gemm_sweep(job, &panels, i, rows, kb, first, last, q0, q1, &buffers);
-            }
+            uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
 }

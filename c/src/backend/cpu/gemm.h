@@ -30,6 +30,7 @@
 #ifndef UFORM_CPU_GEMM_H
 #define UFORM_CPU_GEMM_H
 
+#include "backend/cpu/e4m3_decode.h"
 #include "backend/cpu/kernels.h"
 
 #define UFORM_GEMM_MR_MAX 16
@@ -78,8 +79,7 @@ typedef struct {
     uform_microkernel_fn_t wide_f32[UFORM_GEMM_MR_MAX + 1];
     /* The E4M3 tile decoder (e4m3_decode.h): FP32 out for the FP32 classes,
      * BF16 for PAIRS; NULL: the portable one. */
-    void (*decode_e4m3)(const uint8_t *codes, size_t rows, size_t width, const float *scales,
-                        void *out);
+    uform_e4m3_decode_fn_t decode_e4m3;
 } uform_gemm_class_t;
 
 /* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */
