@@ -62,11 +62,23 @@ MEDIA_REQUIRES := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_PACKAGES_$(m))))
 MEDIA_CFLAGS := $(strip $(foreach m,$(MEDIA_FOUND),$(MEDIA_DEFINE_$(m))) \
                   $(if $(MEDIA_REQUIRES),$(shell $(PKG_CONFIG) --cflags $(MEDIA_REQUIRES))))
 MEDIA_LIBS := $(strip $(if $(MEDIA_REQUIRES),$(shell $(PKG_CONFIG) --libs $(MEDIA_REQUIRES))))
+
+# ---- the mesh's collective engine: Gloo (Debian's libgloo-dev), optional ------
+# Found by compiling and linking a one-line C++ program; `make UFORM_MESH=none`
+# builds without it (Mesh.bootstrap then raises UnsupportedError).
+CXX ?= g++
+UFORM_MESH ?= gloo
+MESH_FOUND := $(if $(filter gloo,$(UFORM_MESH)),$(shell printf '\043include <gloo/allgatherv.h>\nint main(){return 0;}\n' | \
+                $(CXX) -x c++ - -lgloo -o /dev/null >/dev/null 2>&1 && echo gloo))
+MESH_CFLAGS := $(if $(MESH_FOUND),-DUFORM_HAVE_GLOO)
+MESH_LIBS := $(if $(MESH_FOUND),-lgloo -lstdc++)
+CXX_SOURCES := $(if $(MESH_FOUND),$(wildcard c/src/train/*.cc))
 # Rewritten only when it changes, so objects that depend on it rebuild exactly
 # when the set of libraries does.
 MEDIA_FILE := $(BUILD)/media.txt
 $(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build found with pkg-config (written by make)' \
-  'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' 'libs=$(MEDIA_LIBS)' \
+  'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' \
+  'libs=$(strip $(MEDIA_LIBS) $(MESH_LIBS))' 'mesh=$(MESH_FOUND)' \
   > $(MEDIA_FILE).new && (cmp -s $(MEDIA_FILE).new $(MEDIA_FILE) && rm -f $(MEDIA_FILE).new || mv $(MEDIA_FILE).new $(MEDIA_FILE)))
 # The compiler flags, rewritten only when they change, so a change of flags
 # rebuilds every object (a stale object would keep the old code generation).
@@ -75,10 +87,18 @@ $(shell mkdir -p $(BUILD) && printf '%s\n' '# the flags objects were compiled wi
   'cc=$(CC)' 'lib=$(CFLAGS_LIB)' 'asan=$(CFLAGS_ASAN)' > $(FLAGS_FILE).new && \
   (cmp -s $(FLAGS_FILE).new $(FLAGS_FILE) && rm -f $(FLAGS_FILE).new || mv $(FLAGS_FILE).new $(FLAGS_FILE)))
 $(OBJECTS) $(SANITIZED_OBJECTS): $(FLAGS_FILE)
+CXXFLAGS_COMMON := -std=c++17 -D_GNU_SOURCE -pthread -Ic/include -Ic/src $(WARNINGS)
+OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/obj/%.o,$(CXX_SOURCES))
+SANITIZED_OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/asan/%.o,$(CXX_SOURCES))
+# What the library links beside libm and pthreads: media libraries and the engine.
+LINK_LIBS := $(MEDIA_LIBS) $(MESH_LIBS)
 MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/decode/%,$(OBJECTS))
 SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/decode/%,$(SANITIZED_OBJECTS))
 $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): $(MEDIA_FILE)
 $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLAGS)
+MESH_FLAGGED_OBJECTS := $(foreach f,train/mesh encode/capabilities,$(BUILD)/obj/$(f).o $(BUILD)/asan/$(f).o)
+$(MESH_FLAGGED_OBJECTS): $(MEDIA_FILE)
+$(MESH_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MESH_CFLAGS)
 
 .SECONDARY:
 
@@ -96,12 +116,20 @@ $(BUILD)/asan/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ASAN) $(MEDIA_OBJECT_CFLAGS) -c $< -o $@
 
+$(BUILD)/obj/%.o: c/src/%.cc $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_COMMON) -O2 -fPIC -fvisibility=hidden -c $< -o $@
+
+$(BUILD)/asan/%.o: c/src/%.cc $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_COMMON) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -c $< -o $@
+
 $(BUILD)/libuform.a: $(OBJECTS) $(MEDIA_FILE)
 	@rm -f $@
 	ar rcs $@ $(OBJECTS)
 
 $(BUILD)/libuform.so: $(OBJECTS) $(MEDIA_FILE)
-	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $(OBJECTS) $(MEDIA_LIBS) $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libuform.so.4 -o $@ $(OBJECTS) $(LINK_LIBS) $(LDLIBS)
 
 # The cffi module, built in place next to uform/__init__.py.
 python: $(BUILD)/libuform.a
@@ -114,7 +142,7 @@ deps:
 # ---- tests ------------------------------------------------------------------
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(SANITIZED_OBJECTS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(MEDIA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(LINK_LIBS) $(LDLIBS)
 
 # The decoders on the command line, for tests/test_decode.py (under ASan/UBSan;
 # only error.c and the media sources, so a UFORM_MEDIA=none build is quick).
@@ -214,7 +242,7 @@ $(ARM_BUILD)/tests/%: tests/c/%.c tests/c/check.h $(ARM_BUILD)/libuform.a
 # and reference outputs the emulated runs are compared with).
 $(BUILD)/native/%: tests/c/%.c tests/c/check.h $(BUILD)/libuform.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_LIB) $< $(BUILD)/libuform.a -o $@ $(MEDIA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_LIB) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
 arm-binaries: $(addprefix $(ARM_BUILD)/tests/,$(ARM_TESTS)) $(BUILD)/native/test_kernels \
               $(BUILD)/native/reference_outputs
@@ -282,7 +310,8 @@ install: lib
 	install -m 644 $(BUILD)/libuform.a $(DESTDIR)$(PREFIX)/lib/libuform.a
 	install -m 755 $(BUILD)/libuform.so $(DESTDIR)$(PREFIX)/lib/libuform.so.4
 	ln -sf libuform.so.4 $(DESTDIR)$(PREFIX)/lib/libuform.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES_PRIVATE@|$(MEDIA_REQUIRES)|' c/uform.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES_PRIVATE@|$(MEDIA_REQUIRES)|' \
+	  -e 's|@LIBS_PRIVATE@|$(MESH_LIBS)|' c/uform.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
 
 clean:

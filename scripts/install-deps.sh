@@ -19,6 +19,10 @@ for pair in libjpeg:libjpeg-dev libpng:libpng-dev libwebp:libwebp-dev sndfile:li
             libswscale:libswscale-dev libavutil:libavutil-dev; do
     pkg-config --exists "${pair%%:*}" 2>/dev/null || missing_apt+=("${pair#*:}")
 done
+# The mesh's collective engine on CPUs (Gloo over TCP) and the C++ compiler its
+# adapter builds with; the build works without them (Mesh raises UnsupportedError).
+command -v g++ >/dev/null 2>&1 || missing_apt+=(g++)
+[ -f /usr/include/gloo/allgatherv.h ] || missing_apt+=(libgloo-dev)
 # make test-arm: the aarch64 cross compiler and user-mode emulation, on an
 # x86-64 machine with apt; optional (test-arm skips with a message without them).
 optional_apt=()

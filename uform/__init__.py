@@ -14,11 +14,12 @@ from ._errors import (CancelledError, DeviceError, DivergedError, Error, FileErr
                       InvalidArgumentError, MeshError, OutOfMemoryError, UnsupportedError)
 from ._executor import Executor
 from ._late_interaction import late_interaction_scores
+from ._mesh import Mesh, MeshDescription, MeshOptions
 from ._media import AudioEncodeStats, ImageEncodeStats, VideoEncodeStats
 from ._model import Deferred, DeferredOn, Encoded, Model, ModelDescription, On, TextEncodeStats
 from ._native import lib as _lib
 from ._training import (AudioShape, BatchShape, Choices, Contrastive, Edges, ImageShape,
-                        LateInteraction, Masking, Mesh, MeshOptions, Relations, Schedule, Trainer,
+                        LateInteraction, Masking, Relations, Schedule, Trainer,
                         TrainerStepStats, VideoShape)
 
 __version__ = "4.0.0"
@@ -30,7 +31,7 @@ __all__ = [
     "ImageShape", "LateInteraction", "Masking", "MeshOptions", "Relations", "Schedule",
     "TrainerStepStats", "VideoShape", "CPUClass", "CancelledError", "DivergedError", "Deferred", "DeferredOn", "DeviceError",
     "Encoded", "Error", "Executor", "FileError", "FormatError", "GPUClass", "ImageEncodeStats", "InvalidArgumentError",
-    "LateInteractionSide", "Mesh", "MeshError", "Modality", "Model", "ModelDescription",
+    "LateInteractionSide", "Mesh", "MeshDescription", "MeshError", "Modality", "Model", "ModelDescription",
     "MultimemTier", "Negatives", "Objective", "On", "OutOfMemoryError", "Outputs", "PairLossForm",
     "RowsTape", "Scalar", "TextEncodeStats", "Trainer", "UnsupportedError", "VideoEncodeStats",
     "capabilities", "late_interaction_scores", "to_float32",

@@ -36,6 +36,8 @@ class Capabilities(NamedTuple):
       backend is built yet, and every VRAM call (Model.load_vram, Executor.for_vram,
       Trainer on VRAM) raises UnsupportedError.
     - gpus: the GPUs that backend sees; 0 without one.
+    - mesh_engine: "gloo" when Mesh.bootstrap connects hosts on CPUs (the build found Gloo),
+      None when it raises UnsupportedError.
     """
 
     media_formats: dict[str, tuple[str, ...]]
@@ -43,6 +45,7 @@ class Capabilities(NamedTuple):
     best_cpu_class: CPUClass
     gpu_backend: bool
     gpus: int
+    mesh_engine: str | None
 
 
 def capabilities() -> Capabilities:
@@ -59,4 +62,5 @@ def capabilities() -> Capabilities:
         best_cpu_class=CPUClass(answer.best_cpu_class),
         gpu_backend=bool(answer.gpu_backend_built),
         gpus=int(answer.gpus),
+        mesh_engine="gloo" if answer.mesh_engine_built else None,
     )

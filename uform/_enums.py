@@ -88,7 +88,7 @@ class GPUClass(IntEnum):
 
 
 class MultimemTier(IntEnum):
-    """How a GPU mesh reduces across devices (reserved: no GPU mesh is built yet)."""
+    """How a mesh reduces across devices: NONE on CPUs (Gloo); the NVLink tiers are for GPU meshes."""
 
     NONE = 0
     NVLINK = 1

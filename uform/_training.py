@@ -17,6 +17,7 @@ from ._choices import choice_targets_buffer, step_choices
 from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor
+from ._mesh import Mesh
 from ._native import Progress, ProgressBridge, as_count, check, ffi, lib
 
 _Words = Union[Buffer, Sequence[int]]
@@ -284,10 +285,12 @@ class Trainer:
                  contrastive: Optional[Contrastive], late_interaction: Optional[LateInteraction],
                  choices: Optional[Choices], schedule: Optional[Schedule], seed: int,
                  bridge: ProgressBridge) -> tuple:
-        if mesh is not None:
-            raise UnsupportedError("mesh: multi-host training is not built in this version of uform")
         options = ffi.new("uform_trainer_options_t *")
         keep: list = [options]
+        if mesh is not None:
+            if not isinstance(mesh, Mesh):
+                raise InvalidArgumentError(f"mesh: expected uform.Mesh, got {type(mesh).__name__}")
+            options.mesh = mesh._mesh
         if resume is not None:
             path = ffi.new("char[]", path_bytes(resume, "resume"))
             keep.append(path)
@@ -360,7 +363,7 @@ class Trainer:
         return options, keep
 
     @classmethod
-    def init_ram(cls, executor: Executor, /, *, mesh: Any = None, resume: Optional[_PathLike] = None,
+    def init_ram(cls, executor: Executor, /, *, mesh: Optional[Mesh] = None, resume: Optional[_PathLike] = None,
                  depth: int = 0, hidden: int = 0, batch: Optional[BatchShape] = None,
                  objective: Objective = Objective.MASKED, masking: Optional[Masking] = None,
                  contrastive: Optional[Contrastive] = None,
@@ -376,8 +379,10 @@ class Trainer:
         pointer = ffi.new("uform_trainer_t **")
         check(lib.uform_trainer_init_ram(executor._executor, options, pointer), bridge)
         self = cls.__new__(cls)
-        self._trainer = ffi.gc(pointer[0], lib.uform_trainer_free)
+        # The C trainer borrows the mesh until it is freed: the finaliser holds it.
+        self._trainer = ffi.gc(pointer[0], lambda trainer, _mesh=mesh: lib.uform_trainer_free(trainer))
         self._executor = executor
+        self._mesh = mesh
         return self
 
     @classmethod
@@ -541,27 +546,6 @@ class Trainer:
         check(lib.uform_trainer_tensor(self._trainer, encoded, kinds[which],
                                        ffi.cast("float *", ffi.from_buffer(values)), size))
         return values
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MeshOptions:
-    """Where the hosts of a multi-host run meet (not built yet)."""
-
-    host_domain_index: int = 0
-    host_domain_count: int = 0
-    directory: Optional[_PathLike] = None
-    job: str = ""
-
-
-class Mesh:
-    """A multi-host training mesh (not built yet)."""
-
-    def __init__(self) -> None:
-        raise TypeError("use Mesh.bootstrap(...)")
-
-    @classmethod
-    def bootstrap(cls, executor: Any, options: Any, /) -> "Mesh":
-        raise UnsupportedError("Mesh.bootstrap: multi-host training is not built in this version of uform")
 
 
 _STEP_DEFAULTS = dict(bags=None, temperature_groups=None, sides=None, choices=None, choice_targets=None,

@@ -470,6 +470,56 @@ UFORM_API uform_status_t uform_late_interaction_scores(uform_executor_t *executo
                                                        float *scores);
 
 /* ------------------------------------------------------------------------ */
+/* Mesh: one training run over several processes and hosts (docs/distributed.md) */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uform_mesh uform_mesh_t;
+
+typedef enum {
+    UFORM_MULTIMEM_NONE = 0,          /* no multicast memory: plain collectives (every CPU mesh) */
+    UFORM_MULTIMEM_NVLINK = 1,
+    UFORM_MULTIMEM_NVLINK_SWITCH = 2
+} uform_multimem_tier_t;
+
+typedef struct {
+    size_t host_domain_index;         /* this process, 0 .. host_domain_count - 1 (0 leads) */
+    size_t host_domain_count;         /* processes in the run */
+    const char *directory;            /* a folder every host sees (shared file system) */
+    const char *job;                  /* the run's name: [A-Za-z0-9._-], at most 128 bytes */
+    uint64_t timeout_ms;              /* 0: 300000 (5 minutes). How long bootstrap waits for
+                                         the other hosts, and each collective for its peers */
+} uform_mesh_options_t;
+
+typedef struct {
+    size_t host_domain_index, host_domain_count;
+    size_t rank;                      /* this process's first device among every device of the run */
+    size_t ranks;                     /* devices (replicas) of the whole run */
+    const size_t *devices;            /* [host_domain_count]: devices (replicas) of each host */
+    const char *const *hosts;         /* [host_domain_count]: each host's name as it reported it */
+    uform_multimem_tier_t multimem_tier; /* NONE on CPUs */
+    uform_gpu_class_t gpu_class;      /* NONE on CPUs */
+    const char *engine;               /* "gloo" on CPUs */
+    const char *run_id;               /* 32 hex digits, fresh for every bootstrap */
+    uint64_t timeout_ms;              /* as derived */
+} uform_mesh_description_t;
+
+/* Meets the other hosts in options->directory/options->job: blocks until all
+ * host_domain_count processes arrived (UFORM_MESH naming those that did not,
+ * after timeout_ms), then connects the collective engine: Gloo over TCP for a
+ * RAM executor (its address: UFORM_MESH_HOSTNAME, else UFORM_MESH_INTERFACE,
+ * else this machine's host name); a VRAM executor: UFORM_UNSUPPORTED until the
+ * CUDA backend exists. A build without Gloo: UFORM_UNSUPPORTED. The executor is
+ * borrowed and must outlive the mesh. */
+UFORM_API uform_status_t uform_mesh_bootstrap(uform_executor_t *executor,
+                                              const uform_mesh_options_t *options,
+                                              uform_mesh_t **mesh);
+/* Pointers in *description stay valid until the mesh is freed. */
+UFORM_API uform_status_t uform_mesh_describe(const uform_mesh_t *mesh,
+                                             uform_mesh_description_t *description);
+/* Closes the connections (peers still using them get UFORM_MESH). NULL is fine. */
+UFORM_API void uform_mesh_free(uform_mesh_t *mesh);
+
+/* ------------------------------------------------------------------------ */
 /* Training (docs/training.md). Every zero field derives.                    */
 /* ------------------------------------------------------------------------ */
 
@@ -539,6 +589,11 @@ typedef struct {
     uform_progress_t progress;                   /* while resume is read (the floats read and
                                                     checked, 3 per parameter); cancelling fails
                                                     the init with UFORM_CANCELLED */
+    uform_mesh_t *mesh;                          /* NULL: this process alone; else a mesh
+                                                    bootstrapped on the same executor, borrowed
+                                                    (it must outlive the trainer; one trainer
+                                                    per mesh at a time): every step is one
+                                                    update over the items of every host */
 } uform_trainer_options_t;
 
 /* One edge set as compressed sparse rows over a step's items: anchor i's
@@ -737,6 +792,8 @@ typedef struct {
     uint32_t gpu_backend_built;      /* 1 when the library has a GPU backend; 0 in this build:
                                         every VRAM call answers UFORM_UNSUPPORTED */
     size_t gpus;                     /* GPUs that backend sees; 0 without one */
+    uint32_t mesh_engine_built;      /* 1 when uform_mesh_bootstrap can connect hosts on CPUs
+                                        (built with Gloo); 0: it answers UFORM_UNSUPPORTED */
 } uform_capabilities_t;
 
 /* Fills *capabilities; NULL: UFORM_INVALID_ARGUMENT. Cheap (cpuid or

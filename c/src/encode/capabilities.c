@@ -22,5 +22,10 @@ uform_status_t uform_capabilities(uform_capabilities_t *capabilities) {
     capabilities->best_cpu_class = best;
     capabilities->gpu_backend_built = 0; /* no GPU backend yet: every VRAM call is UNSUPPORTED */
     capabilities->gpus = 0;
+#ifdef UFORM_HAVE_GLOO
+    capabilities->mesh_engine_built = 1;
+#else
+    capabilities->mesh_engine_built = 0;
+#endif
     return UFORM_OK;
 }

@@ -104,8 +104,8 @@ uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given
     return UFORM_OK;
 }
 
-uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
-                                      const uform_progress_t *progress) {
+uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
+                                     const uform_progress_t *progress) {
     size_t views_count = 4 * t->slots_count;
     uform_tensor_view_t *views = uform_alloc_zeroed(views_count, sizeof(*views), "save");
     uint16_t *bf16 = uform_alloc(t->count, sizeof(uint16_t), "save");
@@ -176,6 +176,12 @@ uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
     free(bf16);
     free(names);
     return status;
+}
+
+/* On a mesh host 0 writes and every host hears how it went (trainer_mesh.c). */
+uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
+                                      const uform_progress_t *progress) {
+    return t->mesh ? uform_trainer_save_on_mesh(t, path, progress) : uform_checkpoint_write(t, path, progress);
 }
 
 uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uform_progress_t *progress) {

@@ -2,7 +2,12 @@
  * replica, the objectives over the world, backward, and the AdamW update, refused
  * when the step diverged (docs/reliability.md). Replicas share one copy of the
  * weights and run one after another on the executor's threads; their gradients
- * sum in replica order (the all-reduce of a data-parallel step). */
+ * sum in replica order (the all-reduce of a data-parallel step).
+ *
+ * On a mesh the world is every host's items (step_world.c): the hosts agree
+ * after each phase that can fail on one of them (so none waits on a peer that
+ * gave up), the pairing terms run replicated over gathered rows, and the
+ * gradients are summed across hosts before the identical update. */
 #include "train/trainer_internal.h"
 
 /* Values the step computed (not the caller's) that must be finite for the
@@ -24,28 +29,38 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                                       uform_arena_t *arena, bool arena_held,
                                       uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
                                       uform_trainer_step_stats_t *stats) {
-    UFORM_TRY(uform_check_step_batch(t, batch));
-    if (embeddings_out && !arena)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
-    if (embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar",
-                          (int)outputs_scalar);
-    size_t count = batch->contents.count, replicas = 1;
-    uform_executor_memory_domains(t->executor, &replicas);
-    uform_media_tokens_t *tokens;
-    UFORM_TRY(uform_tokenize_media(t, batch, &tokens));
-    const uint8_t *data = batch->contents.data;
-    const size_t *offsets = batch->contents.offsets;
     uint64_t step = t->step + 1;
-    size_t d = t->dimensions;
-
-    size_t *lengths = uform_alloc(5 * count + t->limits.rows + 1, sizeof(size_t), "packing");
-    uform_replica_t *replica = uform_alloc_zeroed(replicas, sizeof(uform_replica_t), "replicas");
-    if (!lengths || !replica) {
+    uform_world_t world_of;
+    uform_status_t status = uform_world_begin(t, batch, &world_of);
+    uform_world_t *wd = &world_of;
+    if (status == UFORM_OK) status = uform_check_step_batch(t, batch, wd->world_count);
+    if (status == UFORM_OK && embeddings_out && !arena)
+        status = uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    if (status == UFORM_OK && embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
+        status = uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar",
+                            (int)outputs_scalar);
+    size_t count = status == UFORM_OK ? batch->contents.count : 0, replicas = 1;
+    uform_executor_memory_domains(t->executor, &replicas);
+    uform_media_tokens_t *tokens = NULL;
+    if (status == UFORM_OK) status = uform_tokenize_media(t, batch, &tokens);
+    size_t *lengths = NULL;
+    uform_replica_t *replica = NULL;
+    if (status == UFORM_OK) {
+        lengths = uform_alloc(5 * count + t->limits.rows + 1, sizeof(size_t), "packing");
+        replica = uform_alloc_zeroed(replicas, sizeof(uform_replica_t), "replicas");
+        if (!lengths || !replica) status = UFORM_OUT_OF_MEMORY;
+    }
+    /* Every host checked its batch: all go on, or all stop here. */
+    status = uform_world_agree(wd, status, step);
+    if (status != UFORM_OK) {
         free(lengths), free(replica);
         uform_tokens_free(tokens, count);
-        return UFORM_OUT_OF_MEMORY;
+        uform_world_free(wd);
+        return status;
     }
+    const uint8_t *data = batch->contents.data;
+    const size_t *offsets = batch->contents.offsets;
+    size_t d = t->dimensions, item_base = wd->item_base;
     size_t *kept = lengths + count, *row = kept + count, *index = row + count;
     size_t *row_used = index + count;
     uint32_t *bags_seen = (uint32_t *)(row_used + t->limits.rows + 1); /* count words fit in count size_t */
@@ -89,10 +104,9 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
     uint8_t *masked = uform_alloc_zeroed(rows ? rows : 1, 1, "masked media rows");
     uform_media_rows_t *media_rows = uform_alloc_zeroed(4 * replicas, sizeof(uform_media_rows_t), "media rows");
     size_t media_masked[4] = {0, 0, 0, 0};
-    float *world = uform_alloc_aligned(2 * (items ? items : 1), d * sizeof(float), "world embeddings");
-    uform_status_t status = first_row && ids && chosen && masked && media_rows && world ? UFORM_OK
-                                                                                     : UFORM_OUT_OF_MEMORY;
-    float *d_world = world ? world + (items ? items : 1) * d : NULL;
+    float *local = uform_alloc_aligned(items ? items : 1, d * sizeof(float), "embeddings");
+    status = first_row && ids && chosen && masked && media_rows && local ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    float *world = NULL, *d_world = NULL;
     for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         for (size_t i = rep->first; i < rep->last; i++) {
@@ -103,7 +117,7 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                 for (size_t k = 0; k < kept[i]; k++) ids[base + k] = UFORM_NOT_TEXT, chosen[base + k] = 0;
                 size_t hidden = 0;
                 if (t->masks_text)
-                    status = uform_mask_patches(t->media[modality].mask_ratio, t->seed, step, i,
+                    status = uform_mask_patches(t->media[modality].mask_ratio, t->seed, step, item_base + i,
                                                 UFORM_STREAM_IMAGE_MASK + modality - UFORM_MODALITY_IMAGE,
                                                 kept[i], masked + base, &hidden);
                 media_masked[modality] += hidden;
@@ -112,7 +126,7 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                 ids[base + kept[i] - 1] = UFORM_MASK_TOKEN;
                 chosen[base + kept[i] - 1] = 0;
             } else if (t->masks_text) {
-                rep->selected += uform_mask_text(&t->masking, t->seed, step, i, bytes, kept[i],
+                rep->selected += uform_mask_text(&t->masking, t->seed, step, item_base + i, bytes, kept[i],
                                                  ids + base, chosen + base);
             } else {
                 for (size_t k = 0; k < kept[i]; k++) ids[base + k] = bytes[k], chosen[base + k] = 0;
@@ -121,28 +135,51 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
         }
         selected += rep->selected;
     }
+    /* The world's counts (the losses' denominators) and its kept items. */
+    status = uform_world_agree(wd, status, step);
+    if (status == UFORM_OK)
+        status = uform_world_summary(wd, index, count, items, rows, selected, media_masked, choice_items);
+    size_t world_items = wd->world_items;
+    if (status == UFORM_OK) {
+        world = uform_alloc_aligned(2 * (world_items ? world_items : 1), d * sizeof(float), "world embeddings");
+        if (!world) status = UFORM_OUT_OF_MEMORY;
+        else d_world = world + (world_items ? world_items : 1) * d;
+    }
 
-    uform_edges_storage_t storage[3];
+    uform_edges_storage_t storage[3], world_storage[3];
     memset(storage, 0, sizeof(storage));
-    uform_relations_t relations;
+    memset(world_storage, 0, sizeof(world_storage));
+    uform_relations_t relations, world_relations;
     memset(&relations, 0, sizeof(relations));
+    memset(&world_relations, 0, sizeof(world_relations));
+    const size_t *candidates = uform_world_candidates(wd, index);
     if (status == UFORM_OK && batch->relations) {
-        status = uform_remap_edges(&batch->relations->attract, count, index, items, &storage[0], &relations.attract);
+        status = uform_remap_edges(&batch->relations->attract, count, index, candidates, items, &storage[0],
+                                   &relations.attract);
         if (status == UFORM_OK)
-            status = uform_remap_edges(&batch->relations->repel, count, index, items, &storage[1], &relations.repel);
+            status = uform_remap_edges(&batch->relations->repel, count, index, candidates, items,
+                                       &storage[1], &relations.repel);
         if (status == UFORM_OK)
-            status = uform_remap_edges(&batch->relations->ignore, count, index, items, &storage[2], &relations.ignore);
+            status = uform_remap_edges(&batch->relations->ignore, count, index, candidates, items,
+                                       &storage[2], &relations.ignore);
     }
-    uint32_t *bags = NULL, *groups = NULL;
-    if (status == UFORM_OK && (batch->bags || batch->temperature_groups)) {
-        bags = uform_alloc(2 * (items ? items : 1), sizeof(uint32_t), "bags");
+    /* Bags and groups of this host's kept items, then of the world's. */
+    bool has_bags = batch->bags != NULL, has_groups = batch->temperature_groups != NULL || wd->mesh;
+    uint32_t *bags = NULL, *groups = NULL, *world_bags = NULL, *world_groups = NULL;
+    if (status == UFORM_OK && (has_bags || has_groups)) {
+        size_t local_words = items ? items : 1, world_words = world_items ? world_items : 1;
+        bags = uform_alloc(2 * (local_words + world_words), sizeof(uint32_t), "bags");
         if (!bags) status = UFORM_OUT_OF_MEMORY;
-        else groups = bags + (items ? items : 1);
+        else {
+            groups = bags + local_words;
+            world_bags = groups + local_words;
+            world_groups = world_bags + world_words;
+        }
     }
-    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+    for (size_t i = 0; i < count && bags && status == UFORM_OK; i++) {
         if (index[i] == SIZE_MAX) continue;
-        if (batch->bags) bags[index[i]] = batch->bags[i];
-        if (groups) groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
+        bags[index[i]] = has_bags ? batch->bags[i] : 0;
+        groups[index[i]] = batch->temperature_groups ? batch->temperature_groups[i] : 0;
     }
     for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
@@ -156,13 +193,17 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                 status = uform_replica_media(t, batch, rep, kept, first_row, masked, tokens, m,
                                              &media_rows[4 * r + m]);
     }
-    if (status != UFORM_OK) goto done;
 
-    /* Forward and the masked loss, replica by replica; embeddings gathered. */
+    /* Forward and the masked loss, replica by replica (denominators: the
+     * world's counts); embeddings gathered. */
     uform_backend_t *b = &t->backend;
-    b->ops->zero(b, t->gradients, t->count * sizeof(float));
-    float masked_loss = 0, contrastive_loss = 0, late_loss = 0;
-    double choices_sum = 0, media_sums[4] = {0, 0, 0, 0};
+    if (status == UFORM_OK) b->ops->zero(b, t->gradients, t->count * sizeof(float));
+    float contrastive_loss = 0, late_loss = 0;
+    /* This host's shares of the world's sums: [0] the masked text loss, [m]
+     * the reconstruction of media modality m (IMAGE 1 .. AUDIO 3), [4] choices. */
+    double sums[5] = {0, 0, 0, 0, 0};
+    double *media_sums = sums, *choices_sum = sums + 4;
+    float masked_share = 0;
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         uform_workspace_t *w = &rep->w;
@@ -172,34 +213,48 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
             if (status != UFORM_OK) break;
         }
         if (t->masks_text && rep->selected)
-            masked_loss += uform_masked_text(t, w, t->masking.text_weight, selected);
+            masked_share += uform_masked_text(t, w, t->masking.text_weight, wd->selected);
         for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
-            if (!t->media[m].width || !media_masked[m]) continue;
+            if (!t->media[m].width || !wd->media_masked[m]) continue;
             uform_media_parameters_t parameters = uform_media_parameters(t, m);
             status = uform_media_reconstruction(&t->backend, &parameters, &media_rows[4 * r + m],
                                                 t->hidden, w->states,
-                                                t->media[m].weight / (float)media_masked[m],
+                                                t->media[m].weight / (float)wd->media_masked[m],
                                                 &media_sums[m], w->d_states);
         }
-        if (choice_items && status == UFORM_OK)
+        if (wd->choice_items && status == UFORM_OK)
             status = uform_replica_choices(t, batch, rep, kept, first_row,
-                                           t->choices_weight / (float)choice_items, &choices_sum);
+                                           t->choices_weight / (float)wd->choice_items, choices_sum);
         if (rep->items) {
             uform_embed(t, w);
-            b->ops->copy(b, world + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
+            b->ops->copy(b, local + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
         }
     }
+    status = uform_world_agree(wd, status, step);
     if (status != UFORM_OK) goto done;
+    /* The world's rows: embeddings, bags, groups and relations of every host. */
+    status = uform_world_gather_items(wd, local, d * sizeof(float), world);
+    if (status == UFORM_OK && bags)
+        status = uform_world_gather_items(wd, bags, sizeof(uint32_t), world_bags);
+    if (status == UFORM_OK && groups)
+        status = uform_world_gather_items(wd, groups, sizeof(uint32_t), world_groups);
+    const uform_relations_t *scored_relations = batch->relations ? &relations : NULL;
+    if (status == UFORM_OK && wd->mesh) {
+        status = uform_world_gather_relations(wd, &relations, world_storage, &world_relations);
+        scored_relations = &world_relations;
+    }
+    if (status != UFORM_OK) goto done;
+    const uint32_t *scored_bags = has_bags ? world_bags : NULL;
+    size_t own = wd->kept_base;   /* this host's first item among the world's */
     /* Late interaction over the world's token vectors. */
-    if (t->late && items) {
-        status = uform_late_step(t, batch, replica, replicas, kept, index, first_row, items, rows,
-                                 batch->bags ? bags : NULL, batch->relations ? &relations : NULL,
-                                 &late_loss);
+    if (t->late && world_items) {
+        status = uform_late_step(t, batch, replica, replicas, kept, index, first_row, wd,
+                                 scored_bags, scored_relations, &late_loss);
         if (status != UFORM_OK) goto done;
     }
     /* The contrastive term over the whole world; gradients go back to their owners. */
-    if (t->contrasts && items) {
-        status = uform_check_diverged(world, items * d, "the embeddings", step);
+    if (t->contrasts && world_items) {
+        status = uform_check_diverged(world, world_items * d, "the embeddings", step);
         if (status == UFORM_OK)
             status = uform_check_diverged(t->parameters + t->log_inverse_temperature,
                                           t->contrastive.groups, "contrastive.log_inverse_temperature", step);
@@ -207,9 +262,8 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
             status = uform_check_diverged(t->parameters + t->contrastive_bias, t->contrastive.groups,
                                           "contrastive.bias", step);
         if (status != UFORM_OK) goto done;
-        uform_contrastive_batch_t cb = {items, d, world, batch->bags ? bags : NULL, groups,
-                                        batch->relations ? &relations : NULL};
-        b->ops->zero(b, d_world, items * d * sizeof(float));
+        uform_contrastive_batch_t cb = {world_items, d, world, scored_bags, world_groups, scored_relations};
+        b->ops->zero(b, d_world, world_items * d * sizeof(float));
         status = t->backend.ops->contrastive_loss(&t->backend, &t->contrastive, &cb,
                                    t->parameters + t->log_inverse_temperature,
                                    t->parameters + t->contrastive_bias, &contrastive_loss, d_world,
@@ -219,13 +273,13 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
         for (size_t r = 0; r < replicas; r++) {
             uform_replica_t *rep = &replica[r];
             if (!rep->items) continue;
-            b->ops->copy(b, rep->w.d_embeddings, d_world + rep->world_first * d,
+            b->ops->copy(b, rep->w.d_embeddings, d_world + (own + rep->world_first) * d,
                          rep->items * d * sizeof(float));
             uform_embed_backward(t, &rep->w);
         }
     }
     /* Backward per replica, summed into one gradient buffer in replica order:
-     * the all-reduce of a data-parallel step. */
+     * the all-reduce of a data-parallel step; then across hosts. */
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
         if (!replica[r].rows) continue;
         uform_backward_train(t, &replica[r].w);
@@ -236,15 +290,20 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                                                 t->hidden, replica[r].w.d_x);
         }
     }
+    sums[0] = masked_share;
+    status = uform_world_agree(wd, status, step);
+    if (status == UFORM_OK) status = uform_world_sum_gradients(t, wd);
+    if (status == UFORM_OK) status = uform_world_sum_doubles(wd, sums, 5);
     if (status != UFORM_OK) goto done;
 
     /* The update: AdamW at this step's rate on the clipped gradients (the
      * gradient buffer keeps them unclipped, for inspection). */
-    float choices_loss = choice_items ? (float)(choices_sum / (double)choice_items) : 0.0f;
+    float masked_loss = (float)sums[0];
+    float choices_loss = wd->choice_items ? (float)(*choices_sum / (double)wd->choice_items) : 0.0f;
     float weighted_late_loss = t->late_config.weight * late_loss;
     float media_losses[4] = {0, 0, 0, 0};
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
-        if (media_masked[m]) media_losses[m] = (float)(media_sums[m] / (double)media_masked[m]);
+        if (wd->media_masked[m]) media_losses[m] = (float)(media_sums[m] / (double)wd->media_masked[m]);
     float loss = t->masking.text_weight * masked_loss + contrastive_loss + weighted_late_loss +
                  (t->chooses ? t->choices_weight * choices_loss : 0.0f);
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
@@ -299,7 +358,7 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                 memset(out, 0, count * embeddings_out->embedding_row_bytes);
                 for (size_t i = 0; i < count; i++)
                     if (index[i] != SIZE_MAX)
-                        b->ops->download_rows(b, world + index[i] * d, 1, d, outputs_scalar,
+                        b->ops->download_rows(b, local + index[i] * d, 1, d, outputs_scalar,
                                               out + i * embeddings_out->embedding_row_bytes,
                                               embeddings_out->embedding_row_bytes);
                 embeddings_out->embeddings = out;
@@ -326,9 +385,13 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
 
 done:
     for (size_t s = 0; s < 3; s++) free(storage[s].offsets), free(storage[s].ids), free(storage[s].weights);
+    for (size_t s = 0; s < 3; s++)
+        free(world_storage[s].offsets), free(world_storage[s].ids), free(world_storage[s].weights);
     free(replica); /* the workspaces stay with the trainer */
     free(bags);
     uform_free_aligned(world);
+    uform_free_aligned(local);
+    uform_world_free(wd);
     free(lengths);
     free(first_row);
     free(masked);

@@ -74,7 +74,8 @@ static uform_status_t uform_check_step_choices(const uform_trainer_t *t, const u
     return UFORM_OK;
 }
 
-uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trainer_batch_t *b) {
+uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trainer_batch_t *b,
+                                      size_t world_count) {
     if (!b) return uform_fail(UFORM_INVALID_ARGUMENT, "batch: NULL");
     const uform_tape_t *tape = &b->contents;
     size_t count = tape->count;
@@ -125,9 +126,10 @@ uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trai
         size_t edges = e->offsets[count];
         if (edges && !e->ids) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: ids are NULL", names[s]);
         for (size_t j = 0; j < edges; j++) {
-            if (e->ids[j] >= count)
-                return uform_fail(UFORM_INVALID_ARGUMENT, "%s: edge %zu names item %u of %zu",
-                                  names[s], j, e->ids[j], count);
+            if (e->ids[j] >= world_count)
+                return uform_fail(UFORM_INVALID_ARGUMENT, "%s: edge %zu names item %u of %zu%s",
+                                  names[s], j, e->ids[j], world_count,
+                                  world_count != count ? " (the items of every host)" : "");
             if (e->weights && (!isfinite(e->weights[j]) || e->weights[j] < 0))
                 return uform_fail(UFORM_INVALID_ARGUMENT, "%s: weight %zu is not finite and >= 0",
                                   names[s], j);
@@ -138,8 +140,8 @@ uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trai
 
 
 uform_status_t uform_remap_edges(const uform_edges_t *given, size_t count, const size_t *index,
-                                        size_t kept_count, uform_edges_storage_t *storage,
-                                        uform_edges_t *out) {
+                                 const size_t *candidates, size_t kept_count,
+                                 uform_edges_storage_t *storage, uform_edges_t *out) {
     memset(out, 0, sizeof(*out));
     if (!given || !given->offsets) return UFORM_OK;
     size_t edges = given->offsets[count];
@@ -152,7 +154,7 @@ uform_status_t uform_remap_edges(const uform_edges_t *given, size_t count, const
     for (size_t i = 0; i < count; i++) {
         if (index[i] == SIZE_MAX) continue;
         for (size_t e = given->offsets[i]; e < given->offsets[i + 1]; e++) {
-            size_t j = index[given->ids[e]];
+            size_t j = candidates[given->ids[e]];
             if (j == SIZE_MAX) continue;
             storage->ids[written] = (uint32_t)j;
             storage->weights[written] = given->weights ? given->weights[e] : 1.0f;

@@ -194,23 +194,31 @@ static void uform_late_admit(const uform_trainer_t *t, const uform_trainer_batch
 }
 
 /* Token vectors of every replica's rows, the late-interaction term over the
- * world, and its gradients back into each replica's d_states. */
+ * world (every host's rows, gathered on a mesh), and its gradients back into
+ * each replica's d_states. */
 uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                      uform_replica_t *replica, size_t replicas, const size_t *kept,
-                                      const size_t *index, const size_t *first_row, size_t items,
-                                      size_t world_rows, const uint32_t *bags,
-                                      const uform_relations_t *relations, float *loss) {
+                               uform_replica_t *replica, size_t replicas, const size_t *kept,
+                               const size_t *index, const size_t *first_row, uform_world_t *wd,
+                               const uint32_t *bags, const uform_relations_t *relations, float *loss) {
     const size_t h = t->hidden, width = t->late_config.width;
-    size_t widest = 1;
-    for (size_t r = 0; r < replicas; r++) widest = replica[r].rows > widest ? replica[r].rows : widest;
-    float *vectors = uform_alloc_aligned(2 * world_rows + widest, width * sizeof(float), "token vectors");
+    size_t widest = 1, rows = 0, items = wd->items, world_items = wd->world_items;
+    for (size_t r = 0; r < replicas; r++) {
+        widest = replica[r].rows > widest ? replica[r].rows : widest;
+        rows += replica[r].rows;
+    }
+    size_t world_rows = wd->world_rows;
+    /* world vectors, their gradients, one replica's projection, this host's vectors */
+    float *vectors = uform_alloc_aligned(2 * world_rows + widest + rows, width * sizeof(float),
+                                         "token vectors");
     float *norms = uform_alloc(world_rows + 1, sizeof(float), "token norms");
-    size_t *layout = uform_alloc(3 * items, sizeof(size_t), "late interaction items");
+    size_t *layout = uform_alloc(3 * (world_items + items), sizeof(size_t), "late interaction items");
     if (!vectors || !norms || !layout) {
         uform_free_aligned(vectors), free(norms), free(layout);
         return UFORM_OUT_OF_MEMORY;
     }
     float *d_vectors = vectors + world_rows * width, *projected = d_vectors + world_rows * width;
+    float *own = projected + widest * width;
+    size_t *own_layout = layout + 3 * world_items, base = wd->row_base;
     const float *p = t->parameters;
     uform_backend_t *b = &t->backend;
     uform_weight_t head = uform_dense(t, t->token_head, width, h);
@@ -218,26 +226,31 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
         uform_replica_t *rep = &replica[r];
         if (!rep->rows) continue;
         b->ops->linear(b, &head, rep->w.states, h, rep->rows, NULL, false, projected, width);
-        b->ops->normalize_forward(b, projected, rep->rows, width,
-                                  vectors + rep->world_row_first * width,
-                                  norms + rep->world_row_first);
+        b->ops->normalize_forward(b, projected, rep->rows, width, own + rep->world_row_first * width,
+                                  norms + base + rep->world_row_first);
     }
-    uform_late_admit(t, batch, replica, replicas, kept, index, first_row, layout, layout + items,
-                     layout + 2 * items);
-    b->ops->zero(b, d_vectors, world_rows * width * sizeof(float));
-    uform_late_batch_t late = {items, width, vectors, layout, layout + items, layout + 2 * items,
-                               bags, relations};
-    uform_status_t status = b->ops->late_interaction_loss(
-        b, &t->contrastive, t->late_config.pair_loss, &late,
-        p[t->late_log_inverse_temperature], p[t->late_bias], t->late_config.weight, loss, d_vectors,
-        t->gradients + t->late_log_inverse_temperature, t->gradients + t->late_bias);
+    uform_late_admit(t, batch, replica, replicas, kept, index, first_row, own_layout,
+                     own_layout + items, own_layout + 2 * items);
+    for (size_t i = 0; i < items; i++) own_layout[i] += base;   /* rows among the world's */
+    uform_status_t status = uform_world_gather_rows(wd, own, width * sizeof(float), vectors);
+    for (size_t k = 0; k < 3 && status == UFORM_OK; k++)
+        status = uform_world_gather_items(wd, own_layout + k * items, sizeof(size_t), layout + k * world_items);
+    if (status == UFORM_OK) {
+        b->ops->zero(b, d_vectors, world_rows * width * sizeof(float));
+        uform_late_batch_t late = {world_items, width, vectors, layout, layout + world_items,
+                                   layout + 2 * world_items, bags, relations};
+        status = b->ops->late_interaction_loss(
+            b, &t->contrastive, t->late_config.pair_loss, &late, p[t->late_log_inverse_temperature],
+            p[t->late_bias], t->late_config.weight, loss, d_vectors,
+            t->gradients + t->late_log_inverse_temperature, t->gradients + t->late_bias);
+    }
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
         uform_replica_t *rep = &replica[r];
         if (!rep->rows) continue;
-        size_t base = rep->world_row_first;
+        size_t first = base + rep->world_row_first;
         b->ops->zero(b, projected, rep->rows * width * sizeof(float));
-        b->ops->normalize_backward(b, d_vectors + base * width, vectors + base * width,
-                                   norms + base, rep->rows, width, projected);
+        b->ops->normalize_backward(b, d_vectors + first * width, vectors + first * width,
+                                   norms + first, rep->rows, width, projected);
         b->ops->linear_backward(b, &head, rep->w.states, projected, rep->rows,
                                 t->gradients + t->token_head, NULL, rep->w.d_states, true);
     }

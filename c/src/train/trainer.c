@@ -150,6 +150,7 @@ static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, 
 
 void uform_trainer_free(uform_trainer_t *t) {
     if (!t) return;
+    uform_mesh_release(t->mesh);
     for (size_t r = 0; r < t->workspaces_count; r++) uform_free_aligned(t->workspaces[r]);
     free(t->workspaces);
     free(t->workspace_bytes);
@@ -350,10 +351,18 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     *result = NULL;
     if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
     if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
+    /* A mesh is taken first: a trainer that cannot take it joins no collective. */
+    if (options->mesh) UFORM_TRY(uform_mesh_take(options->mesh, executor));
     uform_trainer_t *t = uform_alloc_zeroed(1, sizeof(*t), "trainer");
-    if (!t) return UFORM_OUT_OF_MEMORY;
+    if (!t) {
+        /* the peers wait for this host at the first agreement: tell them */
+        if (options->mesh) (void)uform_mesh_agree(options->mesh, UFORM_OUT_OF_MEMORY, "Trainer init");
+        uform_mesh_release(options->mesh);
+        return UFORM_OUT_OF_MEMORY;
+    }
     atomic_flag_clear(&t->busy);
     t->executor = executor;
+    t->mesh = options->mesh;
     float initial_log_temperature = 0, initial_bias = 0;
     uform_trainer_options_t resolved = *options;
     uform_status_t status = options->resume ? uform_resume_peek(options->resume, &resolved) : UFORM_OK;
@@ -375,20 +384,18 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
                      ? UFORM_OK : UFORM_OUT_OF_MEMORY;
     }
     if (status == UFORM_OK) status = uform_trainer_views(t);
+    if (status == UFORM_OK) {
+        uform_initialise(t, initial_log_temperature, initial_bias);
+        memset(t->gradients, 0, t->count * sizeof(float));
+        memset(t->first_moment, 0, t->count * sizeof(float));
+        memset(t->second_moment, 0, t->count * sizeof(float));
+        if (options->resume) status = uform_resume(t, options->resume, options->seed, &options->progress);
+    }
+    /* On a mesh every host gets here, and all go on only with equal trainers. */
+    if (t->mesh) status = uform_trainer_join_mesh(t, t->mesh, status);
     if (status != UFORM_OK) {
         uform_trainer_free(t);
         return status;
-    }
-    uform_initialise(t, initial_log_temperature, initial_bias);
-    memset(t->gradients, 0, t->count * sizeof(float));
-    memset(t->first_moment, 0, t->count * sizeof(float));
-    memset(t->second_moment, 0, t->count * sizeof(float));
-    if (options->resume) {
-        status = uform_resume(t, options->resume, options->seed, &options->progress);
-        if (status != UFORM_OK) {
-            uform_trainer_free(t);
-            return status;
-        }
     }
     *result = t;
     return UFORM_OK;

@@ -19,6 +19,7 @@
 #include "train/objectives.h"
 #include "train/optimizer.h"
 #include "train/packing.h"
+#include "train/mesh.h"
 #include "core/safetensors.h"
 #include <math.h>
 #include <stdatomic.h>
@@ -87,6 +88,7 @@ struct uform_trainer {
     /* Set while a call uses the trainer: a trainer is used by one thread at a
      * time (DESIGN section 3), and a second concurrent call is refused. */
     atomic_flag busy;
+    uform_mesh_t *mesh;                /* NULL: this process alone (step_world.c) */
 };
 
 
@@ -127,6 +129,20 @@ typedef struct {
     float *weights;
 } uform_edges_storage_t;
 
+/* A step's world: the items of every host of the mesh (step_world.c). Without
+ * a mesh it is this process: bases 0, totals the local ones. */
+typedef struct {
+    uform_mesh_t *mesh;
+    size_t hosts, host;
+    size_t item_base, world_count;  /* given items: this host's first, and all hosts' */
+    size_t items;                   /* this host's kept items */
+    size_t kept_base, world_items;  /* kept items */
+    size_t row_base, world_rows;    /* rows of kept items */
+    size_t selected, media_masked[4], choice_items;   /* world totals */
+    size_t *counts_of, *items_of, *rows_of, *edges_of; /* [hosts] each */
+    size_t *world_index;            /* [world_count]: world kept index, or SIZE_MAX */
+} uform_world_t;
+
 /* ---- shared functions (defined in the file named above each group) ------------- */
 
 /* trainer.c */
@@ -146,6 +162,9 @@ UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
 UFORM_INTERNAL const uform_slot_t *uform_slot_at(const uform_trainer_t *t, size_t i);
 
 /* checkpoint.c */
+/* Writes the checkpoint (atomically), whatever the mesh. */
+UFORM_INTERNAL uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
+                                                     const uform_progress_t *progress);
 /* Reads and checks the run's state; progress hears the floats read. */
 UFORM_INTERNAL uform_status_t uform_resume(uform_trainer_t *t, const char *path,
                                            uint64_t given_seed, const uform_progress_t *progress);
@@ -157,11 +176,16 @@ UFORM_INTERNAL uform_status_t uform_workspace_init(uform_workspace_t *w, uform_t
                                                    size_t selected);
 
 /* step_items.c */
+/* Anchors are this host's items (index: their kept index); candidates are
+ * world items (candidates: their world kept index). */
 UFORM_INTERNAL uform_status_t uform_remap_edges(const uform_edges_t *given, size_t count,
-                                                const size_t *index, size_t kept_count,
+                                                const size_t *index, const size_t *candidates,
+                                                size_t kept_count,
                                                 uform_edges_storage_t *storage, uform_edges_t *out);
+/* Edge ids must be below world_count (the items of every host). */
 UFORM_INTERNAL uform_status_t uform_check_step_batch(const uform_trainer_t *t,
-                                                     const uform_trainer_batch_t *b);
+                                                     const uform_trainer_batch_t *b,
+                                                     size_t world_count);
 UFORM_INTERNAL void uform_split_by_tokens(const size_t *lengths, size_t count, size_t columns,
                                           uform_replica_t *replica, size_t replicas);
 UFORM_INTERNAL void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept,
@@ -184,6 +208,35 @@ UFORM_INTERNAL uform_status_t uform_tokenize_media(const uform_trainer_t *t,
                                                    const uform_trainer_batch_t *b,
                                                    uform_media_tokens_t **out);
 
+/* trainer_mesh.c: collective; status is this host's init so far (every host
+ * fails when one did, or when their trainers differ, naming the field). */
+UFORM_INTERNAL uform_status_t uform_trainer_join_mesh(uform_trainer_t *t, uform_mesh_t *mesh,
+                                                      uform_status_t status);
+UFORM_INTERNAL uform_status_t uform_trainer_save_on_mesh(uform_trainer_t *t, const char *path,
+                                                         const uform_progress_t *progress);
+
+/* step_world.c: collective on a mesh (every host calls each in the same order),
+ * the identity without one. */
+UFORM_INTERNAL uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                                uform_world_t *w);
+UFORM_INTERNAL uform_status_t uform_world_agree(uform_world_t *w, uform_status_t status, uint64_t step);
+UFORM_INTERNAL uform_status_t uform_world_summary(uform_world_t *w, const size_t *index, size_t count,
+                                                  size_t items, size_t rows, size_t selected,
+                                                  const size_t *media_masked, size_t choice_items);
+/* The world kept index of each world item (the edges' candidates). */
+UFORM_INTERNAL const size_t *uform_world_candidates(const uform_world_t *w, const size_t *index);
+UFORM_INTERNAL uform_status_t uform_world_gather_items(uform_world_t *w, const void *local,
+                                                       size_t item_bytes, void *out);
+UFORM_INTERNAL uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local,
+                                                      size_t row_bytes, void *out);
+UFORM_INTERNAL uform_status_t uform_world_gather_relations(uform_world_t *w,
+                                                           const uform_relations_t *local,
+                                                           uform_edges_storage_t *storage,
+                                                           uform_relations_t *out);
+UFORM_INTERNAL uform_status_t uform_world_sum_doubles(uform_world_t *w, double *values, size_t count);
+UFORM_INTERNAL uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w);
+UFORM_INTERNAL void uform_world_free(uform_world_t *w);
+
 /* step_layers.c */
 UFORM_INTERNAL uform_media_parameters_t uform_media_parameters(const uform_trainer_t *t, size_t m);
 UFORM_INTERNAL uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
@@ -197,8 +250,8 @@ UFORM_INTERNAL uform_status_t uform_late_step(uform_trainer_t *t,
                                               const uform_trainer_batch_t *batch,
                                               uform_replica_t *replica, size_t replicas,
                                               const size_t *kept, const size_t *index,
-                                              const size_t *first_row, size_t items,
-                                              size_t world_rows, const uint32_t *bags,
+                                              const size_t *first_row, uform_world_t *world,
+                                              const uint32_t *bags,
                                               const uform_relations_t *relations, float *loss);
 UFORM_INTERNAL uform_status_t uform_replica_choices(uform_trainer_t *t,
                                                     const uform_trainer_batch_t *batch,

@@ -1,0 +1,285 @@
+/* mesh.c: bootstrap, description and the collectives of a mesh (mesh.h,
+ * docs/distributed.md).
+ *
+ * Bootstrap: the hosts meet in the shared directory (mesh_directory.c: a fresh
+ * run id, atomic files, the timeout naming who did not arrive), publish their
+ * names and device counts in the run's folder, and connect the engine (Gloo
+ * over TCP) through the same folder. Collectives go to the engine; a failure
+ * breaks the mesh and is reported naming the hosts that went silent. */
+#include "train/mesh.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UFORM_MESH_DEFAULT_TIMEOUT_MS 300000u
+/* How long a host that saw a collective fail waits for the others' notes: the
+ * survivors of a dead host all fail within milliseconds (each closes its
+ * connections), so a host silent this long died or hung. */
+#define UFORM_MESH_NOTE_WAIT_MS 3000u
+
+#ifndef UFORM_HAVE_GLOO
+/* Without Gloo, bootstrap refuses, so no mesh of several hosts exists and
+ * these are never reached; they keep the collectives' code in one piece. */
+uform_status_t uform_gloo_allgatherv(void *engine, const void *in, const size_t *counts, size_t hosts,
+                                     void *out, uint64_t timeout_ms) {
+    (void)engine, (void)in, (void)counts, (void)hosts, (void)out, (void)timeout_ms;
+    return uform_fail(UFORM_UNSUPPORTED, "mesh: this build has no collective engine");
+}
+uform_status_t uform_gloo_sum(void *engine, float *values, size_t count, uint64_t timeout_ms) {
+    (void)engine, (void)values, (void)count, (void)timeout_ms;
+    return uform_fail(UFORM_UNSUPPORTED, "mesh: this build has no collective engine");
+}
+void uform_gloo_close(void *engine) { (void)engine; }
+uform_status_t uform_gloo_connect(const uform_mesh_directory_t *directory, size_t host, size_t hosts,
+                                  uint64_t timeout_ms, const char *hostname, const char *interface,
+                                  void **engine) {
+    (void)directory, (void)host, (void)hosts, (void)timeout_ms, (void)hostname, (void)interface;
+    *engine = NULL;
+    return uform_fail(UFORM_UNSUPPORTED, "mesh: this build has no collective engine");
+}
+#endif
+
+static uint64_t uform_mesh_now_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+}
+
+/* Appends ", 3" (or "3" first) to a list of host numbers. */
+static void uform_list_host(char *list, size_t size, size_t host) {
+    size_t used = strlen(list);
+    if (used + 24 < size) snprintf(list + used, size - used, used ? ", %zu" : "%zu", host);
+}
+
+/* A collective failed: the mesh is broken for good. Close the connections
+ * (peers blocked on us fail at once), leave a note, wait briefly for the
+ * others' notes, and name those that sent none. */
+static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
+    char engine_message[384];
+    snprintf(engine_message, sizeof(engine_message), "%s", uform_last_error());
+    m->broken = true;
+    if (m->engine) uform_gloo_close(m->engine), m->engine = NULL;
+    char key[64];
+    snprintf(key, sizeof(key), "failed.%zu", m->host);
+    (void)uform_mesh_directory_set(&m->directory, key, "1", 1);
+    uint64_t wait = m->timeout_ms < UFORM_MESH_NOTE_WAIT_MS ? m->timeout_ms : UFORM_MESH_NOTE_WAIT_MS;
+    uint64_t deadline = uform_mesh_now_ms() + wait;
+    char silent[192] = "";
+    for (;;) {
+        silent[0] = 0;
+        for (size_t h = 0; h < m->hosts; h++) {
+            if (h == m->host) continue;
+            snprintf(key, sizeof(key), "failed.%zu", h);
+            if (!uform_mesh_directory_has(&m->directory, key)) uform_list_host(silent, sizeof(silent), h);
+        }
+        if (!silent[0] || uform_mesh_now_ms() >= deadline) break;
+        usleep(5000);
+    }
+    if (silent[0])
+        snprintf(m->broken_message, sizeof(m->broken_message),
+                 "mesh: lost host%s %s (no word from %s after a collective failed: killed, crashed, "
+                 "closed its mesh or hung past the %llu ms timeout); this is host %zu of %zu. %s",
+                 strchr(silent, ',') ? "s" : "", silent, strchr(silent, ',') ? "them" : "it",
+                 (unsigned long long)m->timeout_ms, m->host, m->hosts, engine_message);
+    else
+        snprintf(m->broken_message, sizeof(m->broken_message),
+                 "mesh: a collective failed on every host (this is host %zu of %zu). %s", m->host,
+                 m->hosts, engine_message);
+    return uform_fail(UFORM_MESH, "%s", m->broken_message);
+}
+
+static uform_status_t uform_mesh_usable(const uform_mesh_t *m) {
+    if (m->broken)
+        return uform_fail(UFORM_MESH, "%s (the mesh is broken: bootstrap a new one)", m->broken_message);
+    return UFORM_OK;
+}
+
+uform_status_t uform_mesh_allgatherv(uform_mesh_t *m, const void *in, const size_t *counts,
+                                     void *out) {
+    UFORM_TRY(uform_mesh_usable(m));
+    size_t total = 0;
+    for (size_t h = 0; h < m->hosts; h++) total += counts[h];
+    if (total == 0) return UFORM_OK;   /* every host knows the counts: all skip together */
+    if (m->hosts == 1) {
+        memmove(out, in, counts[0]);
+        return UFORM_OK;
+    }
+    if (uform_gloo_allgatherv(m->engine, in, counts, m->hosts, out, m->timeout_ms) != UFORM_OK)
+        return uform_mesh_broke(m);
+    return UFORM_OK;
+}
+
+uform_status_t uform_mesh_allgather(uform_mesh_t *m, const void *in, size_t bytes, void *out) {
+    size_t *counts = uform_alloc(m->hosts, sizeof(size_t), "mesh counts");
+    if (!counts) return UFORM_OUT_OF_MEMORY;
+    for (size_t h = 0; h < m->hosts; h++) counts[h] = bytes;
+    uform_status_t status = uform_mesh_allgatherv(m, in, counts, out);
+    free(counts);
+    return status;
+}
+
+uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, size_t count) {
+    UFORM_TRY(uform_mesh_usable(m));
+    if (m->hosts == 1 || count == 0) return UFORM_OK;
+    if (uform_gloo_sum(m->engine, values, count, m->timeout_ms) != UFORM_OK) return uform_mesh_broke(m);
+    return UFORM_OK;
+}
+
+typedef struct {
+    int32_t status;
+    char message[508];
+} uform_mesh_word_t;
+
+uform_status_t uform_mesh_agree(uform_mesh_t *m, uform_status_t status, const char *what) {
+    uform_mesh_word_t mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.status = (int32_t)status;
+    char kept[sizeof(mine.message)];
+    snprintf(kept, sizeof(kept), "%s", status != UFORM_OK ? uform_last_error() : "");
+    memcpy(mine.message, kept, sizeof(kept));
+    uform_mesh_word_t *all = uform_alloc(m->hosts, sizeof(uform_mesh_word_t), "mesh words");
+    if (!all) return status != UFORM_OK ? status : UFORM_OUT_OF_MEMORY;
+    uform_status_t gathered = uform_mesh_allgather(m, &mine, sizeof(mine), all);
+    uform_status_t answer = UFORM_OK;
+    if (status != UFORM_OK) {
+        uform_set_error_text(kept);    /* our own failure, whatever the others said */
+        answer = status;
+    } else if (gathered != UFORM_OK) {
+        answer = gathered;
+    } else {
+        for (size_t h = 0; h < m->hosts; h++)
+            if (all[h].status != UFORM_OK) {
+                all[h].message[sizeof(all[h].message) - 1] = 0;
+                answer = uform_fail(UFORM_MESH, "%s: host %zu of %zu failed, so no host applied it: %s",
+                                    what, h, m->hosts, all[h].message);
+                break;
+            }
+    }
+    free(all);
+    return answer;
+}
+
+uform_status_t uform_mesh_take(uform_mesh_t *m, uform_executor_t *executor) {
+    if (executor != m->executor)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "mesh: bootstrapped on another executor than the trainer's; pass the same executor");
+    if (atomic_flag_test_and_set(&m->taken))
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "mesh: another trainer uses this mesh; free it first (one trainer per mesh)");
+    return uform_mesh_usable(m);
+}
+
+void uform_mesh_release(uform_mesh_t *m) {
+    if (m) atomic_flag_clear(&m->taken);
+}
+
+void uform_mesh_free(uform_mesh_t *m) {
+    if (!m) return;
+    if (m->engine) uform_gloo_close(m->engine);
+    /* host 0 removes the run's folder and handshake files (the others: nothing) */
+    if (m->directory.hosts) uform_mesh_directory_leave(&m->directory);
+    if (m->names)
+        for (size_t h = 0; h < m->hosts; h++) free(m->names[h]);
+    free(m->names);
+    free(m->devices);
+    free(m);
+}
+
+/* Every host's device count and name, through the run's folder. */
+static uform_status_t uform_mesh_introduce(uform_mesh_t *m) {
+    char key[64], mine[320], name[256] = {0};
+    if (gethostname(name, sizeof(name) - 1) != 0) snprintf(name, sizeof(name), "unknown");
+    snprintf(mine, sizeof(mine), "%zu %s", m->devices[m->host], name);
+    snprintf(key, sizeof(key), "host.%zu", m->host);
+    UFORM_TRY(uform_mesh_directory_set(&m->directory, key, mine, strlen(mine)));
+    for (size_t h = 0; h < m->hosts; h++) {
+        void *value = NULL;
+        size_t size = 0;
+        snprintf(key, sizeof(key), "host.%zu", h);
+        UFORM_TRY(uform_mesh_directory_get(&m->directory, key, m->timeout_ms, &value, &size));
+        char *text = uform_alloc(size + 1, 1, "host name");
+        if (!text) {
+            free(value);
+            return UFORM_OUT_OF_MEMORY;
+        }
+        memcpy(text, value, size);
+        text[size] = 0;
+        free(value);
+        char *space = strchr(text, ' ');
+        unsigned long long devices = strtoull(text, NULL, 10);
+        if (!space || devices == 0 || devices > 4096) {
+            free(text);
+            return uform_fail(UFORM_MESH, "mesh: host %zu published a malformed introduction", h);
+        }
+        m->devices[h] = (size_t)devices;
+        memmove(text, space + 1, strlen(space + 1) + 1);
+        m->names[h] = text;
+    }
+    return UFORM_OK;
+}
+
+uform_status_t uform_mesh_bootstrap(uform_executor_t *executor, const uform_mesh_options_t *options,
+                                    uform_mesh_t **mesh) {
+    if (!mesh) return uform_fail(UFORM_INVALID_ARGUMENT, "mesh: NULL");
+    *mesh = NULL;
+    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
+    if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
+#ifndef UFORM_HAVE_GLOO
+    if (options)   /* always: the code below stays compiled, the stubs above answer for Gloo */
+        return uform_fail(UFORM_UNSUPPORTED,
+                          "Mesh.bootstrap: this build of libuform has no collective engine (Gloo, "
+                          "Debian's libgloo-dev, was not found when it was built; install it and rebuild)");
+#endif
+    size_t replicas = 1;
+    UFORM_TRY(uform_executor_memory_domains(executor, &replicas));
+    uform_mesh_t *m = uform_alloc_zeroed(1, sizeof(uform_mesh_t), "mesh");
+    if (!m) return UFORM_OUT_OF_MEMORY;
+    atomic_flag_clear(&m->taken);
+    m->executor = executor;
+    m->host = options->host_domain_index;
+    m->hosts = options->host_domain_count;
+    m->timeout_ms = options->timeout_ms ? options->timeout_ms : UFORM_MESH_DEFAULT_TIMEOUT_MS;
+    uform_status_t status = uform_mesh_directory_meet(options->directory, options->job, m->host,
+                                                      m->hosts, m->timeout_ms, &m->directory);
+    if (status == UFORM_OK) {
+        m->devices = uform_alloc_zeroed(m->hosts, sizeof(size_t), "mesh devices");
+        m->names = uform_alloc_zeroed(m->hosts, sizeof(char *), "mesh host names");
+        if (!m->devices || !m->names) status = UFORM_OUT_OF_MEMORY;
+    }
+    if (status == UFORM_OK) {
+        m->devices[m->host] = replicas;
+        status = uform_mesh_introduce(m);
+    }
+    if (status == UFORM_OK && m->hosts > 1)
+        status = uform_gloo_connect(&m->directory, m->host, m->hosts, m->timeout_ms,
+                                    getenv("UFORM_MESH_HOSTNAME"), getenv("UFORM_MESH_INTERFACE"),
+                                    &m->engine);
+    if (status != UFORM_OK) {
+        uform_mesh_free(m);
+        return status;
+    }
+    for (size_t h = 0; h < m->hosts; h++) {
+        if (h < m->host) m->rank += m->devices[h];
+        m->ranks += m->devices[h];
+    }
+    *mesh = m;
+    return UFORM_OK;
+}
+
+uform_status_t uform_mesh_describe(const uform_mesh_t *m, uform_mesh_description_t *out) {
+    if (!m || !out) return uform_fail(UFORM_INVALID_ARGUMENT, "mesh_describe: NULL argument");
+    memset(out, 0, sizeof(*out));
+    out->host_domain_index = m->host;
+    out->host_domain_count = m->hosts;
+    out->rank = m->rank;
+    out->ranks = m->ranks;
+    out->devices = m->devices;
+    out->hosts = (const char *const *)m->names;
+    out->multimem_tier = UFORM_MULTIMEM_NONE;
+    out->gpu_class = UFORM_GPU_CLASS_NONE;
+    out->engine = "gloo";
+    out->run_id = m->directory.run_id;
+    out->timeout_ms = m->timeout_ms;
+    return UFORM_OK;
+}

@@ -1,0 +1,60 @@
+/* mesh.h: the collectives a training step runs across the hosts of a mesh
+ * (docs/distributed.md).
+ *
+ * A mesh is host_domain_count processes that met in a shared directory
+ * (mesh_directory.c) and connected a collective engine (Gloo over TCP on CPUs:
+ * mesh_gloo.cc). Every collective below is called by every host in the same
+ * order with the same sizes; each is blocking and bounded by the mesh's timeout.
+ *
+ * Failures: a collective that fails (a peer died, hung past the timeout, or
+ * closed the mesh) breaks the mesh for good. The host that saw it writes a
+ * note in the run's folder, closes its connections (so every peer still
+ * waiting fails at once instead of at its timeout), waits briefly for the
+ * others' notes, and answers UFORM_MESH naming the hosts that sent none: those
+ * that died or hung. Every later collective answers UFORM_MESH at once.
+ *
+ * Results are the same bits on every host: gathers copy, and the sum runs
+ * Gloo's ring, whose every chunk is reduced once and then broadcast. */
+#ifndef UFORM_MESH_H
+#define UFORM_MESH_H
+
+#include "core/internal.h"
+#include "train/mesh_directory.h"
+#include "train/mesh_engine.h"
+#include <stdatomic.h>
+
+struct uform_mesh {
+    uform_executor_t *executor;
+    uform_mesh_directory_t directory;
+    size_t host, hosts;
+    uint64_t timeout_ms;
+    size_t *devices;            /* [hosts] replicas of each host */
+    char **names;               /* [hosts] host names, as each host reported its own */
+    size_t rank, ranks;
+    void *engine;               /* the Gloo context (mesh_gloo.cc); NULL once closed */
+    bool broken;                /* a collective failed: every later call fails */
+    char broken_message[1024];
+    atomic_flag taken;          /* a trainer uses the mesh */
+};
+
+/* Every host's `bytes` bytes, in host order, into out[hosts * bytes]. */
+UFORM_INTERNAL uform_status_t uform_mesh_allgather(uform_mesh_t *m, const void *in, size_t bytes,
+                                                   void *out);
+/* Host h's counts[h] bytes, back to back in host order (counts the same on every host). */
+UFORM_INTERNAL uform_status_t uform_mesh_allgatherv(uform_mesh_t *m, const void *in,
+                                                    const size_t *counts, void *out);
+/* values[i] = the sum over hosts of values[i]: the same bits on every host. */
+UFORM_INTERNAL uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, size_t count);
+
+/* Every host says whether its part so far succeeded. Answers `status` itself
+ * when it failed here (its message kept); else UFORM_MESH naming the first
+ * host that failed and its message; else UFORM_OK on every host. `what` names
+ * the phase in messages ("step 12"). */
+UFORM_INTERNAL uform_status_t uform_mesh_agree(uform_mesh_t *m, uform_status_t status,
+                                               const char *what);
+
+/* A trainer takes the mesh for its life (one trainer per mesh at a time). */
+UFORM_INTERNAL uform_status_t uform_mesh_take(uform_mesh_t *m, uform_executor_t *executor);
+UFORM_INTERNAL void uform_mesh_release(uform_mesh_t *m);
+
+#endif /* UFORM_MESH_H */

@@ -1,0 +1,299 @@
+/* test_mesh.c: the mesh trainer through the public API, under ASan/UBSan: forked
+ * processes are the hosts of one mesh over a temporary directory, talking over
+ * loopback (UFORM_MESH_HOSTNAME=127.0.0.1).
+ *
+ * The numbers are checked against one process holding every item in
+ * tests/test_mesh.py; here the same comparison runs on the paths Python does not
+ * reach under the sanitizers: every gather of step_world.c (embeddings, bags,
+ * groups, relations, token vectors), hosts that each hold two replicas, a save
+ * on the mesh, the failure of a host mid-run, and the refusals. Tolerance: the
+ * mesh sums gradients in another order (FP32), so losses agree to 2e-5
+ * relative. Skips with a message in a build without Gloo. The last line is
+ * "N passed, M failed". */
+#include "uform.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define WORLD 8     /* items of the world per step */
+#define STEPS 2
+#define LOSSES 4    /* loss, contrastive, masked text, late interaction */
+
+typedef struct {
+    int32_t status;
+    float losses[STEPS][LOSSES];
+    char message[400];
+} host_result_t;
+
+/* Item i of the world at step s: bytes derived from (s, i). */
+static size_t item_text(size_t step, size_t i, char *out) {
+    size_t length = 5 + (step * 7 + i * 11) % 20;
+    for (size_t k = 0; k < length; k++) out[k] = (char)('a' + (step * 3 + i * 5 + k * 7) % 26);
+    return length;
+}
+
+static uform_trainer_options_t options_for(uform_mesh_t *mesh, const char *resume) {
+    static const uform_late_interaction_t late = {.width = 16, .max_query_span = 10};
+    static uform_contrastive_t contrastive = {.temperature_groups = 2};
+    uform_trainer_options_t o;
+    memset(&o, 0, sizeof(o));
+    o.depth = 1;
+    o.hidden = 64;
+    o.objective = UFORM_OBJECTIVE_JOINT;
+    o.contrastive = &contrastive;
+    o.late_interaction = &late;
+    o.batch.max_rows_per_device = 16;
+    o.batch.max_columns_per_row = 32;
+    o.schedule.learning_rate = 2e-3f;
+    o.schedule.steps = 50;
+    o.seed = 9;
+    o.mesh = mesh;
+    o.resume = resume;
+    return o;
+}
+
+/* Steps items [first, last) of each step's world; losses into r. */
+static uform_status_t run_steps(uform_trainer_t *trainer, size_t first, size_t last, int die_at,
+                                host_result_t *r) {
+    for (size_t s = 0; s < STEPS; s++) {
+        if ((int)s == die_at) kill(getpid(), SIGKILL);
+        size_t count = last - first;
+        char *data = malloc(WORLD * 32);
+        size_t *offsets = malloc((count + 1) * sizeof(size_t));
+        uint32_t *modalities = malloc(count * sizeof(uint32_t));
+        uint32_t *bags = malloc(count * sizeof(uint32_t));
+        uint32_t *groups = malloc(count * sizeof(uint32_t));
+        uint32_t *sides = malloc(count * sizeof(uint32_t));
+        size_t *edge_offsets = malloc((count + 1) * sizeof(size_t));
+        uint32_t *edge_ids = malloc(count * sizeof(uint32_t));
+        offsets[0] = edge_offsets[0] = 0;
+        size_t edges = 0;
+        for (size_t i = first; i < last; i++) {
+            size_t k = i - first;
+            offsets[k + 1] = offsets[k] + item_text(s, i, data + offsets[k]);
+            modalities[k] = UFORM_MODALITY_TEXT;
+            bags[k] = (uint32_t)(i / 2);                 /* pairs cross hosts at odd splits */
+            groups[k] = (uint32_t)(i % 2);
+            sides[k] = i % 3 == 0 ? UFORM_SIDE_QUERY : UFORM_SIDE_QUERY_AND_DOCUMENT;
+            if (i % 3 == 1) edge_ids[edges++] = (uint32_t)((i + WORLD / 2) % WORLD); /* world ids */
+            edge_offsets[k + 1] = edges;
+        }
+        uform_relations_t relations;
+        memset(&relations, 0, sizeof(relations));
+        relations.repel = (uform_edges_t){edge_offsets, edge_ids, NULL};
+        uform_trainer_batch_t batch;
+        memset(&batch, 0, sizeof(batch));
+        batch.modalities = modalities;
+        batch.contents = (uform_tape_t){data, offsets[count], offsets, count};
+        batch.bags = bags;
+        batch.temperature_groups = groups;
+        batch.sides = sides;
+        batch.relations = &relations;
+        uform_trainer_step_stats_t stats;
+        uform_status_t status = uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+        free(data), free(offsets), free(modalities), free(bags), free(groups), free(sides);
+        free(edge_offsets), free(edge_ids);
+        if (status != UFORM_OK) return status;
+        r->losses[s][0] = stats.loss;
+        r->losses[s][1] = stats.contrastive_loss;
+        r->losses[s][2] = stats.masked_text_loss;
+        r->losses[s][3] = stats.late_interaction_loss;
+    }
+    return UFORM_OK;
+}
+
+/* One host's whole run: bootstrap, init, steps, save; never returns. */
+static void host_main(const char *directory, const char *job, size_t host, size_t hosts, int replicas,
+                      int die_at, const char *save, size_t hidden, int fd) {
+    host_result_t r;
+    memset(&r, 0, sizeof(r));
+    uint32_t domains[2] = {0, 1};   /* recorded, not bound: two replicas on any machine */
+    uform_executor_t *executor = NULL;
+    uform_mesh_t *mesh = NULL;
+    uform_trainer_t *trainer = NULL;
+    uform_status_t status = uform_executor_for_ram(1, domains, (size_t)replicas, &executor);
+    uform_mesh_options_t mo = {host, hosts, directory, job, 8000};
+    if (status == UFORM_OK) status = uform_mesh_bootstrap(executor, &mo, &mesh);
+    uform_trainer_options_t o = options_for(mesh, NULL);
+    if (hidden) o.hidden = hidden;
+    if (status == UFORM_OK) status = uform_trainer_init_ram(executor, &o, &trainer);
+    if (status == UFORM_OK)
+        status = run_steps(trainer, host * WORLD / hosts, (host + 1) * WORLD / hosts, die_at, &r);
+    if (status == UFORM_OK && save) status = uform_trainer_save(trainer, save, NULL);
+    r.status = (int32_t)status;
+    if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
+    uform_trainer_free(trainer);
+    uform_mesh_free(mesh);
+    uform_executor_free(executor);
+    ssize_t written = write(fd, &r, sizeof(r));
+    exit(written == (ssize_t)sizeof(r) ? 0 : 3);
+}
+
+typedef struct {
+    int replicas, die_at;     /* die_at: the step host (hosts - 1) is killed at, -1 never */
+    const char *save;
+    size_t odd_hidden;        /* the last host's hidden width, 0: the same */
+} mesh_run_t;
+
+/* Forks `hosts` hosts and collects their results (in host order). */
+static void run_mesh(const char *directory, const char *job, size_t hosts, mesh_run_t run,
+                     host_result_t *results) {
+    pid_t pids[4];
+    int fds[4];
+    for (size_t h = 0; h < hosts; h++) {
+        int pipe_fds[2];
+        if (pipe(pipe_fds) != 0) abort();
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(pipe_fds[0]);
+            bool last = h + 1 == hosts;
+            host_main(directory, job, h, hosts, run.replicas, last ? run.die_at : -1, run.save,
+                      last ? run.odd_hidden : 0, pipe_fds[1]);
+        }
+        close(pipe_fds[1]);
+        pids[h] = pid;
+        fds[h] = pipe_fds[0];
+    }
+    for (size_t h = 0; h < hosts; h++) {
+        memset(&results[h], 0, sizeof(results[h]));
+        results[h].status = -1;
+        if (read(fds[h], &results[h], sizeof(results[h])) != (ssize_t)sizeof(results[h]))
+            results[h].status = -1;   /* killed: no result */
+        close(fds[h]);
+        int code = 0;
+        waitpid(pids[h], &code, 0);
+        /* a host exits 0 after writing its result; a sanitizer report (a leak found at
+         * exit) makes it exit otherwise; only the host killed on purpose may not exit */
+        bool killed_on_purpose = run.die_at >= 0 && h + 1 == hosts;
+        CHECK(killed_on_purpose ? WIFSIGNALED(code) : WIFEXITED(code) && WEXITSTATUS(code) == 0,
+              "host %zu of %zu ended with status %d", h, hosts, code);
+    }
+}
+
+static bool close_enough(float a, float b) {
+    return fabsf(a - b) <= 2e-5f * fmaxf(fabsf(a), fabsf(b)) + 1e-7f;
+}
+
+int main(void) {
+    (void)rng_next;   /* check.h's generator: these runs draw nothing */
+    uform_capabilities_t capabilities;
+    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.mesh_engine_built) {
+        printf("skip test_mesh: this build has no mesh engine (Gloo was not found when it was built)\n");
+        printf("0 passed, 0 failed\n");
+        return 0;
+    }
+    setenv("UFORM_MESH_HOSTNAME", "127.0.0.1", 1);
+    char directory[] = "/tmp/uform-test-mesh-XXXXXX";
+    if (!mkdtemp(directory)) return 1;
+
+    /* The oracle: one process, one replica, every item. */
+    host_result_t alone;
+    memset(&alone, 0, sizeof(alone));
+    uform_executor_t *executor = NULL;
+    uform_trainer_t *trainer = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK, "executor");
+    uform_trainer_options_t o = options_for(NULL, NULL);
+    CHECK(uform_trainer_init_ram(executor, &o, &trainer) == UFORM_OK, "init: %s", uform_last_error());
+    CHECK(run_steps(trainer, 0, WORLD, -1, &alone) == UFORM_OK, "steps: %s", uform_last_error());
+    uform_trainer_free(trainer);
+    CHECK(alone.losses[0][1] > 0 && alone.losses[0][2] > 0 && alone.losses[0][3] > 0,
+          "every term is present: %g %g %g", alone.losses[0][1], alone.losses[0][2], alone.losses[0][3]);
+
+    /* 2 and 3 hosts of one replica, 2 hosts of two replicas each: the oracle's losses. */
+    size_t host_counts[3] = {2, 3, 2};
+    int replicas[3] = {1, 1, 2};
+    for (size_t c = 0; c < 3; c++) {
+        host_result_t results[4];
+        char job[32];
+        snprintf(job, sizeof(job), "equal-%zu", c);
+        run_mesh(directory, job, host_counts[c], (mesh_run_t){replicas[c], -1, NULL, 0}, results);
+        for (size_t h = 0; h < host_counts[c]; h++) {
+            CHECK(results[h].status == UFORM_OK, "hosts %zu x %d, host %zu: %s", host_counts[c], replicas[c], h,
+                  results[h].message);
+            for (size_t s = 0; s < STEPS && results[h].status == UFORM_OK; s++)
+                for (size_t k = 0; k < LOSSES; k++)
+                    CHECK(close_enough(results[h].losses[s][k], alone.losses[s][k]),
+                          "hosts %zu x %d, host %zu, step %zu, loss %zu: %.9g against %.9g", host_counts[c],
+                          replicas[c], h, s, k, results[h].losses[s][k], alone.losses[s][k]);
+        }
+    }
+
+    /* A save on the mesh: host 0 writes, the file loads as a model. */
+    char checkpoint[512];
+    snprintf(checkpoint, sizeof(checkpoint), "%s/saved.safetensors", directory);
+    {
+        host_result_t results[2];
+        run_mesh(directory, "save", 2, (mesh_run_t){1, -1, checkpoint, 0}, results);
+        CHECK(results[0].status == UFORM_OK && results[1].status == UFORM_OK, "save: %s / %s",
+              results[0].message, results[1].message);
+        uform_model_t *model = NULL;
+        CHECK(uform_model_load_ram(checkpoint, NULL, &model) == UFORM_OK, "load: %s", uform_last_error());
+        uform_model_free(model);
+    }
+
+    /* A host killed at its second step: the other names it, within the timeout. */
+    {
+        host_result_t results[2];
+        time_t started = time(NULL);
+        run_mesh(directory, "killed", 2, (mesh_run_t){1, 1, NULL, 0}, results);
+        CHECK(results[0].status == UFORM_MESH, "the survivor: %d %s", results[0].status, results[0].message);
+        CHECK(strstr(results[0].message, "lost host 1") != NULL, "names host 1: %s", results[0].message);
+        CHECK(results[1].status == -1, "the killed host wrote nothing");
+        CHECK(time(NULL) - started < 30, "bounded: %ld s", (long)(time(NULL) - started));
+    }
+
+    /* A host with another model shape: both refuse at init, naming the field. */
+    {
+        host_result_t results[2];
+        run_mesh(directory, "shape", 2, (mesh_run_t){1, -1, NULL, 128}, results);
+        for (size_t h = 0; h < 2; h++)
+            CHECK(results[h].status == UFORM_MESH && strstr(results[h].message, "hidden"),
+                  "host %zu: %d %s", h, results[h].status, results[h].message);
+    }
+
+    /* Refusals without peers: bad options, a mesh on another executor, one taken twice. */
+    {
+        uform_mesh_t *mesh = NULL;
+        uform_mesh_options_t bad = {0, 0, directory, "job", 100};
+        CHECK(uform_mesh_bootstrap(executor, &bad, &mesh) == UFORM_INVALID_ARGUMENT && !mesh, "count 0");
+        bad = (uform_mesh_options_t){0, 1, directory, "a/b", 100};
+        CHECK(uform_mesh_bootstrap(executor, &bad, &mesh) == UFORM_INVALID_ARGUMENT, "job with a slash");
+        CHECK(uform_mesh_bootstrap(executor, NULL, &mesh) == UFORM_INVALID_ARGUMENT, "NULL options");
+        CHECK(uform_mesh_describe(NULL, NULL) == UFORM_INVALID_ARGUMENT, "describe NULL");
+        uform_mesh_options_t one = {0, 1, directory, "one", 100};
+        CHECK(uform_mesh_bootstrap(executor, &one, &mesh) == UFORM_OK, "one host: %s", uform_last_error());
+        uform_mesh_description_t description;
+        CHECK(uform_mesh_describe(mesh, &description) == UFORM_OK && description.host_domain_count == 1 &&
+                  description.ranks == 1 && strcmp(description.engine, "gloo") == 0 &&
+                  strlen(description.run_id) == 32,
+              "describe");
+        uform_executor_t *other = NULL;
+        CHECK(uform_executor_for_ram(1, NULL, 0, &other) == UFORM_OK, "executor");
+        uform_trainer_options_t mo = options_for(mesh, NULL);
+        uform_trainer_t *t1 = NULL, *t2 = NULL;
+        CHECK(uform_trainer_init_ram(other, &mo, &t2) == UFORM_INVALID_ARGUMENT && !t2, "another executor");
+        CHECK(uform_trainer_init_ram(executor, &mo, &t1) == UFORM_OK, "init: %s", uform_last_error());
+        CHECK(uform_trainer_init_ram(executor, &mo, &t2) == UFORM_INVALID_ARGUMENT && !t2, "taken twice");
+        uform_trainer_free(t1);
+        CHECK(uform_trainer_init_ram(executor, &mo, &t2) == UFORM_OK, "free again: %s", uform_last_error());
+        uform_trainer_free(t2);
+        uform_executor_free(other);
+        uform_mesh_free(mesh);
+    }
+    uform_executor_free(executor);
+    char command[600];
+    snprintf(command, sizeof(command), "rm -rf '%s'", directory);
+    if (system(command) != 0) printf("could not remove %s\n", directory);
+    printf("test_mesh: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
