@@ -138,22 +138,34 @@ EXTRA_GRADIENTS = {
 
 
 def run_steps(trainer: uform.Trainer, case: str, steps: range, host: int = 0, hosts: int = 1,
-              die_at: int = -1, bad_edge: bool = False) -> Dict[str, Any]:
+              die_at: int = -1, hang_at: int = -1, bad_edge: bool = False, no_bags: bool = False,
+              deferred: bool = False) -> Dict[str, Any]:
     """Steps a trainer over its share of each step's world; answers the stats and the
-    first step's embeddings of its items."""
+    first step's embeddings of its items. Faults for the tests: die_at kills the process
+    at that step, hang_at stops it (SIGSTOP: alive, silent), bad_edge names a candidate
+    past the world, no_bags leaves the bags out; deferred steps through trainer.deferred."""
     import signal
     record: Dict[str, Any] = {"stats": [], "truncated": [], "embeddings": None, "gradients": None}
     for step in steps:
         if step == die_at:
             os.kill(os.getpid(), signal.SIGKILL)
+        if step == hang_at:
+            os.kill(os.getpid(), signal.SIGSTOP)
         batch = share(world_step(case, step), host, hosts)
         if bad_edge:   # a candidate past the world's items
             batch["attract"] = [[10 ** 6]] + batch["attract"][1:]
             batch["attract_weights"] = [[1.0]] + batch["attract_weights"][1:]
         positional, keywords = step_arguments(batch)
+        if no_bags:
+            del keywords["bags"]
         stats = uform.TrainerStepStats()
         arena = uform.Arena()
-        embeddings = trainer.step(*positional, arena=arena, stats=stats, **keywords)
+        if deferred:
+            executor = trainer._executor
+            embeddings = trainer.deferred(executor).step(*positional, arena=arena, stats=stats,
+                                                         **keywords).result()
+        else:
+            embeddings = trainer.step(*positional, arena=arena, stats=stats, **keywords)
         record["stats"].append([float(getattr(stats, name)) for name in STAT_NAMES])
         record["truncated"].append(int(stats.truncated))
         if record["embeddings"] is None:

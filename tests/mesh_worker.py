@@ -45,7 +45,9 @@ def main() -> None:
         trainer = uform.Trainer.init_ram(executor, mesh=mesh, **keywords)
         first, last = spec.get("steps", [1, 4])
         out.update(run_steps(trainer, spec["case"], range(first, last), spec["host"], spec["hosts"],
-                             die_at=spec.get("die_at", -1), bad_edge=spec.get("bad_edge", False)))
+                             die_at=spec.get("die_at", -1), hang_at=spec.get("hang_at", -1),
+                             bad_edge=spec.get("bad_edge", False), no_bags=spec.get("no_bags", False),
+                             deferred=spec.get("deferred", False)))
         if spec.get("save"):
             trainer.save(spec["save"])
         out["tensors"] = {name: trainer.tensor(name).tolist() for name in COMPARED_TENSORS}

@@ -211,7 +211,36 @@ def test_a_host_killed_mid_run_is_named_within_the_timeout(tmp_path):
         name, message = result["error"]
         assert name == "MeshError", result
         assert "lost host 2" in message, message
-        assert result["seconds"] < 8 + 3 + 20     # the timeout, the note wait, start-up
+        assert result["seconds"] < 8 + 6 + 20     # the timeout, the note wait, start-up
+
+
+def test_a_host_that_hangs_is_named_after_the_timeout(tmp_path):
+    processes, outputs = start_hosts(tmp_path, "contrastive", 3, common=dict(timeout_ms=3000),
+                                     per_host={1: dict(hang_at=2)})
+    try:
+        started = time.monotonic()
+        survivors = finish([processes[0], processes[2]], [outputs[0], outputs[2]], timeout=90)
+        elapsed = time.monotonic() - started
+    finally:
+        processes[1].kill()      # SIGKILL ends a stopped process too
+        processes[1].wait()
+    for result in survivors:
+        name, message = result["error"]
+        assert name == "MeshError" and "lost host 1" in message, result
+    assert elapsed < 3 + 4 + 30     # the timeout, the note wait, start-up and two steps
+
+
+def test_deferred_steps_on_a_mesh(tmp_path):
+    processes, outputs = start_hosts(tmp_path, "joint_late", 2, common=dict(deferred=True))
+    assert_same_run(one_process("joint_late"), finish(processes, outputs))
+
+
+def test_bags_on_one_host_only_are_refused_on_every_host(tmp_path):
+    processes, outputs = start_hosts(tmp_path, "contrastive", 2, common=dict(timeout_ms=10000),
+                                     per_host={1: dict(no_bags=True)})
+    for result in finish(processes, outputs, timeout=60):
+        assert result["error"][0] in ("InvalidArgumentError", "MeshError"), result
+        assert "bags" in result["error"][1]
 
 
 def test_a_stale_directory_of_an_earlier_run_is_never_read(tmp_path):

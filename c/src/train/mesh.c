@@ -13,10 +13,14 @@
 #include <unistd.h>
 
 #define UFORM_MESH_DEFAULT_TIMEOUT_MS 300000u
-/* How long a host that saw a collective fail waits for the others' notes: the
- * survivors of a dead host all fail within milliseconds (each closes its
- * connections), so a host silent this long died or hung. */
-#define UFORM_MESH_NOTE_WAIT_MS 3000u
+/* How long a host that saw a collective fail waits for the others' notes:
+ * min(timeout, 5 s) + 1 s. The survivors of a dead host fail within
+ * milliseconds of each other (each closes its connections); survivors blocked
+ * on a hung host fail at their own timeouts, which started within a step's
+ * imbalance of each other, hence the second beyond the timeout. A host silent
+ * this long died or hung. */
+#define UFORM_MESH_NOTE_WAIT_MS 5000u
+#define UFORM_MESH_NOTE_SLACK_MS 1000u
 
 #ifndef UFORM_HAVE_GLOO
 /* Without Gloo, bootstrap refuses, so no mesh of several hosts exists and
@@ -63,19 +67,23 @@ static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
     char key[64];
     snprintf(key, sizeof(key), "failed.%zu", m->host);
     (void)uform_mesh_directory_set(&m->directory, key, "1", 1);
-    uint64_t wait = m->timeout_ms < UFORM_MESH_NOTE_WAIT_MS ? m->timeout_ms : UFORM_MESH_NOTE_WAIT_MS;
+    uint64_t wait = (m->timeout_ms < UFORM_MESH_NOTE_WAIT_MS ? m->timeout_ms : UFORM_MESH_NOTE_WAIT_MS) +
+                    UFORM_MESH_NOTE_SLACK_MS;
     uint64_t deadline = uform_mesh_now_ms() + wait;
     char silent[192] = "";
-    for (;;) {
+    bool *heard = uform_alloc_zeroed(m->hosts, sizeof(bool), "mesh notes");
+    for (; heard;) {   /* a note once seen counts, even if its folder goes later */
         silent[0] = 0;
         for (size_t h = 0; h < m->hosts; h++) {
-            if (h == m->host) continue;
+            if (h == m->host || heard[h]) continue;
             snprintf(key, sizeof(key), "failed.%zu", h);
-            if (!uform_mesh_directory_has(&m->directory, key)) uform_list_host(silent, sizeof(silent), h);
+            heard[h] = uform_mesh_directory_has(&m->directory, key);
+            if (!heard[h]) uform_list_host(silent, sizeof(silent), h);
         }
         if (!silent[0] || uform_mesh_now_ms() >= deadline) break;
         usleep(5000);
     }
+    free(heard);
     if (silent[0])
         snprintf(m->broken_message, sizeof(m->broken_message),
                  "mesh: lost host%s %s (no word from %s after a collective failed: killed, crashed, "
@@ -177,8 +185,9 @@ void uform_mesh_release(uform_mesh_t *m) {
 void uform_mesh_free(uform_mesh_t *m) {
     if (!m) return;
     if (m->engine) uform_gloo_close(m->engine);
-    /* host 0 removes the run's folder and handshake files (the others: nothing) */
-    if (m->directory.hosts) uform_mesh_directory_leave(&m->directory);
+    /* host 0 removes the run's folder and handshake files (the others: nothing);
+     * not after a failure, while peers may still read the notes in it */
+    if (m->directory.hosts && !m->broken) uform_mesh_directory_leave(&m->directory);
     if (m->names)
         for (size_t h = 0; h < m->hosts; h++) free(m->names[h]);
     free(m->names);
