@@ -5,6 +5,8 @@ backend is built, so none is reported and the VRAM calls refuse. Small files, wr
 the libraries tests/test_decode.py checks the decoders with (tests/media_fixtures.py)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,8 @@ from uform._native import lib
 import media_fixtures as fixtures
 from reference.checkpoint import write_random_checkpoint
 from reference.media_checkpoint import write_random_media_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CAPABILITIES = uform.capabilities()
 
@@ -122,3 +126,16 @@ def test_media_formats_listed_decode_and_others_do_not(media_model, tmp_path, na
     else:
         with pytest.raises(uform.UnsupportedError, match="needs"):
             verb([path], uform.Arena())
+
+
+def test_mesh_engine_says_whether_a_mesh_bootstraps(tmp_path):
+    executor = uform.Executor.for_ram(1)
+    options = uform.MeshOptions(host_domain_index=0, host_domain_count=1, directory=tmp_path, job="probe")
+    with open(os.path.join(ROOT, "c", "build", "media.txt"), encoding="utf-8") as stream:
+        built = dict(line.rstrip("\n").split("=", 1) for line in stream if "=" in line).get("mesh", "")
+    assert CAPABILITIES.mesh_engine == (built or None)
+    if CAPABILITIES.mesh_engine == "gloo":
+        assert uform.Mesh.bootstrap(executor, options).describe().engine == "gloo"
+    else:
+        with pytest.raises(uform.UnsupportedError, match="Gloo"):
+            uform.Mesh.bootstrap(executor, options)
