@@ -69,11 +69,13 @@ def finish(processes, outputs, timeout=120):
             process.kill()
             process.wait()
             pytest.fail(f"a mesh worker hung past {timeout} s: {output}")
+        printed = process.stdout.read().decode(errors="replace")
         if os.path.exists(output):
             with open(output, encoding="utf-8") as stream:
                 results.append(json.load(stream))
+            # the worker prints nothing, and neither may libuform or Gloo inside it
+            assert printed == "", f"{output}: the host printed {printed[:2000]!r}"
         else:
-            printed = process.stdout.read().decode(errors="replace")
             results.append({"killed": process.returncode, "printed": printed})
     return results
 
