@@ -3,6 +3,8 @@
 #   make            libuform.a, libuform.so and the Python module (in place)
 #   make test       dependencies, C tests (also under ASan/UBSan), the C example, pytest,
 #                   the aarch64 build under emulation (test-arm)
+#   make test-gpu   the CUDA backend's operations against the CPU backend (tests/gpu/; skips
+#                   with a message without a GPU or without the backend)
 #   make test-arm   libuform and C tests cross-compiled for aarch64, run under qemu-user
 #                   as NEON and SVE CPUs (skips with a message without the cross tools)
 #   make demo       dependencies, then the demos (synthetic retrieval, multimodal, code search on the stdlib)
@@ -73,12 +75,40 @@ MESH_FOUND := $(if $(filter gloo,$(UFORM_MESH)),$(shell printf '\043include <glo
 MESH_CFLAGS := $(if $(MESH_FOUND),-DUFORM_HAVE_GLOO)
 MESH_LIBS := $(if $(MESH_FOUND),-lgloo -lstdc++)
 CXX_SOURCES := $(if $(MESH_FOUND),$(wildcard c/src/train/*.cc))
+# ---- the CUDA backend (c/cuda/): nvcc and cuBLASLt, optional -------------------
+# Built when nvcc is on the PATH and the PyPI wheel nvidia-cublas is installed for
+# $(PYTHON) (headers and the versioned libcublasLt.so.13, linked with an rpath);
+# `make UFORM_CUDA=none` builds without it. One fat binary for every GPU class
+# (Ampere sm_80, Ada sm_89, Hopper sm_90a, Blackwell sm_100a); the CUDA runtime
+# is linked statically, so a machine without a GPU or driver runs the library and
+# its VRAM calls answer "no GPU found".
+UFORM_CUDA ?= auto
+NVCC ?= $(if $(filter-out none,$(UFORM_CUDA)),$(shell command -v nvcc 2>/dev/null))
+CUBLAS_ROOT := $(if $(NVCC),$(shell $(PYTHON) -c "import os, sysconfig; \
+  p = os.path.join(sysconfig.get_paths()['purelib'], 'nvidia', 'cu13'); \
+  print(p if os.path.exists(os.path.join(p, 'include', 'cublasLt.h')) else '')" 2>/dev/null))
+CUDA_FOUND := $(if $(CUBLAS_ROOT),cuda)
+CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/lib64/libcudart_static.a),/usr/local/cuda,$(abspath $(dir $(realpath $(NVCC)))/..))
+CUDA_ARCHITECTURES := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+                      -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
+NVCC_FLAGS := -std=c++17 -O3 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror -Werror all-warnings \
+              $(CUDA_ARCHITECTURES) -Ic/include -Ic/src -I$(CUBLAS_ROOT)/include \
+              -DUFORM_CUBLAS_LIB_DIR='"$(CUBLAS_ROOT)/lib"'
+CUDA_CFLAGS := $(if $(CUDA_FOUND),-DUFORM_HAVE_CUDA)
+comma := ,
+# cuBLASLt is dlopen'ed when a GPU backend starts (c/cuda/cublaslt.h): the rpath
+# tells that dlopen where the wheel was; nothing maps its 500 MB before.
+CUDA_LIBS := $(if $(CUDA_FOUND),-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt \
+               -Wl$(comma)-rpath$(comma)$(CUBLAS_ROOT)/lib -lstdc++)
+CUDA_SOURCES := $(if $(CUDA_FOUND),$(wildcard c/cuda/*.cu))
+CUDA_OBJECTS := $(patsubst c/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SOURCES))
+
 # Rewritten only when it changes, so objects that depend on it rebuild exactly
 # when the set of libraries does.
 MEDIA_FILE := $(BUILD)/media.txt
 $(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build found with pkg-config (written by make)' \
   'decoders=$(strip $(MEDIA_FOUND))' 'requires=$(MEDIA_REQUIRES)' 'cflags=$(MEDIA_CFLAGS)' \
-  'libs=$(strip $(MEDIA_LIBS) $(MESH_LIBS))' 'mesh=$(MESH_FOUND)' \
+  'libs=$(strip $(MEDIA_LIBS) $(MESH_LIBS) $(CUDA_LIBS))' 'mesh=$(MESH_FOUND)' 'cuda=$(CUDA_FOUND)' \
   > $(MEDIA_FILE).new && (cmp -s $(MEDIA_FILE).new $(MEDIA_FILE) && rm -f $(MEDIA_FILE).new || mv $(MEDIA_FILE).new $(MEDIA_FILE)))
 # The compiler flags, rewritten only when they change, so a change of flags
 # rebuilds every object (a stale object would keep the old code generation).
@@ -88,10 +118,12 @@ $(shell mkdir -p $(BUILD) && printf '%s\n' '# the flags objects were compiled wi
   (cmp -s $(FLAGS_FILE).new $(FLAGS_FILE) && rm -f $(FLAGS_FILE).new || mv $(FLAGS_FILE).new $(FLAGS_FILE)))
 $(OBJECTS) $(SANITIZED_OBJECTS): $(FLAGS_FILE)
 CXXFLAGS_COMMON := -std=c++17 -D_GNU_SOURCE -pthread -Ic/include -Ic/src $(WARNINGS)
-OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/obj/%.o,$(CXX_SOURCES))
-SANITIZED_OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/asan/%.o,$(CXX_SOURCES))
-# What the library links beside libm and pthreads: media libraries and the engine.
-LINK_LIBS := $(MEDIA_LIBS) $(MESH_LIBS)
+OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/obj/%.o,$(CXX_SOURCES)) $(CUDA_OBJECTS)
+# (the CUDA objects are not instrumented: ASan's tests link them as they are)
+SANITIZED_OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/asan/%.o,$(CXX_SOURCES)) $(CUDA_OBJECTS)
+# What the library links beside libm and pthreads: media libraries, the mesh's
+# engine, the CUDA runtime and cuBLASLt.
+LINK_LIBS := $(MEDIA_LIBS) $(MESH_LIBS) $(CUDA_LIBS)
 MEDIA_OBJECTS := $(filter $(BUILD)/obj/media/decode/%,$(OBJECTS))
 SANITIZED_MEDIA_OBJECTS := $(filter $(BUILD)/asan/media/decode/%,$(SANITIZED_OBJECTS))
 $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): $(MEDIA_FILE)
@@ -99,10 +131,13 @@ $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLA
 MESH_FLAGGED_OBJECTS := $(foreach f,train/mesh encode/capabilities,$(BUILD)/obj/$(f).o $(BUILD)/asan/$(f).o)
 $(MESH_FLAGGED_OBJECTS): $(MEDIA_FILE)
 $(MESH_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MESH_CFLAGS)
+CUDA_FLAGGED_OBJECTS := $(BUILD)/obj/backend/vram.o $(BUILD)/asan/backend/vram.o
+$(CUDA_FLAGGED_OBJECTS): $(MEDIA_FILE)
+$(CUDA_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(CUDA_CFLAGS)
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-fuzz test-example test-python test-arm arm-binaries demo bench bench-pytest bench-training bench-e4m3 install clean deps fuzz
+.PHONY: all lib python test test-c test-fuzz test-example test-python test-arm test-gpu arm-binaries demo bench bench-pytest bench-training bench-e4m3 install clean deps fuzz
 
 all: lib python
 
@@ -115,6 +150,10 @@ $(BUILD)/obj/%.o: c/src/%.c $(HEADERS)
 $(BUILD)/asan/%.o: c/src/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ASAN) $(MEDIA_OBJECT_CFLAGS) -c $< -o $@
+
+$(BUILD)/cuda/%.o: c/cuda/%.cu $(wildcard c/cuda/*.h c/cuda/*.cuh) $(HEADERS) $(MEDIA_FILE)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: c/src/%.cc $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -212,6 +251,18 @@ test-fuzz: $(SANITIZED_OBJECTS) $(addprefix $(BUILD)/fuzz_media_,$(FUZZ_MEDIA))
 test-python: all
 	$(PYTHON) -m pytest -q tests
 
+# ---- what needs a GPU (tests/gpu/): each program prints a table, or why it skips --
+# `make test-gpu` on a GPU machine builds the library with the CUDA backend and
+# runs them; without a GPU or without the backend they say so and pass.
+GPU_TESTS := $(patsubst tests/gpu/%.c,%,$(wildcard tests/gpu/test_*.c))
+$(BUILD)/gpu/%: tests/gpu/%.c $(BUILD)/libuform.a $(MEDIA_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
+
+test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
+	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
+	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t; done
+
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or
 # intrinsic is reachable there: their bodies are behind __x86_64__), linked
@@ -260,6 +311,7 @@ test: deps
 	$(MAKE) --no-print-directory test-fuzz
 	$(MAKE) --no-print-directory test-example
 	$(MAKE) --no-print-directory test-arm
+	$(MAKE) --no-print-directory test-gpu
 	$(MAKE) --no-print-directory test-python
 
 demo: deps
@@ -311,7 +363,7 @@ install: lib
 	install -m 755 $(BUILD)/libuform.so $(DESTDIR)$(PREFIX)/lib/libuform.so.4
 	ln -sf libuform.so.4 $(DESTDIR)$(PREFIX)/lib/libuform.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@REQUIRES_PRIVATE@|$(MEDIA_REQUIRES)|' \
-	  -e 's|@LIBS_PRIVATE@|$(MESH_LIBS)|' c/uform.pc.in \
+	  -e 's|@LIBS_PRIVATE@|$(MESH_LIBS) $(CUDA_LIBS)|' c/uform.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uform.pc
 
 clean:

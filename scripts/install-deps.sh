@@ -67,6 +67,13 @@ need_pip=()
 "$PYTHON" -c "import av" 2>/dev/null || need_pip+=("av")
 # Downstream search in examples/usearch_search.py and its test.
 "$PYTHON" -c "import usearch" 2>/dev/null || need_pip+=("usearch")
+# The CUDA backend's cuBLASLt (headers and libcublasLt.so.13), where nvcc is installed:
+# the build compiles c/cuda/ with it (the GPU tests run only where a GPU is).
+if command -v nvcc >/dev/null 2>&1; then
+    "$PYTHON" -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(
+        sysconfig.get_paths()['purelib'], 'nvidia', 'cu13', 'include', 'cublasLt.h')))" 2>/dev/null \
+        || need_pip+=("nvidia-cublas>=13,<14")
+fi
 if [ ${#need_pip[@]} -gt 0 ]; then
     echo "installing Python packages: ${need_pip[*]}"
     "$PYTHON" -m pip install -q "${need_pip[@]}"

@@ -47,14 +47,25 @@ def test_structure():
     assert {family: list(names) for family, names in caps.media_formats.items()} == expected
 
 
-def test_no_gpu_backend(tmp_path):
-    assert CAPABILITIES.gpu_backend is False and CAPABILITIES.gpus == 0
+def test_gpu_backend_and_gpus_agree_with_the_vram_calls(tmp_path):
+    with open(os.path.join(ROOT, "c", "build", "media.txt"), encoding="utf-8") as stream:
+        built = dict(line.rstrip("\n").split("=", 1) for line in stream if "=" in line).get("cuda", "")
+    assert CAPABILITIES.gpu_backend is (built == "cuda")
     path = tmp_path / "model.safetensors"
     write_random_checkpoint(str(path), depth=1, hidden=64, dimensions=8, context=8)
-    with pytest.raises(uform.UnsupportedError):
+    if not CAPABILITIES.gpu_backend:
+        assert CAPABILITIES.gpus == 0
+        expected, words = uform.UnsupportedError, "no GPU backend"
+    elif CAPABILITIES.gpus == 0:
+        expected, words = uform.DeviceError, "no GPU found"   # the CUDA build on a machine without one
+    else:
+        expected, words = uform.UnsupportedError, "no VRAM executors"
+    with pytest.raises(expected, match=words):
         uform.Model.load_vram(str(path))
-    with pytest.raises(uform.UnsupportedError):
+    with pytest.raises(expected, match=words):
         uform.Executor.for_vram([0])
+    with pytest.raises(expected, match=words):
+        uform.Trainer.init_vram(uform.Executor.for_ram(1))
 
 
 def test_cpu_classes_listed_load_and_others_do_not(tmp_path):

@@ -172,7 +172,7 @@ def test_bad_configuration():
     with pytest.raises(uform.InvalidArgumentError, match="max_choices_per_item"):
         uform.Trainer.init_ram(executor, choices=uform.Choices(),
                                batch=uform.BatchShape(max_choices_per_item=300))
-    with pytest.raises(uform.UnsupportedError):
+    with pytest.raises((uform.UnsupportedError, uform.DeviceError), match="GPU"):   # not built yet
         uform.Trainer.init_vram(executor)
     with pytest.raises(uform.FileError):
         uform.Trainer.init_ram(executor, resume="/nonexistent/run.safetensors")

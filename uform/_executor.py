@@ -30,11 +30,12 @@ class Executor:
 
     @classmethod
     def for_vram(cls, devices: Sequence[int] | None = None) -> "Executor":
-        """The GPUs to run on; this build has no GPU backend and raises UnsupportedError."""
+        """The GPUs to run on: not built yet. Raises UnsupportedError (or, in a build with the CUDA
+        backend on a machine without a GPU, DeviceError "no GPU found")."""
         listed, listed_count, _keep = _words(devices, "devices")
         pointer = ffi.new("uform_executor_t **")
         check(lib.uform_executor_for_vram(listed, listed_count, pointer))
-        raise AssertionError("unreachable: for_vram succeeded without a GPU backend")
+        raise AssertionError("unreachable: for_vram succeeded without VRAM executors")
 
     @property
     def threads(self) -> int:

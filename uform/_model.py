@@ -241,7 +241,8 @@ class Model:
                   gpu_class: GPUClass | None = None, executor: Executor | None = None,
                   quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                   progress_steps: int = 0) -> "Model":
-        """Copies a checkpoint onto GPUs: not built yet, raises UnsupportedError."""
+        """Copies a checkpoint onto GPUs: not built yet. Raises UnsupportedError (or, in a build
+        with the CUDA backend on a machine without a GPU, DeviceError)."""
         encoded = path_bytes(path)
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)
@@ -256,8 +257,16 @@ class Model:
                          gpu_class: GPUClass | None = None, executor: Executor | None = None,
                          quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                          progress_steps: int = 0) -> "Model":
-        """Copies a checkpoint in memory onto GPUs: not built yet, raises UnsupportedError."""
-        raise UnsupportedError("Model.load_vram_buffer: this build of libuform has no GPU backend yet")
+        """Copies a checkpoint in memory onto GPUs: not built yet. Raises UnsupportedError (or,
+        in a build with the CUDA backend on a machine without a GPU, DeviceError)."""
+        data = ffi.from_buffer(buffer)
+        listed, listed_count, _keep = _words(devices, "devices")
+        bridge = ProgressBridge(progress, progress_steps)
+        pointer = ffi.new("uform_model_t **")
+        check(lib.uform_model_load_vram_buffer(data, len(data), listed, listed_count, int(gpu_class or 0),
+                                               ffi.NULL, _scalar(quantization, "quantization"), bridge.new(),
+                                               pointer), bridge)
+        raise AssertionError("unreachable: load_vram_buffer succeeded without VRAM models")
 
     def on(self, executor: Executor, /) -> "On[Model]":
         """A receiver whose verbs block on `executor`."""

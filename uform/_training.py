@@ -387,8 +387,11 @@ class Trainer:
 
     @classmethod
     def init_vram(cls, executor: Executor, /, **keywords: Any) -> "Trainer":
-        """Builds one replica per GPU: not built yet, raises UnsupportedError."""
-        raise UnsupportedError("Trainer.init_vram: training on GPUs is not built in this version of uform")
+        """Builds one replica per GPU: not built yet. Raises UnsupportedError (or, in a build with
+        the CUDA backend on a machine without a GPU, DeviceError)."""
+        pointer = ffi.new("uform_trainer_t **")
+        check(lib.uform_trainer_init_vram(ffi.NULL, ffi.NULL, pointer))
+        raise AssertionError("unreachable: init_vram succeeded without VRAM trainers")
 
     def on(self, executor: Executor, /) -> "Trainer":
         """A receiver whose verbs block on executor: the trainer's own executor only."""

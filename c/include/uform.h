@@ -160,7 +160,8 @@ typedef struct uform_executor uform_executor_t;
 UFORM_API uform_status_t uform_executor_for_ram(size_t threads, const uint32_t *memory_domains,
                                                 size_t memory_domains_count,
                                                 uform_executor_t **executor);
-/* A set of GPUs; this build has no GPU backend yet: UFORM_UNSUPPORTED. */
+/* A set of GPUs: not built yet (UFORM_UNSUPPORTED; UFORM_DEVICE "no GPU found" from a
+ * build with the CUDA backend on a machine without a GPU). */
 UFORM_API uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_count,
                                                  uform_executor_t **executor);
 UFORM_API uform_status_t uform_executor_threads(const uform_executor_t *executor, size_t *threads);
@@ -224,7 +225,8 @@ UFORM_API uform_status_t uform_model_load_ram(const char *path,
 UFORM_API uform_status_t uform_model_load_ram_buffer(const void *data, size_t size,
                                                      const uform_model_load_ram_options_t *options,
                                                      uform_model_t **model);
-/* The GPU backend is not built yet: both answer UFORM_UNSUPPORTED. */
+/* Not built yet: both answer UFORM_UNSUPPORTED (UFORM_DEVICE "no GPU found" from a build
+ * with the CUDA backend on a machine without a GPU). */
 UFORM_API uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices,
                                                size_t devices_count, uform_gpu_class_t gpu_class,
                                                uform_executor_t *executor,
@@ -641,7 +643,7 @@ typedef struct uform_trainer uform_trainer_t;
 UFORM_API uform_status_t uform_trainer_init_ram(uform_executor_t *executor,
                                                 const uform_trainer_options_t *options,
                                                 uform_trainer_t **trainer);
-/* Trains on GPUs: not built yet (UFORM_UNSUPPORTED). */
+/* Trains on GPUs: not built yet (UFORM_UNSUPPORTED, or UFORM_DEVICE as the loads). */
 UFORM_API uform_status_t uform_trainer_init_vram(uform_executor_t *executor,
                                                  const uform_trainer_options_t *options,
                                                  uform_trainer_t **trainer);
@@ -789,8 +791,9 @@ typedef struct {
                                         model loads pinned to: built for this target and run
                                         by this CPU and OS; SERIAL always, AUTO (bit 0) never */
     uform_cpu_class_t best_cpu_class;/* the class AUTO loads; one of cpu_classes */
-    uint32_t gpu_backend_built;      /* 1 when the library has a GPU backend; 0 in this build:
-                                        every VRAM call answers UFORM_UNSUPPORTED */
+    uint32_t gpu_backend_built;      /* 1 when built with the CUDA backend (its operations;
+                                        no VRAM verb yet: they answer UFORM_UNSUPPORTED, or
+                                        UFORM_DEVICE "no GPU found" without a GPU) */
     size_t gpus;                     /* GPUs that backend sees; 0 without one */
     uint32_t mesh_engine_built;      /* 1 when uform_mesh_bootstrap can connect hosts on CPUs
                                         (built with Gloo); 0: it answers UFORM_UNSUPPORTED */

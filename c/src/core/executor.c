@@ -224,15 +224,6 @@ out_of_memory:
     return uform_fail(UFORM_OUT_OF_MEMORY, "executor: cannot allocate for %zu threads", threads);
 }
 
-uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_count,
-                                       uform_executor_t **result) {
-    (void)devices;
-    (void)devices_count;
-    if (result) *result = NULL;
-    return uform_fail(UFORM_UNSUPPORTED,
-                      "Executor.for_vram: this build of libuform has no GPU backend yet");
-}
-
 uform_status_t uform_executor_threads(const uform_executor_t *executor, size_t *threads) {
     if (!executor || !threads)
         return uform_fail(UFORM_INVALID_ARGUMENT, "executor_threads: NULL argument");

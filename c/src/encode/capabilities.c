@@ -8,6 +8,7 @@
  * know no media. The classes come from the very checks a pinned load makes,
  * so the set is exactly what uform_model_load_ram accepts. */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/vram.h"
 #include "core/internal.h"
 #include "media/decode/decode.h"
 
@@ -20,8 +21,8 @@ uform_status_t uform_capabilities(uform_capabilities_t *capabilities) {
     capabilities->media_formats = uform_media_formats();
     capabilities->cpu_classes = uform_cpu_classes_runnable() | 1u << UFORM_CPU_CLASS_SERIAL;
     capabilities->best_cpu_class = best;
-    capabilities->gpu_backend_built = 0; /* no GPU backend yet: every VRAM call is UNSUPPORTED */
-    capabilities->gpus = 0;
+    capabilities->gpu_backend_built = uform_vram_built();
+    capabilities->gpus = uform_vram_devices();
 #ifdef UFORM_HAVE_GLOO
     capabilities->mesh_engine_built = 1;
 #else

@@ -4,6 +4,7 @@
  * names and shapes fixed, `__metadata__["uform"]` a JSON object with the
  * geometry (read by geometry.c). Every tensor is checked against the geometry before use; a
  * mismatch is a FormatError naming the tensor. */
+#include "backend/vram.h"
 #include "model/model.h"
 #include "model/geometry.h"
 #include "backend/cpu/cpu_backend.h"
@@ -467,11 +468,9 @@ uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices, 
                                      uform_gpu_class_t gpu_class, uform_executor_t *executor,
                                      uform_scalar_t quantization, const uform_progress_t *progress,
                                      uform_model_t **result) {
-    (void)path, (void)devices, (void)devices_count, (void)gpu_class, (void)executor;
-    (void)quantization, (void)progress;
+    (void)path, (void)gpu_class, (void)executor, (void)quantization, (void)progress;
     if (result) *result = NULL;
-    return uform_fail(UFORM_UNSUPPORTED,
-                      "Model.load_vram: this build of libuform has no GPU backend yet");
+    return uform_vram_refusal("Model.load_vram", devices, devices_count);
 }
 
 uform_status_t uform_model_load_vram_buffer(const void *data, size_t size, const uint32_t *devices,
@@ -479,11 +478,9 @@ uform_status_t uform_model_load_vram_buffer(const void *data, size_t size, const
                                             uform_executor_t *executor, uform_scalar_t quantization,
                                             const uform_progress_t *progress,
                                             uform_model_t **result) {
-    (void)data, (void)size, (void)devices, (void)devices_count, (void)gpu_class, (void)executor;
-    (void)quantization, (void)progress;
+    (void)data, (void)size, (void)gpu_class, (void)executor, (void)quantization, (void)progress;
     if (result) *result = NULL;
-    return uform_fail(UFORM_UNSUPPORTED,
-                      "Model.load_vram_buffer: this build of libuform has no GPU backend yet");
+    return uform_vram_refusal("Model.load_vram_buffer", devices, devices_count);
 }
 
 uform_status_t uform_model_describe(const uform_model_t *model,

@@ -7,6 +7,7 @@
  * objectives with late interaction and calibrated choices; one replica per memory
  * domain of the executor, data parallel (step.c). GPUs answer UFORM_UNSUPPORTED. */
 #include "train/trainer_internal.h"
+#include "backend/vram.h"
 
 /* Takes the trainer for one call, or refuses when another call holds it. */
 uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what) {
@@ -405,7 +406,7 @@ uform_status_t uform_trainer_init_vram(uform_executor_t *executor, const uform_t
                                        uform_trainer_t **result) {
     (void)executor, (void)options;
     if (result) *result = NULL;
-    return uform_fail(UFORM_UNSUPPORTED, "Trainer.init_vram: this build of libuform has no GPU backend yet");
+    return uform_vram_refusal("Trainer.init_vram", NULL, 0);
 }
 
 /* The slot holding flat index i of the parameter buffers. */

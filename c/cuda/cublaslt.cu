@@ -1,0 +1,66 @@
+/* cublaslt.cu: loads cuBLASLt on first use (cublaslt.h). Compiled, not yet run
+ * on a GPU; the load itself runs wherever a CUDA backend is asked for. */
+#include "cuda_internal.h"
+#include "cublaslt.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#ifndef UFORM_CUBLAS_LIB_DIR
+#define UFORM_CUBLAS_LIB_DIR ""
+#endif
+
+static uform_cublaslt_t uform_cublaslt_api;
+static bool uform_cublaslt_loaded;
+static char uform_cublaslt_error[512];
+static pthread_once_t uform_cublaslt_once = PTHREAD_ONCE_INIT;
+
+static void uform_cublaslt_load(void) {
+    void *library = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!library && UFORM_CUBLAS_LIB_DIR[0]) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/libcublasLt.so.13", UFORM_CUBLAS_LIB_DIR);
+        library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!library) {
+        const char *why = dlerror();
+        snprintf(uform_cublaslt_error, sizeof(uform_cublaslt_error),
+                 "cuBLASLt (libcublasLt.so.13, from the PyPI wheel nvidia-cublas) could not be loaded: %s",
+                 why ? why : "not found");
+        return;
+    }
+    uform_cublaslt_t *api = &uform_cublaslt_api;
+    bool complete = true;
+#define UFORM_LOAD(field, symbol)                                                                  \
+    api->field = (decltype(api->field))dlsym(library, #symbol);                                    \
+    complete = complete && api->field != NULL;
+    UFORM_LOAD(create, cublasLtCreate)
+    UFORM_LOAD(destroy, cublasLtDestroy)
+    UFORM_LOAD(status_string, cublasLtGetStatusString)
+    UFORM_LOAD(matmul_desc_create, cublasLtMatmulDescCreate)
+    UFORM_LOAD(matmul_desc_destroy, cublasLtMatmulDescDestroy)
+    UFORM_LOAD(matmul_desc_set, cublasLtMatmulDescSetAttribute)
+    UFORM_LOAD(layout_create, cublasLtMatrixLayoutCreate)
+    UFORM_LOAD(layout_destroy, cublasLtMatrixLayoutDestroy)
+    UFORM_LOAD(preference_create, cublasLtMatmulPreferenceCreate)
+    UFORM_LOAD(preference_destroy, cublasLtMatmulPreferenceDestroy)
+    UFORM_LOAD(preference_set, cublasLtMatmulPreferenceSetAttribute)
+    UFORM_LOAD(heuristic, cublasLtMatmulAlgoGetHeuristic)
+    UFORM_LOAD(matmul, cublasLtMatmul)
+#undef UFORM_LOAD
+    if (!complete) {
+        snprintf(uform_cublaslt_error, sizeof(uform_cublaslt_error),
+                 "cuBLASLt (libcublasLt.so.13) lacks a function this build calls: an older version?");
+        dlclose(library);
+        return;
+    }
+    uform_cublaslt_loaded = true;   /* the library stays loaded for the process */
+}
+
+const uform_cublaslt_t *uform_cublaslt(void) {
+    pthread_once(&uform_cublaslt_once, uform_cublaslt_load);
+    if (uform_cublaslt_loaded) return &uform_cublaslt_api;
+    uform_fail(UFORM_UNSUPPORTED, "%s", uform_cublaslt_error);
+    return NULL;
+}

@@ -1,0 +1,44 @@
+/* cuda_backend.h: what the rest of libuform sees of the CUDA backend (c/cuda/).
+ *
+ * The backend implements the operations of backend.h on one GPU: its memory,
+ * a stream, a cuBLASLt handle with a workspace, and hand-written kernels. The
+ * library is built with it when nvcc and cuBLASLt (the PyPI wheel nvidia-cublas)
+ * are found (UFORM_HAVE_CUDA); without them none of this is compiled and every
+ * VRAM call answers UFORM_UNSUPPORTED.
+ *
+ * Status: compiled (sm_80, sm_89, sm_90a, sm_100a), NOT YET RUN ON A GPU.
+ * Built so far: device discovery and classes, memory, FP32 products through
+ * cuBLASLt (gemm, linear, linear_gelu, linear_backward on dense weights), the
+ * row-wise layers and their backwards, the heads' row operations, AdamW and the
+ * global norm. Not yet: packed BF16/E4M3 weights, attention, the objectives,
+ * MaxSim, choice probabilities, download_rows (their table entries are NULL;
+ * tests/gpu/test_cuda_ops.c lists what it checked). */
+#ifndef UFORM_CUDA_BACKEND_H
+#define UFORM_CUDA_BACKEND_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GPUs the CUDA runtime sees. No driver or no GPU: UFORM_DEVICE "no GPU found"
+ * with the runtime's words. */
+UFORM_INTERNAL uform_status_t uform_cuda_devices(size_t *count);
+/* The class device dispatches as (by compute capability: 8.0-8.8 AMPERE, 8.9
+ * ADA, 9.x HOPPER, 10.x and later BLACKWELL; below 8.0 UFORM_UNSUPPORTED) and
+ * its name. */
+UFORM_INTERNAL uform_status_t uform_cuda_device_class(uint32_t device, uform_gpu_class_t *gpu_class,
+                                                      char *name, size_t name_bytes);
+/* A backend on `device`: its stream, cuBLASLt handle and workspace; free with
+ * uform_cuda_backend_free. */
+UFORM_INTERNAL uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend_t *backend);
+UFORM_INTERNAL void uform_cuda_backend_free(uform_backend_t *backend);
+
+UFORM_INTERNAL extern const uform_backend_ops_t uform_cuda_backend_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UFORM_CUDA_BACKEND_H */

@@ -1,0 +1,137 @@
+/* cuda_internal.h: what the CUDA backend's files share (c/cuda/ only).
+ *
+ * Operations return nothing (backend.h): a failed launch or runtime call is
+ * recorded as the backend's first failure, with its message kept here, and
+ * reported by synchronize. Every kernel computes each output element by one
+ * fixed chain of operations (no atomics on floats), so results do not depend
+ * on launch geometry or timing: the determinism contract of backend.h. */
+#ifndef UFORM_CUDA_INTERNAL_H
+#define UFORM_CUDA_INTERNAL_H
+
+extern "C" {
+#include "cuda_backend.h"
+}
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#define UFORM_CUDA_GEMM_PLANS 64
+#define UFORM_CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* One cached cuBLASLt plan: a product's shape and the algorithm chosen for it once. */
+typedef struct {
+    bool used;
+    size_t m, n, k, lda, ldb, ldc;
+    bool transpose_a, transpose_b, bias;
+    cublasLtMatmulDesc_t operation;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algorithm;
+} uform_cuda_plan_t;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace;                 /* UFORM_CUDA_WORKSPACE_BYTES of device memory */
+    uform_cuda_plan_t plans[UFORM_CUDA_GEMM_PLANS];
+    size_t plans_next;               /* the slot the next new plan replaces when all are used */
+    char failure_message[512];
+} uform_cuda_context_t;
+
+static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {
+    return (uform_cuda_context_t *)b->device;
+}
+
+/* Records the first failure of the backend (kept until synchronize). */
+void uform_cuda_record(uform_backend_t *b, uform_status_t status, const char *what, const char *detail);
+
+/* Records a CUDA runtime error; true when the call succeeded. */
+static inline bool uform_cuda_ok(uform_backend_t *b, cudaError_t error, const char *what) {
+    if (error == cudaSuccess) return true;
+    uform_cuda_record(b, UFORM_DEVICE, what, cudaGetErrorString(error));
+    return false;
+}
+
+/* Checks the launch just made. */
+static inline void uform_cuda_launched(uform_backend_t *b, const char *what) {
+    uform_cuda_ok(b, cudaGetLastError(), what);
+}
+
+static inline unsigned uform_cuda_blocks(size_t count, unsigned threads) {
+    size_t blocks = (count + threads - 1) / threads;
+    return (unsigned)(blocks < 65535u * 32u ? (blocks ? blocks : 1) : 65535u * 32u);
+}
+
+/* ---- the operations, by file ---- */
+/* memory.cu */
+void *uform_cuda_alloc(uform_backend_t *b, size_t bytes);
+void uform_cuda_free(uform_backend_t *b, void *memory);
+void uform_cuda_upload(uform_backend_t *b, void *device, const void *host, size_t bytes);
+void uform_cuda_download(uform_backend_t *b, void *host, const void *device, size_t bytes);
+void uform_cuda_copy(uform_backend_t *b, void *destination, const void *source, size_t bytes);
+void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes);
+uform_status_t uform_cuda_synchronize(uform_backend_t *b);
+/* gemm.cu */
+void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,
+                     const float *bias, bool accumulate, float *c, size_t c_stride);
+void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
+                       size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+void uform_cuda_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
+                            size_t rows, const float *bias, float *pre, float *y);
+void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                                const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
+                                bool accumulate_dx);
+void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
+/* layer_norm.cu */
+void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                                   const float *weight, const float *bias, float *y, float *mean,
+                                   float *rstd);
+void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const float *x,
+                                    const float *weight, const float *mean, const float *rstd,
+                                    size_t rows, size_t width, float *dx, float *dweight, float *dbias);
+/* pointwise.cu */
+void uform_cuda_gelu_forward(uform_backend_t *b, const float *x, size_t count, float *y);
+void uform_cuda_gelu_backward(uform_backend_t *b, const float *x, const float *dy, size_t count, float *dx);
+void uform_cuda_rope_tables(uform_backend_t *b, const uform_segment_t *segments, size_t count,
+                            const uint32_t *positions, float *cosines, float *sines);
+void uform_cuda_rope_forward(uform_backend_t *b, float *qkv, size_t rows, size_t hidden,
+                             const float *cosines, const float *sines);
+void uform_cuda_rope_backward(uform_backend_t *b, float *dqkv, size_t rows, size_t hidden,
+                              const float *cosines, const float *sines);
+/* rows.cu */
+void uform_cuda_embedding_forward(uform_backend_t *b, const float *table, const float *modality,
+                                  const uint32_t *ids, size_t rows, size_t width, float *y);
+void uform_cuda_embedding_backward(uform_backend_t *b, const float *dy, const uint32_t *ids, size_t rows,
+                                   size_t width, float *dtable, float *dmodality);
+void uform_cuda_mean_pool_forward(uform_backend_t *b, const float *x, size_t width,
+                                  const uform_segment_t *segments, size_t count, float *pooled);
+void uform_cuda_mean_pool_backward(uform_backend_t *b, const float *dpooled, size_t width,
+                                   const uform_segment_t *segments, size_t count, float *dx);
+void uform_cuda_normalize_forward(uform_backend_t *b, const float *x, size_t rows, size_t width, float *y,
+                                  float *norms);
+void uform_cuda_normalize_backward(uform_backend_t *b, const float *dy, const float *y, const float *norms,
+                                   size_t rows, size_t width, float *dx);
+void uform_cuda_cross_entropy_forward(uform_backend_t *b, const float *logits, size_t rows, size_t classes,
+                                      const uint32_t *targets, float *losses);
+void uform_cuda_cross_entropy_backward(uform_backend_t *b, const float *logits, size_t rows, size_t classes,
+                                       const uint32_t *targets, const float *scale, float *dlogits);
+void uform_cuda_gather_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
+                            size_t count, float *dst);
+void uform_cuda_scatter_add_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
+                                 size_t count, float *dst);
+void uform_cuda_scatter_rows(uform_backend_t *b, const float *src, size_t src_stride, const float *add,
+                             size_t width, const size_t *rows, size_t count, float *dst);
+void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
+                         size_t count, float *sums);
+/* adamw.cu */
+double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t count);
+void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradients, float gradient_scale,
+                      float *first_moment, float *second_moment, const uint8_t *decay, size_t count,
+                      uint64_t step, float learning_rate);
+size_t uform_cuda_adamw_first_non_finite(uform_backend_t *b, const float *parameters,
+                                         const float *gradients, float gradient_scale,
+                                         const float *first_moment, const float *second_moment,
+                                         const uint8_t *decay, size_t count, uint64_t step,
+                                         float learning_rate);
+
+#endif /* UFORM_CUDA_INTERNAL_H */

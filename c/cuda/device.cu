@@ -1,0 +1,136 @@
+/* device.cu: the CUDA backend's devices, its instances and its table of
+ * operations (cuda_backend.h). Compiled, not yet run on a GPU. */
+#include "cuda_internal.h"
+#include "cublaslt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void uform_cuda_record(uform_backend_t *b, uform_status_t status, const char *what, const char *detail) {
+    if (b->failure != UFORM_OK) return;    /* the first failure is the one reported */
+    b->failure = status;
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    if (context)
+        snprintf(context->failure_message, sizeof(context->failure_message), "CUDA backend: %s: %s", what,
+                 detail);
+    uform_fail(status, "CUDA backend: %s: %s", what, detail);
+}
+
+extern "C" uform_status_t uform_cuda_devices(size_t *count) {
+    *count = 0;
+    int devices = 0;
+    cudaError_t error = cudaGetDeviceCount(&devices);
+    if (error != cudaSuccess) {
+        cudaGetLastError();   /* clear the sticky-free error so later calls start clean */
+        return uform_fail(UFORM_DEVICE, "no GPU found: the CUDA runtime says \"%s\"", cudaGetErrorString(error));
+    }
+    if (devices <= 0) return uform_fail(UFORM_DEVICE, "no GPU found: the CUDA runtime sees none");
+    *count = (size_t)devices;
+    return UFORM_OK;
+}
+
+extern "C" uform_status_t uform_cuda_device_class(uint32_t device, uform_gpu_class_t *gpu_class, char *name,
+                                                  size_t name_bytes) {
+    size_t count = 0;
+    UFORM_TRY(uform_cuda_devices(&count));
+    if (device >= count)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "devices: GPU %u does not exist (%zu visible)", device, count);
+    cudaDeviceProp properties;
+    cudaError_t error = cudaGetDeviceProperties(&properties, (int)device);
+    if (error != cudaSuccess)
+        return uform_fail(UFORM_DEVICE, "GPU %u: %s", device, cudaGetErrorString(error));
+    if (name && name_bytes) snprintf(name, name_bytes, "%s", properties.name);
+    int major = properties.major, minor = properties.minor;
+    if (major < 8)
+        return uform_fail(UFORM_UNSUPPORTED, "GPU %u (%s) has compute capability %d.%d; uform needs 8.0 (Ampere) "
+                          "or later", device, properties.name, major, minor);
+    *gpu_class = major == 8 ? (minor == 9 ? UFORM_GPU_CLASS_ADA : UFORM_GPU_CLASS_AMPERE)
+                 : major == 9 ? UFORM_GPU_CLASS_HOPPER
+                              : UFORM_GPU_CLASS_BLACKWELL;
+    return UFORM_OK;
+}
+
+extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend_t *backend) {
+    memset(backend, 0, sizeof(*backend));
+    uform_gpu_class_t gpu_class;
+    UFORM_TRY(uform_cuda_device_class(device, &gpu_class, NULL, 0));
+    const uform_cublaslt_t *lt = uform_cublaslt();
+    if (!lt) return UFORM_UNSUPPORTED;
+    uform_cuda_context_t *context = (uform_cuda_context_t *)calloc(1, sizeof(uform_cuda_context_t));
+    if (!context) return uform_fail(UFORM_OUT_OF_MEMORY, "CUDA backend: its context");
+    context->device = (int)device;
+    cudaError_t error = cudaSetDevice(context->device);
+    if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&context->stream, cudaStreamNonBlocking);
+    if (error == cudaSuccess) error = cudaMalloc(&context->workspace, UFORM_CUDA_WORKSPACE_BYTES);
+    if (error != cudaSuccess) {
+        if (context->stream) cudaStreamDestroy(context->stream);
+        free(context);
+        return uform_fail(UFORM_DEVICE, "GPU %u: %s", device, cudaGetErrorString(error));
+    }
+    cublasStatus_t status = lt->create(&context->lt);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        cudaFree(context->workspace);
+        cudaStreamDestroy(context->stream);
+        free(context);
+        return uform_fail(UFORM_DEVICE, "GPU %u: cublasLtCreate failed (%s)", device, lt->status_string(status));
+    }
+    backend->ops = &uform_cuda_backend_ops;
+    backend->device = context;
+    backend->failure = UFORM_OK;
+    return UFORM_OK;
+}
+
+extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
+    uform_cuda_context_t *context = uform_cuda_context(backend);
+    if (!context) return;
+    cudaSetDevice(context->device);
+    cudaStreamSynchronize(context->stream);
+    uform_cuda_gemm_plans_free(context);
+    uform_cublaslt()->destroy(context->lt);   /* loaded: the backend started */
+    cudaFree(context->workspace);
+    cudaStreamDestroy(context->stream);
+    free(context);
+    backend->device = NULL;
+}
+
+/* The table: entries not built yet are NULL (cuda_backend.h lists them). */
+extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
+    uform_backend_ops_t ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.name = "cuda";
+    ops.alloc = uform_cuda_alloc;
+    ops.free = uform_cuda_free;
+    ops.upload = uform_cuda_upload;
+    ops.download = uform_cuda_download;
+    ops.copy = uform_cuda_copy;
+    ops.zero = uform_cuda_zero;
+    ops.synchronize = uform_cuda_synchronize;
+    ops.gemm = uform_cuda_gemm;
+    ops.linear = uform_cuda_linear;
+    ops.linear_gelu = uform_cuda_linear_gelu;
+    ops.linear_backward = uform_cuda_linear_backward;
+    ops.layer_norm_forward = uform_cuda_layer_norm_forward;
+    ops.layer_norm_backward = uform_cuda_layer_norm_backward;
+    ops.gelu_forward = uform_cuda_gelu_forward;
+    ops.gelu_backward = uform_cuda_gelu_backward;
+    ops.rope_tables = uform_cuda_rope_tables;
+    ops.rope_forward = uform_cuda_rope_forward;
+    ops.rope_backward = uform_cuda_rope_backward;
+    ops.embedding_forward = uform_cuda_embedding_forward;
+    ops.embedding_backward = uform_cuda_embedding_backward;
+    ops.mean_pool_forward = uform_cuda_mean_pool_forward;
+    ops.mean_pool_backward = uform_cuda_mean_pool_backward;
+    ops.normalize_forward = uform_cuda_normalize_forward;
+    ops.normalize_backward = uform_cuda_normalize_backward;
+    ops.cross_entropy_forward = uform_cuda_cross_entropy_forward;
+    ops.cross_entropy_backward = uform_cuda_cross_entropy_backward;
+    ops.gather_rows = uform_cuda_gather_rows;
+    ops.scatter_add_rows = uform_cuda_scatter_add_rows;
+    ops.scatter_rows = uform_cuda_scatter_rows;
+    ops.sum_rows = uform_cuda_sum_rows;
+    ops.sum_squares = uform_cuda_sum_squares;
+    ops.adamw = uform_cuda_adamw;
+    ops.adamw_first_non_finite = uform_cuda_adamw_first_non_finite;
+    return ops;
+}();

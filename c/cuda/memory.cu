@@ -1,0 +1,59 @@
+/* memory.cu: the CUDA backend's device memory (backend.h: alloc, free,
+ * upload, download, copy, zero, synchronize). Transfers and fills are queued
+ * on the backend's stream in call order; download waits for its bytes, since
+ * the caller reads them on return. Compiled, not yet run on a GPU. */
+#include "cuda_internal.h"
+
+void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
+    void *memory = NULL;
+    cudaError_t error = cudaMalloc(&memory, bytes ? bytes : 1);   /* 256-byte aligned: >= the 64 promised */
+    if (error != cudaSuccess) {
+        uform_fail(error == cudaErrorMemoryAllocation ? UFORM_OUT_OF_MEMORY : UFORM_DEVICE,
+                   "CUDA backend: cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(error));
+        return NULL;
+    }
+    (void)b;
+    return memory;
+}
+
+void uform_cuda_free(uform_backend_t *b, void *memory) {
+    if (memory) uform_cuda_ok(b, cudaFree(memory), "cudaFree");
+}
+
+void uform_cuda_upload(uform_backend_t *b, void *device, const void *host, size_t bytes) {
+    if (!bytes) return;
+    uform_cuda_ok(b, cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, uform_cuda_context(b)->stream),
+                  "upload");
+    /* the host buffer is the caller's again on return */
+    uform_cuda_ok(b, cudaStreamSynchronize(uform_cuda_context(b)->stream), "upload");
+}
+
+void uform_cuda_download(uform_backend_t *b, void *host, const void *device, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    uform_cuda_ok(b, cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream), "download");
+    uform_cuda_ok(b, cudaStreamSynchronize(stream), "download");
+}
+
+void uform_cuda_copy(uform_backend_t *b, void *destination, const void *source, size_t bytes) {
+    if (!bytes) return;
+    uform_cuda_ok(b, cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice,
+                                     uform_cuda_context(b)->stream),
+                  "copy");
+}
+
+void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes) {
+    if (!bytes) return;
+    uform_cuda_ok(b, cudaMemsetAsync(memory, 0, bytes, uform_cuda_context(b)->stream), "zero");
+}
+
+uform_status_t uform_cuda_synchronize(uform_backend_t *b) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    uform_cuda_ok(b, cudaStreamSynchronize(context->stream), "synchronize");
+    uform_status_t status = b->failure;
+    if (status != UFORM_OK) {
+        uform_fail(status, "%s", context->failure_message);
+        b->failure = UFORM_OK;
+    }
+    return status;
+}

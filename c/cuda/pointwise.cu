@@ -1,0 +1,111 @@
+/* pointwise.cu: tanh GELU and rotary positions on the CUDA backend (backend.h:
+ * gelu_forward, gelu_backward, rope_tables, rope_forward, rope_backward), with
+ * the CPU backend's formulas: GELU as x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
+ * x^3); rotary angles in double, then rounded. Compiled, not yet run on a GPU. */
+#include "cuda_internal.h"
+
+#define UFORM_CUDA_SQRT_2_OVER_PI 0.7978845608028654f
+
+__global__ static void uform_gelu_forward_kernel(const float *x, size_t count, float *y) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        float t = -2.0f * UFORM_CUDA_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
+        y[i] = t > 88.0f ? 0.0f : v / (1.0f + expf(t));
+    }
+}
+
+__global__ static void uform_gelu_backward_kernel(const float *x, const float *dy, size_t count, float *dx) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        float t = -2.0f * UFORM_CUDA_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
+        float e = expf(t);
+        float s = 1.0f / (1.0f + e);
+        float du = UFORM_CUDA_SQRT_2_OVER_PI * (1.0f + 0.134145f * v * v);
+        float derivative = s + 2.0f * v * du * s * (e * s);
+        derivative = t < -88.0f ? 1.0f : derivative;
+        derivative = t > 88.0f ? 0.0f : derivative;
+        dx[i] += dy[i] * derivative;
+    }
+}
+
+void uform_cuda_gelu_forward(uform_backend_t *b, const float *x, size_t count, float *y) {
+    if (!count) return;
+    uform_gelu_forward_kernel<<<uform_cuda_blocks(count, 256), 256, 0, uform_cuda_context(b)->stream>>>(x, count, y);
+    uform_cuda_launched(b, "gelu_forward");
+}
+
+void uform_cuda_gelu_backward(uform_backend_t *b, const float *x, const float *dy, size_t count, float *dx) {
+    if (!count) return;
+    uform_gelu_backward_kernel<<<uform_cuda_blocks(count, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+        x, dy, count, dx);
+    uform_cuda_launched(b, "gelu_backward");
+}
+
+/* One block per segment, one thread per (row, pair): the 32 pairs split into
+ * `axes` contiguous groups, the first (32 mod axes) one larger; pair i of a
+ * group of n turns with its axis' position at 10000^(-i/n). */
+__global__ static void uform_rope_tables_kernel(const uform_segment_t *segments, const uint32_t *positions,
+                                               float *cosines, float *sines) {
+    uform_segment_t segment = segments[blockIdx.x];
+    size_t axes = segment.axes ? segment.axes : 1;
+    for (size_t index = threadIdx.x; index < segment.length * UFORM_PAIRS; index += blockDim.x) {
+        size_t r = segment.begin + index / UFORM_PAIRS, pair = index % UFORM_PAIRS;
+        size_t axis = 0, first = 0, group = 0;
+        for (; axis < axes; axis++) {
+            group = UFORM_PAIRS / axes + (axis < UFORM_PAIRS % axes ? 1 : 0);
+            if (pair < first + group) break;
+            first += group;
+        }
+        double frequency = pow(10000.0, -(double)(pair - first) / (double)group);
+        double angle = (double)positions[r * 3 + axis] * frequency;
+        cosines[r * UFORM_PAIRS + pair] = (float)cos(angle);
+        sines[r * UFORM_PAIRS + pair] = (float)sin(angle);
+    }
+}
+
+void uform_cuda_rope_tables(uform_backend_t *b, const uform_segment_t *segments, size_t count,
+                            const uint32_t *positions, float *cosines, float *sines) {
+    if (!count) return;
+    uform_rope_tables_kernel<<<(unsigned)count, 256, 0, uform_cuda_context(b)->stream>>>(segments, positions,
+                                                                                       cosines, sines);
+    uform_cuda_launched(b, "rope_tables");
+}
+
+/* Every (row, q-or-k head, pair) turned by t (direction 1) or -t (-1). */
+__global__ static void uform_rope_kernel(float *qkv, size_t rows, size_t hidden, const float *cosines,
+                                         const float *sines, int direction) {
+    size_t heads2 = 2 * (hidden / UFORM_HEAD_WIDTH);   /* q heads, then k heads */
+    size_t total = rows * heads2 * UFORM_PAIRS;
+    for (size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x; index < total;
+         index += (size_t)gridDim.x * blockDim.x) {
+        size_t j = index % UFORM_PAIRS, head = (index / UFORM_PAIRS) % heads2, r = index / (UFORM_PAIRS * heads2);
+        float c = cosines[r * UFORM_PAIRS + j], s = sines[r * UFORM_PAIRS + j];
+        float *x = qkv + r * 3 * hidden + head * UFORM_HEAD_WIDTH;
+        float x0 = x[j], x1 = x[j + UFORM_PAIRS];
+        if (direction > 0) {
+            x[j] = x0 * c - x1 * s;
+            x[j + UFORM_PAIRS] = x0 * s + x1 * c;
+        } else {
+            x[j] = x0 * c + x1 * s;
+            x[j + UFORM_PAIRS] = x1 * c - x0 * s;
+        }
+    }
+}
+
+void uform_cuda_rope_forward(uform_backend_t *b, float *qkv, size_t rows, size_t hidden, const float *cosines,
+                             const float *sines) {
+    if (!rows) return;
+    size_t total = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
+    uform_rope_kernel<<<uform_cuda_blocks(total, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+        qkv, rows, hidden, cosines, sines, 1);
+    uform_cuda_launched(b, "rope_forward");
+}
+
+void uform_cuda_rope_backward(uform_backend_t *b, float *dqkv, size_t rows, size_t hidden, const float *cosines,
+                              const float *sines) {
+    if (!rows) return;
+    size_t total = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
+    uform_rope_kernel<<<uform_cuda_blocks(total, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+        dqkv, rows, hidden, cosines, sines, -1);
+    uform_cuda_launched(b, "rope_backward");
+}

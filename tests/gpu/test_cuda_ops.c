@@ -1,0 +1,342 @@
+/* test_cuda_ops.c: every operation the CUDA backend has (c/cuda/) against the
+ * CPU backend on the same inputs, as test-backend-ops does for ggml: random
+ * inputs uploaded, the operation run on the GPU, the result downloaded and
+ * compared element by element with the CPU backend's (SERIAL class), which
+ * tests/c/test_ops.c checks against float64. Prints one table row per check
+ * and "N passed, M failed"; without a GPU (or without the CUDA backend) it
+ * says why and exits 0 (make test-gpu).
+ *
+ * Tolerances, all FP32 against FP32: the two backends differ only in the order
+ * of their sums (block trees and cuBLASLt's kernels against the CPU's lanes)
+ * and in expf/tanh against the CPU's fast_exp, each a few ulps: elementwise
+ * operations 1e-5 relative to the output's largest magnitude; row sums over w
+ * values w x 2^-24 of the sum of magnitudes, bounded here by 1e-4 of the
+ * largest output at w <= 1024; products over k terms 2 k 2^-24 of sum |a||b|,
+ * bounded by 1e-4 of the largest output at k <= 1024. */
+#include "backend/cpu/cpu_backend.h"
+
+#ifndef UFORM_HAVE_CUDA
+#include <stdio.h>
+int main(void) {
+    printf("skip test_cuda_ops: this build has no CUDA backend (nvcc or the nvidia-cublas wheel was not "
+           "found when it was built)\n");
+    return 0;
+}
+#else
+#include "../../c/cuda/cuda_backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+static uint64_t state = 0x2545f4914f6cdd1dull;
+
+static float random_float(void) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return (float)((double)(state >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static float *random_floats(size_t count, float scale) {
+    float *values = malloc((count ? count : 1) * sizeof(float));
+    for (size_t i = 0; i < count; i++) values[i] = random_float() * scale;
+    return values;
+}
+
+typedef struct {
+    uform_backend_t cpu, gpu;
+} backends_t;
+
+/* A device copy of host bytes. */
+static void *on_gpu(backends_t *b, const void *host, size_t bytes) {
+    void *device = b->gpu.ops->alloc(&b->gpu, bytes ? bytes : 1);
+    if (device && bytes) b->gpu.ops->upload(&b->gpu, device, host, bytes);
+    return device;
+}
+
+/* Makes the GPU's copy the CPU's again before an operation accumulates into it,
+ * so each comparison sees one operation's differences, not the chain's. */
+static void sync(backends_t *b, void *device, const float *host, size_t count) {
+    b->gpu.ops->upload(&b->gpu, device, host, count * sizeof(float));
+}
+
+/* Downloads the GPU's result and compares it with the CPU's; one table row. */
+static void compare(backends_t *b, const char *what, const float *cpu, const void *gpu_device, size_t count,
+                    double relative) {
+    float *gpu = malloc((count ? count : 1) * sizeof(float));
+    b->gpu.ops->download(&b->gpu, gpu, gpu_device, count * sizeof(float));
+    uform_status_t status = b->gpu.ops->synchronize(&b->gpu);
+    double largest = 0, error = 0;
+    for (size_t i = 0; i < count; i++) largest = fmax(largest, fabs((double)cpu[i]));
+    for (size_t i = 0; i < count; i++) {
+        double e = fabs((double)gpu[i] - (double)cpu[i]);
+        if (!(e <= error)) error = isnan(e) ? INFINITY : e;
+    }
+    double bound = relative * (largest > 1e-30 ? largest : 1e-30);
+    bool ok = status == UFORM_OK && error <= bound;
+    printf("| %-34s | %8zu | %10.3g | %10.3g | %s |\n", what, count, error, bound,
+           ok ? "ok" : status != UFORM_OK ? uform_last_error() : "FAIL");
+    ok ? passed++ : failed++;
+    free(gpu);
+}
+
+static void test_gemm(backends_t *b, size_t m, size_t n, size_t k, bool ta, bool tb, bool bias, bool accumulate) {
+    float *a = random_floats(m * k, 1), *bm = random_floats(k * n, 1), *c = random_floats(m * n, 1);
+    float *bias_values = random_floats(n, 1);
+    float *da = on_gpu(b, a, m * k * 4), *db = on_gpu(b, bm, k * n * 4), *dc = on_gpu(b, c, m * n * 4);
+    float *dbias = on_gpu(b, bias_values, n * 4);
+    uform_matrix_t ca = {a, ta ? m : k, ta}, cb = {bm, tb ? k : n, tb};
+    uform_matrix_t ga = {da, ta ? m : k, ta}, gb = {db, tb ? k : n, tb};
+    b->cpu.ops->gemm(&b->cpu, m, n, k, ca, cb, bias ? bias_values : NULL, accumulate, c, n);
+    b->gpu.ops->gemm(&b->gpu, m, n, k, ga, gb, bias ? dbias : NULL, accumulate, dc, n);
+    char what[96];
+    snprintf(what, sizeof(what), "gemm %zux%zux%zu%s%s%s%s", m, n, k, ta ? " aT" : "", tb ? " bT" : "",
+             bias ? " +bias" : "", accumulate ? " +=" : "");
+    compare(b, what, c, dc, m * n, 1e-4);
+    b->gpu.ops->free(&b->gpu, da), b->gpu.ops->free(&b->gpu, db), b->gpu.ops->free(&b->gpu, dc);
+    b->gpu.ops->free(&b->gpu, dbias);
+    free(a), free(bm), free(c), free(bias_values);
+}
+
+static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k) {
+    float *w = random_floats(n * k, 0.1f), *x = random_floats(rows * k, 1), *dy = random_floats(rows * n, 1);
+    float *dw = random_floats(n * k, 1), *dbias = random_floats(n, 1), *dx = random_floats(rows * k, 1);
+    float *gw = on_gpu(b, w, n * k * 4), *gx = on_gpu(b, x, rows * k * 4), *gdy = on_gpu(b, dy, rows * n * 4);
+    float *gdw = on_gpu(b, dw, n * k * 4), *gdbias = on_gpu(b, dbias, n * 4), *gdx = on_gpu(b, dx, rows * k * 4);
+    uform_weight_t cw = {NULL, w, n, k}, gwt = {NULL, gw, n, k};
+    b->cpu.ops->linear_backward(&b->cpu, &cw, x, dy, rows, dw, dbias, dx, true);
+    b->gpu.ops->linear_backward(&b->gpu, &gwt, gx, gdy, rows, gdw, gdbias, gdx, true);
+    compare(b, "linear_backward dW", dw, gdw, n * k, 1e-4);
+    compare(b, "linear_backward dbias", dbias, gdbias, n, 1e-4);
+    compare(b, "linear_backward dx", dx, gdx, rows * k, 1e-4);
+    float *y = random_floats(rows * n, 1), *pre = random_floats(rows * n, 1);
+    float *gy = on_gpu(b, y, rows * n * 4), *gpre = on_gpu(b, pre, rows * n * 4);
+    sync(b, gdbias, dbias, n);
+    b->cpu.ops->linear_gelu(&b->cpu, &cw, x, k, rows, dbias, pre, y);
+    b->gpu.ops->linear_gelu(&b->gpu, &gwt, gx, k, rows, gdbias, gpre, gy);
+    compare(b, "linear_gelu pre", pre, gpre, rows * n, 1e-4);
+    compare(b, "linear_gelu y", y, gy, rows * n, 1e-4);
+    void *all[] = {gw, gx, gdy, gdw, gdbias, gdx, gy, gpre};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre);
+}
+
+static void test_rows(backends_t *b, size_t rows, size_t width) {
+    float *x = random_floats(rows * width, 2), *weight = random_floats(width, 1), *bias = random_floats(width, 1);
+    float *y = random_floats(rows * width, 1), *mean = random_floats(rows, 1), *rstd = random_floats(rows, 1);
+    float *gx = on_gpu(b, x, rows * width * 4), *gweight = on_gpu(b, weight, width * 4);
+    float *gbias = on_gpu(b, bias, width * 4), *gy = on_gpu(b, y, rows * width * 4);
+    float *gmean = on_gpu(b, mean, rows * 4), *grstd = on_gpu(b, rstd, rows * 4);
+    b->cpu.ops->layer_norm_forward(&b->cpu, x, rows, width, weight, bias, y, mean, rstd);
+    b->gpu.ops->layer_norm_forward(&b->gpu, gx, rows, width, gweight, gbias, gy, gmean, grstd);
+    compare(b, "layer_norm_forward y", y, gy, rows * width, 1e-5);
+    compare(b, "layer_norm_forward rstd", rstd, grstd, rows, 1e-5);
+    float *dy = random_floats(rows * width, 1), *dx = random_floats(rows * width, 1);
+    float *dweight = random_floats(width, 1), *dbias = random_floats(width, 1);
+    float *gdy = on_gpu(b, dy, rows * width * 4), *gdx = on_gpu(b, dx, rows * width * 4);
+    float *gdweight = on_gpu(b, dweight, width * 4), *gdbias = on_gpu(b, dbias, width * 4);
+    b->cpu.ops->layer_norm_backward(&b->cpu, dy, x, weight, mean, rstd, rows, width, dx, dweight, dbias);
+    b->gpu.ops->layer_norm_backward(&b->gpu, gdy, gx, gweight, gmean, grstd, rows, width, gdx, gdweight, gdbias);
+    compare(b, "layer_norm_backward dx", dx, gdx, rows * width, 1e-4);
+    compare(b, "layer_norm_backward dweight", dweight, gdweight, width, 1e-4);
+    compare(b, "layer_norm_backward dbias", dbias, gdbias, width, 1e-4);
+    /* GELU over a wide range, both directions */
+    size_t count = rows * width;
+    b->cpu.ops->gelu_forward(&b->cpu, x, count, y);
+    b->gpu.ops->gelu_forward(&b->gpu, gx, count, gy);
+    compare(b, "gelu_forward", y, gy, count, 1e-5);
+    sync(b, gdx, dx, count);
+    b->cpu.ops->gelu_backward(&b->cpu, x, dy, count, dx);
+    b->gpu.ops->gelu_backward(&b->gpu, gx, gdy, count, gdx);
+    compare(b, "gelu_backward", dx, gdx, count, 1e-5);
+    /* L2 normalisation */
+    float *norms = random_floats(rows, 1), *gnorms = on_gpu(b, norms, rows * 4);
+    b->cpu.ops->normalize_forward(&b->cpu, x, rows, width, y, norms);
+    b->gpu.ops->normalize_forward(&b->gpu, gx, rows, width, gy, gnorms);
+    compare(b, "normalize_forward", y, gy, count, 1e-5);
+    sync(b, gdx, dx, count);
+    b->cpu.ops->normalize_backward(&b->cpu, dy, y, norms, rows, width, dx);
+    b->gpu.ops->normalize_backward(&b->gpu, gdy, gy, gnorms, rows, width, gdx);
+    compare(b, "normalize_backward", dx, gdx, count, 1e-4);
+    /* gathers, scatters and sums of rows (repeated rows in the scatter-add) */
+    size_t picks = rows / 2 + 1;
+    size_t *which = malloc(picks * sizeof(size_t));
+    for (size_t i = 0; i < picks; i++) which[i] = (i * 7) % rows;
+    size_t *gwhich = on_gpu(b, which, picks * sizeof(size_t));
+    float *gathered = random_floats(picks * width, 1), *ggathered = on_gpu(b, gathered, picks * width * 4);
+    b->cpu.ops->gather_rows(&b->cpu, x, width, which, picks, gathered);
+    b->gpu.ops->gather_rows(&b->gpu, gx, width, gwhich, picks, ggathered);
+    compare(b, "gather_rows", gathered, ggathered, picks * width, 0);
+    sync(b, gdx, dx, count);
+    b->cpu.ops->scatter_add_rows(&b->cpu, gathered, width, which, picks, dx);
+    b->gpu.ops->scatter_add_rows(&b->gpu, ggathered, width, gwhich, picks, gdx);
+    compare(b, "scatter_add_rows", dx, gdx, count, 1e-5);
+    sync(b, gdweight, dweight, width);
+    b->cpu.ops->sum_rows(&b->cpu, x, width, which, picks, dweight);
+    b->gpu.ops->sum_rows(&b->gpu, gx, width, gwhich, picks, gdweight);
+    compare(b, "sum_rows", dweight, gdweight, width, 1e-5);
+    sync(b, gy, y, count);
+    b->cpu.ops->scatter_rows(&b->cpu, gathered, width, bias, width, NULL, picks, y);
+    b->gpu.ops->scatter_rows(&b->gpu, ggathered, width, gbias, width, NULL, picks, gy);
+    compare(b, "scatter_rows", y, gy, count, 1e-6);
+    void *all[] = {gx, gweight, gbias, gy, gmean, grstd, gdy, gdx, gdweight, gdbias, gnorms, gwhich, ggathered};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(x), free(weight), free(bias), free(y), free(mean), free(rstd), free(dy), free(dx), free(dweight);
+    free(dbias), free(norms), free(which), free(gathered);
+}
+
+static void test_segments(backends_t *b, size_t hidden) {
+    /* three items: text (1 axis), image (2), video (3), one empty */
+    uform_segment_t segments[4] = {{0, 5, 1}, {5, 6, 2}, {11, 0, 1}, {11, 7, 3}};
+    size_t rows = 18, count = 4;
+    uint32_t *positions = malloc(rows * 3 * sizeof(uint32_t));
+    for (size_t i = 0; i < rows * 3; i++) positions[i] = (uint32_t)((i * 5) % 9);
+    float *cosines = random_floats(rows * UFORM_PAIRS, 1), *sines = random_floats(rows * UFORM_PAIRS, 1);
+    uform_segment_t *gsegments = on_gpu(b, segments, sizeof(segments));
+    uint32_t *gpositions = on_gpu(b, positions, rows * 3 * sizeof(uint32_t));
+    float *gcosines = on_gpu(b, cosines, rows * UFORM_PAIRS * 4), *gsines = on_gpu(b, sines, rows * UFORM_PAIRS * 4);
+    b->cpu.ops->rope_tables(&b->cpu, segments, count, positions, cosines, sines);
+    b->gpu.ops->rope_tables(&b->gpu, gsegments, count, gpositions, gcosines, gsines);
+    compare(b, "rope_tables cosines", cosines, gcosines, rows * UFORM_PAIRS, 1e-6);
+    compare(b, "rope_tables sines", sines, gsines, rows * UFORM_PAIRS, 1e-6);
+    float *qkv = random_floats(rows * 3 * hidden, 1), *gqkv = on_gpu(b, qkv, rows * 3 * hidden * 4);
+    sync(b, gcosines, cosines, rows * UFORM_PAIRS);
+    sync(b, gsines, sines, rows * UFORM_PAIRS);
+    b->cpu.ops->rope_forward(&b->cpu, qkv, rows, hidden, cosines, sines);
+    b->gpu.ops->rope_forward(&b->gpu, gqkv, rows, hidden, gcosines, gsines);
+    compare(b, "rope_forward", qkv, gqkv, rows * 3 * hidden, 1e-6);
+    sync(b, gqkv, qkv, rows * 3 * hidden);
+    b->cpu.ops->rope_backward(&b->cpu, qkv, rows, hidden, cosines, sines);
+    b->gpu.ops->rope_backward(&b->gpu, gqkv, rows, hidden, gcosines, gsines);
+    compare(b, "rope_backward", qkv, gqkv, rows * 3 * hidden, 1e-6);
+    /* mean pooling */
+    float *x = random_floats(rows * hidden, 1), *pooled = random_floats(count * hidden, 1);
+    float *gx = on_gpu(b, x, rows * hidden * 4), *gpooled = on_gpu(b, pooled, count * hidden * 4);
+    b->cpu.ops->mean_pool_forward(&b->cpu, x, hidden, segments, count, pooled);
+    b->gpu.ops->mean_pool_forward(&b->gpu, gx, hidden, gsegments, count, gpooled);
+    compare(b, "mean_pool_forward", pooled, gpooled, count * hidden, 1e-5);
+    sync(b, gpooled, pooled, count * hidden);
+    b->cpu.ops->mean_pool_backward(&b->cpu, pooled, hidden, segments, count, x);
+    b->gpu.ops->mean_pool_backward(&b->gpu, gpooled, hidden, gsegments, count, gx);
+    compare(b, "mean_pool_backward", x, gx, rows * hidden, 1e-5);
+    /* embedding lookup and its scatter-add, media rows skipped */
+    size_t table_rows = 257;
+    float *table = random_floats(table_rows * hidden, 1), *modality = random_floats(hidden, 1);
+    uint32_t *ids = malloc(rows * sizeof(uint32_t));
+    for (size_t r = 0; r < rows; r++) ids[r] = r % 6 == 5 ? UFORM_NOT_TEXT : (uint32_t)((r * 37) % table_rows);
+    float *gtable = on_gpu(b, table, table_rows * hidden * 4), *gmodality = on_gpu(b, modality, hidden * 4);
+    uint32_t *gids = on_gpu(b, ids, rows * sizeof(uint32_t));
+    b->cpu.ops->embedding_forward(&b->cpu, table, modality, ids, rows, hidden, x);
+    b->gpu.ops->embedding_forward(&b->gpu, gtable, gmodality, gids, rows, hidden, gx);
+    compare(b, "embedding_forward", x, gx, rows * hidden, 1e-6);
+    b->cpu.ops->embedding_backward(&b->cpu, x, ids, rows, hidden, table, modality);
+    b->gpu.ops->embedding_backward(&b->gpu, gx, gids, rows, hidden, gtable, gmodality);
+    compare(b, "embedding_backward dtable", table, gtable, table_rows * hidden, 1e-5);
+    compare(b, "embedding_backward dmodality", modality, gmodality, hidden, 1e-5);
+    /* byte cross-entropy at some rows */
+    size_t classes = 256;
+    float *logits = random_floats(rows * classes, 4), *losses = random_floats(rows, 1);
+    float *scale = random_floats(rows, 1), *dlogits = random_floats(rows * classes, 1);
+    scale[3] = 0;   /* a row the backward skips */
+    uint32_t *targets = malloc(rows * sizeof(uint32_t));
+    for (size_t r = 0; r < rows; r++) targets[r] = (uint32_t)((r * 101) % classes);
+    float *glogits = on_gpu(b, logits, rows * classes * 4), *glosses = on_gpu(b, losses, rows * 4);
+    float *gscale = on_gpu(b, scale, rows * 4), *gdlogits = on_gpu(b, dlogits, rows * classes * 4);
+    uint32_t *gtargets = on_gpu(b, targets, rows * sizeof(uint32_t));
+    b->cpu.ops->cross_entropy_forward(&b->cpu, logits, rows, classes, targets, losses);
+    b->gpu.ops->cross_entropy_forward(&b->gpu, glogits, rows, classes, gtargets, glosses);
+    compare(b, "cross_entropy_forward", losses, glosses, rows, 1e-5);
+    b->cpu.ops->cross_entropy_backward(&b->cpu, logits, rows, classes, targets, scale, dlogits);
+    b->gpu.ops->cross_entropy_backward(&b->gpu, glogits, rows, classes, gtargets, gscale, gdlogits);
+    compare(b, "cross_entropy_backward", dlogits, gdlogits, rows * classes, 1e-5);
+    void *all[] = {gsegments, gpositions, gcosines, gsines, gqkv, gx, gpooled, gtable, gmodality, gids,
+                   glogits, glosses, gscale, gdlogits, gtargets};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(positions), free(cosines), free(sines), free(qkv), free(x), free(pooled), free(table), free(modality);
+    free(ids), free(logits), free(losses), free(scale), free(dlogits), free(targets);
+}
+
+static void test_optimizer(backends_t *b, size_t count) {
+    float *p = random_floats(count, 1), *g = random_floats(count, 0.1f), *m = random_floats(count, 0.01f);
+    float *v = random_floats(count, 0.001f);
+    for (size_t i = 0; i < count; i++) v[i] = fabsf(v[i]);
+    uint8_t *decay = malloc(count);
+    for (size_t i = 0; i < count; i++) decay[i] = i % 3 != 0;
+    float *gp = on_gpu(b, p, count * 4), *gg = on_gpu(b, g, count * 4), *gm = on_gpu(b, m, count * 4);
+    float *gv = on_gpu(b, v, count * 4);
+    uint8_t *gdecay = on_gpu(b, decay, count);
+    double cpu_norm = b->cpu.ops->sum_squares(&b->cpu, g, count);
+    double gpu_norm = b->gpu.ops->sum_squares(&b->gpu, gg, count);
+    bool ok = fabs(cpu_norm - gpu_norm) <= 1e-12 * cpu_norm;   /* double sums in two orders */
+    printf("| %-34s | %8zu | %10.3g | %10.3g | %s |\n", "sum_squares", count, fabs(cpu_norm - gpu_norm),
+           1e-12 * cpu_norm, ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+    size_t cpu_bad = b->cpu.ops->adamw_first_non_finite(&b->cpu, p, g, 0.5f, m, v, decay, count, 3, 1e-3f);
+    size_t gpu_bad = b->gpu.ops->adamw_first_non_finite(&b->gpu, gp, gg, 0.5f, gm, gv, gdecay, count, 3, 1e-3f);
+    ok = cpu_bad == gpu_bad && cpu_bad == SIZE_MAX;
+    printf("| %-34s | %8zu | %10s | %10s | %s |\n", "adamw_first_non_finite (none)", count, "-", "-", ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+    b->cpu.ops->adamw(&b->cpu, p, g, 0.5f, m, v, decay, count, 3, 1e-3f);   /* from equal inputs */
+    b->gpu.ops->adamw(&b->gpu, gp, gg, 0.5f, gm, gv, gdecay, count, 3, 1e-3f);
+    compare(b, "adamw parameters", p, gp, count, 1e-6);
+    compare(b, "adamw first moments", m, gm, count, 1e-6);
+    compare(b, "adamw second moments", v, gv, count, 1e-6);
+    /* an update that overflows at one index: both name the same, lowest one */
+    p[count / 3] = 3e38f, g[count / 3] = 1e30f, p[count / 2] = 3e38f, g[count / 2] = 1e30f;
+    b->gpu.ops->upload(&b->gpu, gp, p, count * 4);
+    b->gpu.ops->upload(&b->gpu, gg, g, count * 4);
+    cpu_bad = b->cpu.ops->adamw_first_non_finite(&b->cpu, p, g, 1.0f, m, v, decay, count, 4, 1e30f);
+    gpu_bad = b->gpu.ops->adamw_first_non_finite(&b->gpu, gp, gg, 1.0f, gm, gv, gdecay, count, 4, 1e30f);
+    ok = cpu_bad == gpu_bad && cpu_bad != SIZE_MAX;
+    printf("| %-34s | %8zu | %10zu | %10zu | %s |\n", "adamw_first_non_finite (overflow)", count, gpu_bad, cpu_bad,
+           ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+    void *all[] = {gp, gg, gm, gv, gdecay};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(p), free(g), free(m), free(v), free(decay);
+}
+
+int main(void) {
+    size_t gpus = 0;
+    uform_capabilities_t capabilities;
+    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
+        printf("skip test_cuda_ops: this build has no CUDA backend (nvcc or the nvidia-cublas wheel was not found)\n");
+        return 0;
+    }
+    if (uform_cuda_devices(&gpus) != UFORM_OK) {
+        printf("skip test_cuda_ops: %s\n", uform_last_error());
+        return 0;
+    }
+    uform_executor_t *executor = NULL;
+    if (uform_executor_for_ram(1, NULL, 0, &executor) != UFORM_OK) return 1;
+    backends_t b;
+    b.cpu = uform_cpu_backend(UFORM_CPU_CLASS_SERIAL, executor);
+    uform_gpu_class_t gpu_class;
+    char name[256];
+    if (uform_cuda_device_class(0, &gpu_class, name, sizeof(name)) != UFORM_OK ||
+        uform_cuda_backend_init(0, &b.gpu) != UFORM_OK) {
+        printf("test_cuda_ops: the CUDA backend did not start on GPU 0: %s\n0 passed, 1 failed\n", uform_last_error());
+        uform_executor_free(executor);
+        return 1;
+    }
+    printf("test_cuda_ops on GPU 0 (%s, class %d) of %zu, against the CPU backend (SERIAL)\n\n", name,
+           (int)gpu_class, gpus);
+    printf("| %-34s | %8s | %10s | %10s | %s |\n|---|---:|---:|---:|---|\n", "operation", "values", "max error",
+           "bound", "result");
+    test_gemm(&b, 64, 96, 128, false, false, false, false);
+    test_gemm(&b, 33, 17, 65, false, true, true, false);
+    test_gemm(&b, 40, 24, 200, true, false, false, true);
+    test_gemm(&b, 7, 5, 3, true, true, true, true);
+    test_gemm(&b, 9, 11, 0, false, false, true, true);
+    test_linear_backward(&b, 37, 48, 64);
+    test_rows(&b, 29, 192);
+    test_rows(&b, 3, 1024);
+    test_segments(&b, 128);
+    test_optimizer(&b, 100003);
+    uform_cuda_backend_free(&b.gpu);
+    uform_executor_free(executor);
+    printf("\ntest_cuda_ops: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+#endif /* UFORM_HAVE_CUDA */
