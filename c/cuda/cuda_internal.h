@@ -123,6 +123,14 @@ void uform_cuda_scatter_rows(uform_backend_t *b, const float *src, size_t src_st
                              size_t width, const size_t *rows, size_t count, float *dst);
 void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
                          size_t count, float *sums);
+/* attention.cu */
+size_t uform_cuda_attention_scratch_bytes(uform_backend_t *b, size_t hidden, size_t segments, size_t longest);
+void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
+                                  const uform_segment_t *segments, size_t count, float *out, float *logsumexp,
+                                  void *scratch);
+void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
+                                   const float *logsumexp, size_t hidden, const uform_segment_t *segments,
+                                   size_t count, float *dqkv);
 /* adamw.cu */
 double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t count);
 void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradients, float gradient_scale,

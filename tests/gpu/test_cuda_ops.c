@@ -257,6 +257,34 @@ static void test_segments(backends_t *b, size_t hidden) {
     free(ids), free(logits), free(losses), free(scale), free(dlogits), free(targets);
 }
 
+/* Attention over segments of several lengths (one empty, one longer than a warp's 32). */
+static void test_attention(backends_t *b, size_t hidden) {
+    uform_segment_t segments[4] = {{0, 1, 1}, {1, 45, 1}, {46, 0, 2}, {46, 9, 3}};
+    size_t rows = 55, count = 4, heads = hidden / UFORM_HEAD_WIDTH;
+    float *qkv = random_floats(rows * 3 * hidden, 2), *out = random_floats(rows * hidden, 1);
+    float *lse = random_floats(rows * heads, 1), *dout = random_floats(rows * hidden, 1);
+    float *dqkv = random_floats(rows * 3 * hidden, 1);
+    uform_segment_t *gsegments = on_gpu(b, segments, sizeof(segments));
+    float *gqkv = on_gpu(b, qkv, rows * 3 * hidden * 4), *gout = on_gpu(b, out, rows * hidden * 4);
+    float *glse = on_gpu(b, lse, rows * heads * 4), *gdout = on_gpu(b, dout, rows * hidden * 4);
+    float *gdqkv = on_gpu(b, dqkv, rows * 3 * hidden * 4);
+    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, out, lse, NULL);
+    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, gout, glse, NULL);
+    compare(b, "attention_forward out", out, gout, rows * hidden, 1e-5);
+    compare(b, "attention_forward logsumexp", lse, glse, rows * heads, 1e-5);
+    sync(b, gout, out, rows * hidden);
+    sync(b, glse, lse, rows * heads);
+    b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, dqkv);
+    b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, gdqkv);
+    compare(b, "attention_backward dqkv", dqkv, gdqkv, rows * 3 * hidden, 1e-4);
+    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, out, NULL, NULL);   /* inference */
+    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, gout, NULL, NULL);
+    compare(b, "attention_forward (inference)", out, gout, rows * hidden, 1e-5);
+    void *all[] = {gsegments, gqkv, gout, glse, gdout, gdqkv};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(qkv), free(out), free(lse), free(dout), free(dqkv);
+}
+
 static void test_optimizer(backends_t *b, size_t count) {
     float *p = random_floats(count, 1), *g = random_floats(count, 0.1f), *m = random_floats(count, 0.01f);
     float *v = random_floats(count, 0.001f);
@@ -333,6 +361,7 @@ int main(void) {
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);
     test_segments(&b, 128);
+    test_attention(&b, 128);
     test_optimizer(&b, 100003);
     uform_cuda_backend_free(&b.gpu);
     uform_executor_free(executor);

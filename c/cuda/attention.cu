@@ -1,0 +1,141 @@
+/* attention.cu: attention over packed segments on the CUDA backend (backend.h:
+ * attention_scratch_bytes, attention_forward, attention_backward), heads of 64,
+ * FP32, each segment alone, scale 1/8:
+ *
+ *   forward:  s_ij = q_i . k_j / 8, lse_i = log sum_j exp s_ij, out_i = sum_j exp(s_ij - lse_i) v_j
+ *   backward: D_i = dout_i . out_i, p_ij = exp(s_ij - lse_i), ds_ij = p_ij (dout_i . v_j - D_i) / 8,
+ *             dq_i += sum_j ds_ij k_j, dk_j += sum_i ds_ij q_i, dv_j += sum_i p_ij dout_i
+ *
+ * The first correct version, not the fast one: one warp per (row, head), each
+ * lane holding two of the 64 values; the forward walks the keys once with an
+ * online softmax, the backward computes dq per query row and dk, dv per key row
+ * (recomputing p), so every output is one fixed chain and no atomics are
+ * needed. A tiled flash-style kernel (shared-memory blocks of keys, BF16 tensor
+ * cores) replaces it once this one is checked on a GPU. Compiled, not yet run
+ * on a GPU. */
+#include "cuda_internal.h"
+
+#define UFORM_ATTENTION_WARPS 8
+
+__device__ static inline float uform_warp_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;   /* every lane holds the sum */
+}
+
+/* Block (segment, head); warp w takes query rows w, w + 8, ... of the segment. */
+__global__ static void uform_attention_forward_kernel(const float *qkv, size_t hidden,
+                                                      const uform_segment_t *segments, float *out,
+                                                      float *logsumexp) {
+    uform_segment_t segment = segments[blockIdx.x];
+    size_t head = blockIdx.y, heads = gridDim.y, stride = 3 * hidden, lane = threadIdx.x % 32;
+    size_t column = head * UFORM_HEAD_WIDTH;
+    for (size_t i = threadIdx.x / 32; i < segment.length; i += UFORM_ATTENTION_WARPS) {
+        const float *q = qkv + (segment.begin + i) * stride + column;
+        float q0 = q[lane], q1 = q[lane + 32];
+        float top = -INFINITY, total = 0.0f, o0 = 0.0f, o1 = 0.0f;
+        for (size_t j = 0; j < segment.length; j++) {
+            const float *k = qkv + (segment.begin + j) * stride + hidden + column;
+            const float *v = k + hidden;
+            float s = uform_warp_sum(q0 * k[lane] + q1 * k[lane + 32]) * 0.125f;
+            float next = fmaxf(top, s);
+            float rescale = expf(top - next), weight = expf(s - next);   /* expf(-inf) = 0 at j = 0 */
+            total = total * rescale + weight;
+            o0 = o0 * rescale + weight * v[lane];
+            o1 = o1 * rescale + weight * v[lane + 32];
+            top = next;
+        }
+        float *target = out + (segment.begin + i) * hidden + column;
+        target[lane] = o0 / total;
+        target[lane + 32] = o1 / total;
+        if (logsumexp && lane == 0) logsumexp[(segment.begin + i) * heads + head] = top + logf(total);
+    }
+}
+
+size_t uform_cuda_attention_scratch_bytes(uform_backend_t *b, size_t hidden, size_t segments, size_t longest) {
+    (void)b, (void)hidden, (void)segments, (void)longest;
+    return 0;
+}
+
+void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
+                                  const uform_segment_t *segments, size_t count, float *out, float *logsumexp,
+                                  void *scratch) {
+    (void)scratch;
+    if (!count || !hidden) return;
+    dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));
+    uform_attention_forward_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, uform_cuda_context(b)->stream>>>(
+        qkv, hidden, segments, out, logsumexp);
+    uform_cuda_launched(b, "attention_forward");
+}
+
+/* dq of query row i: warp per (row, head). */
+__global__ static void uform_attention_dq_kernel(const float *qkv, const float *out, const float *dout,
+                                                 const float *logsumexp, size_t hidden,
+                                                 const uform_segment_t *segments, float *dqkv) {
+    uform_segment_t segment = segments[blockIdx.x];
+    size_t head = blockIdx.y, heads = gridDim.y, stride = 3 * hidden, lane = threadIdx.x % 32;
+    size_t column = head * UFORM_HEAD_WIDTH;
+    for (size_t i = threadIdx.x / 32; i < segment.length; i += UFORM_ATTENTION_WARPS) {
+        size_t r = segment.begin + i;
+        const float *q = qkv + r * stride + column, *g = dout + r * hidden + column, *o = out + r * hidden + column;
+        float q0 = q[lane], q1 = q[lane + 32], g0 = g[lane], g1 = g[lane + 32];
+        float delta = uform_warp_sum(g0 * o[lane] + g1 * o[lane + 32]);
+        float lse = logsumexp[r * heads + head], dq0 = 0.0f, dq1 = 0.0f;
+        for (size_t j = 0; j < segment.length; j++) {
+            const float *k = qkv + (segment.begin + j) * stride + hidden + column, *v = k + hidden;
+            float p = expf(uform_warp_sum(q0 * k[lane] + q1 * k[lane + 32]) * 0.125f - lse);
+            float ds = p * (uform_warp_sum(g0 * v[lane] + g1 * v[lane + 32]) - delta) * 0.125f;
+            dq0 += ds * k[lane];
+            dq1 += ds * k[lane + 32];
+        }
+        float *target = dqkv + r * stride + column;
+        target[lane] += dq0;
+        target[lane + 32] += dq1;
+    }
+}
+
+/* dk and dv of key row j: warp per (row, head), queries of the segment in order. */
+__global__ static void uform_attention_dkv_kernel(const float *qkv, const float *out, const float *dout,
+                                                  const float *logsumexp, size_t hidden,
+                                                  const uform_segment_t *segments, float *dqkv) {
+    uform_segment_t segment = segments[blockIdx.x];
+    size_t head = blockIdx.y, heads = gridDim.y, stride = 3 * hidden, lane = threadIdx.x % 32;
+    size_t column = head * UFORM_HEAD_WIDTH;
+    for (size_t j = threadIdx.x / 32; j < segment.length; j += UFORM_ATTENTION_WARPS) {
+        size_t rj = segment.begin + j;
+        const float *k = qkv + rj * stride + hidden + column, *v = k + hidden;
+        float k0 = k[lane], k1 = k[lane + 32], v0 = v[lane], v1 = v[lane + 32];
+        float dk0 = 0.0f, dk1 = 0.0f, dv0 = 0.0f, dv1 = 0.0f;
+        for (size_t i = 0; i < segment.length; i++) {
+            size_t r = segment.begin + i;
+            const float *q = qkv + r * stride + column, *g = dout + r * hidden + column;
+            const float *o = out + r * hidden + column;
+            float g0 = g[lane], g1 = g[lane + 32];
+            float delta = uform_warp_sum(g0 * o[lane] + g1 * o[lane + 32]);
+            float p = expf(uform_warp_sum(q[lane] * k0 + q[lane + 32] * k1) * 0.125f -
+                           logsumexp[r * heads + head]);
+            float ds = p * (uform_warp_sum(g0 * v0 + g1 * v1) - delta) * 0.125f;
+            dk0 += ds * q[lane];
+            dk1 += ds * q[lane + 32];
+            dv0 += p * g0;
+            dv1 += p * g1;
+        }
+        float *target = dqkv + rj * stride + hidden + column;
+        target[lane] += dk0;
+        target[lane + 32] += dk1;
+        target[hidden + lane] += dv0;
+        target[hidden + lane + 32] += dv1;
+    }
+}
+
+void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
+                                   const float *logsumexp, size_t hidden, const uform_segment_t *segments,
+                                   size_t count, float *dqkv) {
+    if (!count || !hidden) return;
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));
+    uform_attention_dq_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, stream>>>(qkv, out, dout, logsumexp, hidden,
+                                                                             segments, dqkv);
+    uform_attention_dkv_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, stream>>>(qkv, out, dout, logsumexp, hidden,
+                                                                              segments, dqkv);
+    uform_cuda_launched(b, "attention_backward");
+}
