@@ -42,12 +42,12 @@ typedef struct {
 
 static double time_gemm(const gemm_call_t *call, double budget) {
     call->kernels->gemm(call->executor, call->packed, call->x, call->k, call->m, call->bias,
-                        false, call->y, call->n);
+                        UFORM_GEMM_STORE, call->y, call->n);
     double best = 1e30, start = now();
     do {
         double t0 = now();
         call->kernels->gemm(call->executor, call->packed, call->x, call->k, call->m, call->bias,
-                            false, call->y, call->n);
+                            UFORM_GEMM_STORE, call->y, call->n);
         double t = now() - t0;
         if (t < best) best = t;
     } while (now() - start < budget);

@@ -26,6 +26,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/e4m3_decode.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/rows.h"
 #include "core/fp8.h"
 
 #include <math.h>
@@ -142,7 +143,8 @@ static void test_accuracy(const uform_cpu_kernels_t *kernels, uform_executor_t *
                     continue;
                 }
                 float *y = output_make(&p);
-                kernels->gemm(executor, &packed, p.x, p.x_stride, m, p.bias, false, y, p.y_stride);
+                kernels->gemm(executor, &packed, p.x, p.x_stride, m, p.bias, UFORM_GEMM_STORE, y,
+                              p.y_stride);
                 CHECK(check_accuracy(&p, y, bf16_x, false),
                       "%s m=%zu n=%zu k=%zu bias=%d stride pad=%zu", kernels->name, m, n, k,
                       p.bias != NULL, p.x_stride - k);
@@ -177,10 +179,12 @@ static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_
         }
         float *batch = output_make(&p);
         float *other = output_make(&p);
-        kernels->gemm(executors[0], &packed, p.x, p.x_stride, m, p.bias, false, batch, p.y_stride);
+        kernels->gemm(executors[0], &packed, p.x, p.x_stride, m, p.bias, UFORM_GEMM_STORE, batch,
+                      p.y_stride);
 
         for (size_t e = 1; e < executors_count; e++) {
-            kernels->gemm(executors[e], &packed, p.x, p.x_stride, m, p.bias, false, other, p.y_stride);
+            kernels->gemm(executors[e], &packed, p.x, p.x_stride, m, p.bias, UFORM_GEMM_STORE,
+                          other, p.y_stride);
             CHECK(same_bits(batch, p.y_stride, other, p.y_stride, m, n),
                   "%s %zu x %zu x %zu: executor %zu differs from executor 0", kernels->name, m, n,
                   k, e);
@@ -189,7 +193,7 @@ static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_
         for (size_t i = 0; i < m; i++) {
             uform_executor_t *executor = executors[i % executors_count];
             kernels->gemm(executor, &packed, p.x + i * p.x_stride, p.x_stride, 1, p.bias,
-                          false, other + i * p.y_stride, p.y_stride);
+                          UFORM_GEMM_STORE, other + i * p.y_stride, p.y_stride);
             if (!same_bits(batch + i * p.y_stride, p.y_stride, other + i * p.y_stride, p.y_stride,
                            1, n)) {
                 rows_alone = false;
@@ -207,7 +211,7 @@ static void test_determinism(const uform_cpu_kernels_t *kernels, uform_executor_
             if (begin + count > m) count = m - begin;
             for (size_t e = 0; e < executors_count; e++) {
                 kernels->gemm(executors[e], &packed, p.x + begin * p.x_stride, p.x_stride, count,
-                              p.bias, false, other, p.y_stride);
+                              p.bias, UFORM_GEMM_STORE, other, p.y_stride);
                 CHECK(same_bits(batch + begin * p.y_stride, p.y_stride, other, p.y_stride, count,
                                 n),
                       "%s %zu x %zu x %zu: rows [%zu, %zu) on executor %zu differ",
@@ -283,7 +287,8 @@ static uint64_t gemm_digest(const uform_cpu_kernels_t *kernels, uform_executor_t
     uint64_t hash = 14695981039346656037ull;
     if (kernels->pack(p.w, p.n, p.k, &packed) == UFORM_OK) {
         float *y = output_make(&p);
-        kernels->gemm(executor, &packed, p.x, p.x_stride, p.m, p.bias, false, y, p.y_stride);
+        kernels->gemm(executor, &packed, p.x, p.x_stride, p.m, p.bias, UFORM_GEMM_STORE, y,
+                      p.y_stride);
         for (size_t i = 0; i < p.m; i++) {
             const unsigned char *bytes = (const unsigned char *)(y + i * p.y_stride);
             for (size_t b = 0; b < p.n * sizeof(float); b++) hash = (hash ^ bytes[b]) * 1099511628211ull;
@@ -497,9 +502,11 @@ static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **exe
                         for (size_t i = 0; i < m; i++)
                             for (size_t j = 0; j < n; j++)
                                 expected[i * p.y_stride + j] = got[i * p.y_stride + j] = rng_float();
-                    kernels->gemm(executor, &bf16, p.x, p.x_stride, m, p.bias, accumulate, expected,
+                    uform_gemm_epilogue_t epilogue =
+                        accumulate ? UFORM_GEMM_ACCUMULATE : UFORM_GEMM_STORE;
+                    kernels->gemm(executor, &bf16, p.x, p.x_stride, m, p.bias, epilogue, expected,
                                   p.y_stride);
-                    kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, accumulate, got,
+                    kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, epilogue, got,
                                   p.y_stride);
                     CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
                           "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d differs from BF16",
@@ -517,9 +524,91 @@ static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **exe
             }
 }
 
+/* The GELU epilogue (inference's up projection) gives the bits of the plain
+ * product followed by a separate uform_gelu_forward pass: partial and wide
+ * panels, several k blocks, bias or none, BF16 and E4M3 weights, any thread
+ * count; some rows scaled so sums reach GELU's clamp (x < -9.9 gives 0). */
+static void test_gelu_epilogue(const uform_cpu_kernels_t *kernels, uform_executor_t **executors,
+                               size_t executors_count) {
+    static const size_t shapes[][3] = {{1, 5, 3}, {17, 300, 1100}, {257, 100, 64}, {40, 2048, 512}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        problem_t p = problem_make(m, n, k, s % 2 ? 3 : 0, s != 2);
+        for (size_t i = 0; i < m; i += 3)
+            for (size_t q = 0; q < k; q++) p.x[i * p.x_stride + q] *= 40.0f;
+        uint8_t *codes = xmalloc(n * k);
+        float *scales = xmalloc(n * sizeof(float));
+        for (size_t j = 0; j < n; j++) {
+            scales[j] = ldexpf(1.0f, (int)(j % 7) - 9);
+            for (size_t q = 0; q < k; q++) codes[j * k + q] = random_code();
+        }
+        uform_packed_t packs[2] = {{0}, {0}};
+        bool packed = kernels->pack(p.w, n, k, &packs[0]) == UFORM_OK;
+        packed = packed && kernels->pack_e4m3(codes, scales, n, k, &packs[1]) == UFORM_OK;
+        CHECK(packed, "%s pack %zu x %zu: %s", kernels->name, n, k, uform_last_error());
+        for (size_t w = 0; packed && w < 2; w++)
+            for (size_t e = 0; e < executors_count; e++) {
+                float *expected = output_make(&p), *got = output_make(&p);
+                kernels->gemm(executors[e], &packs[w], p.x, p.x_stride, m, p.bias,
+                              UFORM_GEMM_STORE, expected, p.y_stride);
+                for (size_t i = 0; i < m; i++)
+                    uform_gelu_forward(executors[e], expected + i * p.y_stride, n,
+                                       expected + i * p.y_stride);
+                kernels->gemm(executors[e], &packs[w], p.x, p.x_stride, m, p.bias, UFORM_GEMM_GELU,
+                              got, p.y_stride);
+                CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
+                      "%s %s GELU epilogue m=%zu n=%zu k=%zu on executor %zu differs from a "
+                      "separate GELU pass", kernels->name, w ? "E4M3" : "BF16", m, n, k, e);
+                free(expected);
+                free(got);
+            }
+        uform_packed_free(&packs[0]);
+        uform_packed_free(&packs[1]);
+        free(codes);
+        free(scales);
+        problem_free(&p);
+    }
+}
+
+/* gelu.c's vector loops (AVX-512, AVX2, whichever this CPU runs) give
+ * uform_gelu_value's bits on every input: zeros, subnormals, infinities,
+ * NaN, the clamp at x ~ -9.9, tails of every length. */
+static void test_gelu_vectors(void) {
+    enum { COUNT = 4099 };
+    float *x = xmalloc(COUNT * sizeof(float)), *y = xmalloc(COUNT * sizeof(float));
+    static const float special[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-40f, 1.1754944e-38f, INFINITY,
+                                    -INFINITY, NAN, -9.9f, -9.92f, -9.95f, -10.0f, 3.0e38f,
+                                    -3.0e38f, 88.0f, -88.0f, 1.0f, -1.0f};
+    size_t specials = sizeof(special) / sizeof(special[0]);
+    for (size_t i = 0; i < COUNT; i++) {
+        float r = rng_float();
+        x[i] = i < specials ? special[i] : i % 3 == 0 ? r * 12.0f : i % 3 == 1 ? r : r * 1e4f;
+    }
+    memcpy(y, x, COUNT * sizeof(float));
+    size_t lengths[] = {1, 7, 15, 16, 17, 100, COUNT - 200};
+    size_t offset = 0;
+    for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
+        uform_gelu_rows(y + offset, 1, lengths[l], 0);
+        offset += lengths[l];
+    }
+    uform_gelu_rows(y + offset, 2, (COUNT - offset) / 2, (COUNT - offset) / 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < COUNT; i++) {
+        float expected = uform_gelu_value(x[i]);
+        bool same =
+            memcmp(&expected, &y[i], sizeof(float)) == 0 || (isnan(expected) && isnan(y[i]));
+        if (!same && bad++ < 3)
+            printf("  gelu(%.9g) = %.9g, the definition gives %.9g\n", x[i], y[i], expected);
+    }
+    CHECK(bad == 0, "%zu GELU values differ from uform_gelu_value", bad);
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     test_detect();
     test_e4m3_decoders();
+    test_gelu_vectors();
     uform_executor_t *executors[3];
     for (size_t t = 0; t < 3; t++)
         if (uform_executor_for_ram(t + 1, NULL, 0, &executors[t]) != UFORM_OK) {
@@ -548,6 +637,7 @@ int main(int argc, char **argv) {
         test_accuracy(kernels, executors[1]);
         test_determinism(kernels, executors, 3);
         test_e4m3(kernels, executors, 3);
+        test_gelu_epilogue(kernels, executors, 3);
         if (is_fma_class(classes[c])) test_attention_bits(kernels);
         uint64_t digest = gemm_digest(kernels, executors[2]);
         printf("gemm digest %s: %016llx\n", name, (unsigned long long)digest);

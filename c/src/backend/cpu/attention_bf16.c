@@ -110,26 +110,28 @@ UFORM_BF16_TARGET void uform_attention_bf16(const float *q, const float *k, cons
     uint32_t *queries = probabilities + UFORM_QUERY_TILE * half;
     float inverse[UFORM_QUERY_TILE];
 
-    /* keys: row j rounded to 32 pairs along d, stored down column j */
-    for (size_t j = 0; j < padded; j++) {
-        _Alignas(64) uint32_t words[UFORM_PAIRS];
-        if (j < n) {
-            _mm512_store_si512(words, uform_bf16_pairs32(k + j * stride));
-            _mm512_store_si512(words + 16, uform_bf16_pairs32(k + j * stride + 32));
-        } else {
-            memset(words, 0, sizeof(words));
+    /* keys: 16 rows at a time rounded to 32 pairs along d, transposed in
+     * registers so each pair index's 16 keys are one aligned store */
+    for (size_t j0 = 0; j0 < padded; j0 += 16) {
+        for (size_t half_d = 0; half_d < 2; half_d++) {
+            __m512i m[16];
+#pragma GCC unroll 16
+            for (size_t r = 0; r < 16; r++)
+                m[r] = j0 + r < n ? uform_bf16_pairs32(k + (j0 + r) * stride + 32 * half_d)
+                                  : _mm512_setzero_si512();
+            uform_transpose16x16(m);
+#pragma GCC unroll 16
+            for (size_t t = 0; t < 16; t++)
+                _mm512_store_si512(kp + (16 * half_d + t) * padded + j0, m[t]);
         }
-        for (size_t d2 = 0; d2 < UFORM_PAIRS; d2++) kp[d2 * padded + j] = words[d2];
     }
     /* values: rows 2 j2 and 2 j2 + 1 interleaved into pairs along j */
     for (size_t j2 = 0; j2 < half; j2++) {
+        const float *even = v + 2 * j2 * stride, *odd = even + stride;
         for (size_t c = 0; c < UFORM_HEAD_WIDTH; c += 16) {
-            __m512i low = _mm512_setzero_si512(), high = _mm512_setzero_si512();
-            if (2 * j2 < n)
-                low = _mm512_cvtepu16_epi32(uform_bf16_round16(_mm512_loadu_si512(v + 2 * j2 * stride + c)));
-            if (2 * j2 + 1 < n)
-                high = _mm512_cvtepu16_epi32(uform_bf16_round16(_mm512_loadu_si512(v + (2 * j2 + 1) * stride + c)));
-            _mm512_store_si512(vp + j2 * UFORM_HEAD_WIDTH + c, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+            __m512i low = 2 * j2 < n ? _mm512_loadu_si512(even + c) : _mm512_setzero_si512();
+            __m512i high = 2 * j2 + 1 < n ? _mm512_loadu_si512(odd + c) : _mm512_setzero_si512();
+            _mm512_store_si512(vp + j2 * UFORM_HEAD_WIDTH + c, uform_bf16_interleave16(low, high));
         }
     }
 

@@ -9,23 +9,72 @@
 
 #define UFORM_SAPPHIRE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
-/* 16 floats (as bits) to 16 BF16. */
-static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m256i
-uform_bf16_round16(__m512i bits) {
+/* 16 floats (as bits) rounded in place: the BF16 is each word's high half. */
+static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m512i
+uform_bf16_round_high(__m512i bits) {
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
     __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
                                             _mm512_set1_epi32(0x7f800000));
-    rounded = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
+    return _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x00400000));
 }
 
-/* 32 consecutive floats to 16 words, each the BF16 pair (x[2i], x[2i+1]). */
+/* 16 floats (as bits) to 16 BF16. */
+static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m256i
+uform_bf16_round16(__m512i bits) {
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(uform_bf16_round_high(bits), 16));
+}
+
+/* 32 consecutive floats to 16 words, each the BF16 pair (x[2i], x[2i+1]):
+ * the high halves of both rounded vectors in order, one word permute. */
 static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m512i
 uform_bf16_pairs32(const float *x) {
-    __m256i low = uform_bf16_round16(_mm512_loadu_si512(x));
-    __m256i high = uform_bf16_round16(_mm512_loadu_si512(x + 16));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+    const __m512i high_halves = _mm512_set_epi16(
+        63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+        31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(uform_bf16_round_high(_mm512_loadu_si512(x)), high_halves,
+                                     uform_bf16_round_high(_mm512_loadu_si512(x + 16)));
+}
+
+/* 16 floats of row a and 16 of row b (as bits) to 16 BF16 pairs (a[i], b[i]). */
+static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m512i
+uform_bf16_interleave16(__m512i a, __m512i b) {
+    return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu,
+                                   _mm512_srli_epi32(uform_bf16_round_high(a), 16),
+                                   uform_bf16_round_high(b));
+}
+
+/* m[t] = column t of the 16 x 16 words m[r] (a transpose in 64 shuffles). */
+static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET void
+uform_transpose16x16(__m512i m[16]) {
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(m[i], m[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(m[i], m[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        m[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        m[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        m[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        m[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* m[4b + j] holds column j of each 128-bit block of rows 4b..4b+3 */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_i32x4(m[j], m[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_i32x4(m[j], m[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_i32x4(m[8 + j], m[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(m[8 + j], m[12 + j], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        m[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        m[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+        m[4 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88);
+        m[12 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd);
+    }
 }
 
 #endif

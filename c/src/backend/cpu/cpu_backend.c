@@ -78,8 +78,8 @@ static void uform_cpu_linear(uform_backend_t *b, const uform_weight_t *w, const 
                              size_t x_stride, size_t rows, const float *bias, bool accumulate,
                              float *y, size_t y_stride) {
     if (w->packed) {
-        uform_class_of(b)->gemm(b->executor, w->packed, x, x_stride, rows, bias, accumulate, y,
-                                y_stride);
+        uform_class_of(b)->gemm(b->executor, w->packed, x, x_stride, rows, bias,
+                                accumulate ? UFORM_GEMM_ACCUMULATE : UFORM_GEMM_STORE, y, y_stride);
         return;
     }
     uform_sgemm(b->executor, rows, w->n, w->k, (uform_matrix_t){x, x_stride, false},
@@ -89,6 +89,11 @@ static void uform_cpu_linear(uform_backend_t *b, const uform_weight_t *w, const 
 static void uform_cpu_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x,
                                   size_t x_stride, size_t rows, const float *bias, float *pre,
                                   float *y) {
+    if (w->packed && pre == y) { /* inference: GELU on each tile as the GEMM writes it */
+        uform_class_of(b)->gemm(b->executor, w->packed, x, x_stride, rows, bias, UFORM_GEMM_GELU,
+                                y, w->n);
+        return;
+    }
     uform_cpu_linear(b, w, x, x_stride, rows, bias, false, pre, w->n);
     uform_gelu_forward(b->executor, pre, rows * w->n, y);
 }

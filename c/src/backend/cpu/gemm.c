@@ -3,6 +3,9 @@
  * and calls the class's kernels through pointers. */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/e4m3_decode.h"
+#include "backend/cpu/rows.h"
+
+#include <stdlib.h>
 
 static size_t uform_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t uform_round_up(size_t a, size_t b) { return (a + b - 1) / b * b; }
@@ -170,12 +173,17 @@ typedef struct {
     size_t x_stride, m;
     const float *bias;
     bool accumulate;    /* the first k block starts from y instead of 0 */
+    bool gelu;          /* the last k block's tiles go through GELU in place */
     float *y;
     size_t y_stride;
     size_t mc;          /* rows per task, a multiple of mr */
     size_t nc_panels;   /* W panels per task */
     size_t n_blocks;    /* tasks across n */
     size_t kc;          /* k per block */
+    /* Every A panel packed once before the tasks (NULL: each task packs its
+     * own): row group g, k block b at slot g * k_blocks + b, A_BYTES each. */
+    unsigned char *packed_a;
+    size_t k_blocks;
 } uform_gemm_job_t;
 
 /* The panels a sweep reads: panel q at base + (q - first) * stride elements of
@@ -198,24 +206,28 @@ typedef struct {
  * swept over panels [q0, q1): the wide kernel where whole groups of panels
  * fit, then one panel at a time, a partial last panel through the edge. */
 static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panels_t *panels,
-                             size_t i, size_t rows, size_t kb, int first, int last, size_t q0,
-                             size_t q1, uform_gemm_buffers_t *buffers) {
+                             const void *a_panel, size_t i, size_t rows, size_t kb, int first,
+                             int last, size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
     const uform_gemm_class_t *gc = job->gemm_class;
     size_t n = job->w->n, nr = gc->nr;
     uform_microkernel_fn_t kernel = panels->kernels[rows], wide = panels->wide[rows];
     size_t q = q0, wide_panels = gc->wide_panels;
 #define UFORM_GEMM_B(q) (panels->base + ((q) - panels->first) * panels->stride * panels->size)
+    bool gelu = last && job->gelu;
     if (wide)
-        for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels)
-            wide(kb, buffers->a_panel, UFORM_GEMM_B(q), panels->stride,
-                 job->y + i * job->y_stride + q * nr, job->y_stride, first,
+        for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels) {
+            float *c = job->y + i * job->y_stride + q * nr;
+            wide(kb, a_panel, UFORM_GEMM_B(q), panels->stride, c, job->y_stride, first,
                  last && job->bias ? job->bias + q * nr : NULL);
+            if (gelu) uform_gelu_rows(c, rows, wide_panels * nr, job->y_stride);
+        }
     for (; q < q1; q++) {
         size_t j = q * nr, cols = uform_min(nr, n - j);
         float *c = job->y + i * job->y_stride + j;
         const float *bias = last && job->bias ? job->bias + j : NULL;
         if (cols == nr) {
-            kernel(kb, buffers->a_panel, UFORM_GEMM_B(q), 0, c, job->y_stride, first, bias);
+            kernel(kb, a_panel, UFORM_GEMM_B(q), 0, c, job->y_stride, first, bias);
+            if (gelu) uform_gelu_rows(c, rows, nr, job->y_stride);
             continue;
         }
         if (!first)
@@ -226,23 +238,42 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
             memcpy(buffers->edge_bias, bias, cols * sizeof(float));
             bias = buffers->edge_bias;
         }
-        kernel(kb, buffers->a_panel, UFORM_GEMM_B(q), 0, buffers->edge, nr, first, bias);
+        kernel(kb, a_panel, UFORM_GEMM_B(q), 0, buffers->edge, nr, first, bias);
         for (size_t r = 0; r < rows; r++)
             memcpy(c + r * job->y_stride, buffers->edge + r * nr, cols * sizeof(float));
+        if (gelu) uform_gelu_rows(c, rows, cols, job->y_stride);
     }
 #undef UFORM_GEMM_B
 }
 
-/* Rows [i0, i1) of k block [k0, k0 + kb), mr at a time: each group packed
- * once into the A panel and swept over panels [q0, q1). */
+/* Rows [i0, i1) of k block [k0, k0 + kb), mr at a time: each group's A
+ * panel (packed before the tasks, or here into the task's buffer) swept over
+ * panels [q0, q1). */
 static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_panels_t *panels,
                                   size_t i0, size_t i1, size_t k0, size_t kb, int first, int last,
                                   size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
     const uform_gemm_class_t *gc = job->gemm_class;
     for (size_t i = i0; i < i1; i += gc->mr) {
         size_t rows = uform_min(gc->mr, i1 - i);
-        gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, buffers->a_panel);
-        uform_gemm_sweep(job, panels, i, rows, kb, first, last, q0, q1, buffers);
+        const void *a_panel = buffers->a_panel;
+        if (job->packed_a)
+            a_panel = job->packed_a +
+                      (i / gc->mr * job->k_blocks + k0 / job->kc) * UFORM_GEMM_A_BYTES;
+        else
+            gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, buffers->a_panel);
+        uform_gemm_sweep(job, panels, a_panel, i, rows, kb, first, last, q0, q1, buffers);
+    }
+}
+
+/* The pre-pass: A panel `slot` = (row group, k block), as row_groups packs it. */
+static void uform_gemm_pack_task(void *context, size_t begin, size_t end, size_t thread) {
+    (void)thread;
+    const uform_gemm_job_t *job = context;
+    const uform_gemm_class_t *gc = job->gemm_class;
+    for (size_t slot = begin; slot < end; slot++) {
+        size_t i = slot / job->k_blocks * gc->mr, k0 = slot % job->k_blocks * job->kc;
+        gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, uform_min(gc->mr, job->m - i),
+                   uform_min(job->kc, job->w->k - k0), job->packed_a + slot * UFORM_GEMM_A_BYTES);
     }
 }
 
@@ -322,13 +353,15 @@ static void uform_gemm_task_e4m3(void *context, size_t begin, size_t end, size_t
 
 void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
                     const uform_packed_t *w, const float *x, size_t x_stride, size_t m,
-                    const float *bias, bool accumulate, float *y, size_t y_stride) {
+                    const float *bias, uform_gemm_epilogue_t epilogue, float *y,
+                    size_t y_stride) {
     if (m == 0 || w->n == 0) return;
     size_t mr = gemm_class->mr, nr = gemm_class->nr;
     size_t panels = w->n / nr + (w->n % nr != 0);
     bool e4m3 = w->scalar == UFORM_SCALAR_E4M3;
-    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias, accumulate, y, y_stride,
-                            0, 0, 0, gemm_class->kc};
+    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias,
+                            epilogue == UFORM_GEMM_ACCUMULATE, epilogue == UFORM_GEMM_GELU,
+                            y, y_stride, 0, 0, 0, gemm_class->kc, NULL, 0};
 
     /* Tiles of up to 8 kernel rows x 512 columns keep a task's y block and
      * W block within L2. With several threads, shrink them until there are
@@ -367,8 +400,20 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
     /* Waking the pool costs about as much as 1M multiply-adds (tens of us):
      * smaller products run on the calling thread alone. */
     double macs = (double)m * (double)w->n * (double)w->k;
-    if (executor && threads > 1 && macs >= 1048576.0)
-        uform_parallel_for(executor, tasks, 1, task, &job);
-    else
+    if (!(executor && threads > 1 && macs >= 1048576.0)) {
         task(&job, 0, tasks, 0);
+        return;
+    }
+    /* Tasks side by side across n would each pack the same rows of A (4 to 8
+     * times for one text's up projection): pack every panel once first, in
+     * parallel, where that buffer is small. If it cannot be had, the tasks
+     * pack their own; the panels and so the results are the same. */
+    job.k_blocks = (w->k + job.kc - 1) / job.kc;
+    size_t slots = (m + mr - 1) / mr * job.k_blocks;
+    if (job.n_blocks > 1 && slots <= UFORM_GEMM_PACKED_A_MAX / UFORM_GEMM_A_BYTES) {
+        job.packed_a = aligned_alloc(64, slots * UFORM_GEMM_A_BYTES);
+        if (job.packed_a) uform_parallel_for(executor, slots, 1, uform_gemm_pack_task, &job);
+    }
+    uform_parallel_for(executor, tasks, 1, task, &job);
+    free(job.packed_a);
 }

@@ -38,6 +38,9 @@
 #define UFORM_GEMM_NR_MAX 128
 /* Bytes of the A panel buffer each task keeps on its stack. */
 #define UFORM_GEMM_A_BYTES 16384
+/* Bytes of A packed once before a parallel GEMM's tasks, at most (gemm.c):
+ * 1024 panels, e.g. 14336 rows of k = 512 or 3584 of k = 2048. */
+#define UFORM_GEMM_PACKED_A_MAX (16u << 20)
 /* Bytes of the decoded W tile an E4M3 task keeps on its stack (L1-sized). */
 #define UFORM_GEMM_TILE_BYTES 32768
 /* An E4M3 task's k block, and its rows (each decoded tile is swept by all of
@@ -101,7 +104,7 @@ UFORM_INTERNAL uform_status_t uform_gemm_unpack_e4m3(const uform_packed_t *packe
                                                      float *scales);
 UFORM_INTERNAL void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
                                    const uform_packed_t *w, const float *x, size_t x_stride,
-                                   size_t m, const float *bias, bool accumulate, float *y,
-                                   size_t y_stride);
+                                   size_t m, const float *bias, uform_gemm_epilogue_t epilogue,
+                                   float *y, size_t y_stride);
 
 #endif /* UFORM_CPU_GEMM_H */

@@ -15,6 +15,12 @@
 
 #include "backend/backend.h"
 
+/* What a gemm does with its sums (one chain per y element from 0 or y over k,
+ * bias added last): STORE y = sums + bias; ACCUMULATE y = y + sums + bias;
+ * GELU y = gelu(sums + bias), GELU applied to each tile while it is still in
+ * L1 (uform_gelu_rows: the same bits as a separate uform_gelu_forward pass). */
+typedef enum { UFORM_GEMM_STORE, UFORM_GEMM_ACCUMULATE, UFORM_GEMM_GELU } uform_gemm_epilogue_t;
+
 typedef struct {
     uform_cpu_class_t cpu_class;
     const char *name;                    /* "serial", "haswell", ..., "neon", "sve" */
@@ -24,12 +30,12 @@ typedef struct {
      * takes either. */
     uform_status_t (*pack_e4m3)(const uint8_t *codes, const float *scales, size_t n, size_t k,
                                 uform_packed_t *packed);
-    /* y[m, n] = (accumulate ? y : 0) + x[m, k] * W^T + bias (bias may be NULL):
-     * each y element one chain from y or 0 over k, bias added last. x rows are
-     * x_stride floats apart, y rows y_stride floats apart; runs on the executor. */
+    /* y[m, n] = x[m, k] * W^T + bias (bias may be NULL), stored, added to y or
+     * through GELU as `epilogue` says. x rows are x_stride floats apart, y rows
+     * y_stride floats apart; runs on the executor. */
     void (*gemm)(uform_executor_t *executor, const uform_packed_t *w, const float *x,
-                 size_t x_stride, size_t m, const float *bias, bool accumulate, float *y,
-                 size_t y_stride);
+                 size_t x_stride, size_t m, const float *bias, uform_gemm_epilogue_t epilogue,
+                 float *y, size_t y_stride);
     /* One head of attention within one item of n tokens, for queries
      * [first, last): out[i] = sum_j softmax_j(q_i . k_j / 8) v_j. q, k and v
      * point at the item's row 0, rows `stride` floats apart, 64 wide (rotary

@@ -172,31 +172,7 @@ typedef struct {
     float *y;
 } uform_gelu_task_t;
 
-/* The inference form: 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + e^(-2u)),
- * except where -2u > 88 (x < -9.9), where fast_exp's clamp would leave
- * x / (1 + e^88) (|y| up to 2 for x near -FLT_MAX) and 0 is taken: the
- * difference from the inference forward is below 1e-37 for |x| < 10. */
-UFORM_VECTOR_CLONES
-static void uform_gelu_forward_range(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
-    const uform_gelu_task_t *task = context;
-    const float *x = task->x;
-    float *out = task->y;
-    for (size_t i = begin; i < end; i++) {
-        float v = x[i];
-        float u = UFORM_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
-        float t = -2.0f * u;
-        float y = v / (1.0f + uform_fast_exp(t));
-        /* y AND a mask, not `t > HIGH ? 0 : y`: GCC would turn the select into
-         * a branch around the division and, a division being able to trap,
-         * then refuse to vectorise the loop (scalar vdivss, 10% of an encode) */
-        uint32_t bits, keep = t > UFORM_EXP_HIGH ? 0u : ~0u;
-        memcpy(&bits, &y, sizeof(bits));
-        bits &= keep;
-        memcpy(&y, &bits, sizeof(y));
-        out[i] = y;
-    }
-}
+/* The forward is gelu.c's (uform_gelu_value defines it). */
 
 /* d/dx [x s(2u)] = s + 2 x u' s (1 - s), s = 1 / (1 + e), e = e^(-2u),
  * 1 - s = e s (no cancellation), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
@@ -218,11 +194,6 @@ static void uform_gelu_backward_range(void *context, size_t begin, size_t end, s
         derivative = t > UFORM_EXP_HIGH ? 0.0f : derivative;
         task->y[i] += task->dy[i] * derivative; /* y is dx here */
     }
-}
-
-void uform_gelu_forward(uform_executor_t *executor, const float *x, size_t count, float *y) {
-    uform_gelu_task_t task = {x, NULL, y};
-    uform_parallel_for(executor, count, UFORM_GELU_GRAIN, uform_gelu_forward_range, &task);
 }
 
 void uform_gelu_backward(uform_executor_t *executor, const float *x, const float *dy,

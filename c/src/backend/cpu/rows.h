@@ -38,6 +38,11 @@ UFORM_INTERNAL void uform_layer_norm_backward(uform_executor_t *executor, const 
                                               size_t width, float *dx, float *dweight, float *dbias);
 
 /* ---- GELU, tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+/* gelu.c: one element (the definition: the same bits wherever it runs); y =
+ * gelu(y) in place over rows x cols, rows `stride` floats apart (the GEMM's
+ * epilogue); and the separate pass, y [count] = gelu(x) (y may be x). */
+UFORM_INTERNAL float uform_gelu_value(float v);
+UFORM_INTERNAL void uform_gelu_rows(float *y, size_t rows, size_t cols, size_t stride);
 UFORM_INTERNAL void uform_gelu_forward(uform_executor_t *executor, const float *x, size_t count,
                                        float *y);
 UFORM_INTERNAL void uform_gelu_backward(uform_executor_t *executor, const float *x, const float *dy,

@@ -75,8 +75,8 @@ static uform_status_t uform_serial_pack_e4m3(const uint8_t *codes, const float *
 
 static void uform_serial_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
                                   const float *x, size_t x_stride, size_t m, const float *bias,
-                                  bool accumulate, float *y, size_t y_stride) {
-    uform_gemm_run(&uform_serial_gemm, executor, w, x, x_stride, m, bias, accumulate, y, y_stride);
+                                  uform_gemm_epilogue_t epilogue, float *y, size_t y_stride) {
+    uform_gemm_run(&uform_serial_gemm, executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
 }
 
 const uform_cpu_kernels_t uform_cpu_kernels_serial = {

@@ -143,10 +143,10 @@ static uform_status_t uform_sve_pack_e4m3(const uint8_t *codes, const float *sca
 }
 
 static void uform_sve_gemm_run(uform_executor_t *executor, const uform_packed_t *w, const float *x,
-                               size_t x_stride, size_t m, const float *bias, bool accumulate,
-                               float *y, size_t y_stride) {
+                               size_t x_stride, size_t m, const float *bias,
+                               uform_gemm_epilogue_t epilogue, float *y, size_t y_stride) {
     uform_gemm_class_t gemm_class = uform_sve_gemm();
-    uform_gemm_run(&gemm_class, executor, w, x, x_stride, m, bias, accumulate, y, y_stride);
+    uform_gemm_run(&gemm_class, executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
 }
 
 #pragma GCC pop_options
