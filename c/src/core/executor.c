@@ -16,6 +16,21 @@
 
 /* Hard cap on pool threads: a bigger request is refused as a likely mistake. */
 #define UFORM_MAX_THREADS 4096
+/* Polls before sleeping: a worker that finished a loop, and the caller waiting
+ * for the workers, check 4096 times with a pause between (115 us on a Zen 5,
+ * a few us where pause is short) before they block on the condition variable.
+ * One text's encode is ~150 loops of a few hundred microseconds each, and a
+ * sleep and wake costs tens of microseconds on a virtual machine: polling made
+ * one text per call 9% faster on 2 cores. An idle pool sleeps as before. */
+#define UFORM_SPIN_ROUNDS 4096
+
+static inline void uform_cpu_relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 struct uform_job {
     uform_job_fn_t run;
@@ -45,13 +60,17 @@ struct uform_executor {
     pthread_mutex_t lock;        /* guards the fields below */
     pthread_cond_t wake;         /* workers wait here for a new generation */
     pthread_cond_t idle;         /* the caller waits here for workers to finish */
-    uint64_t generation;
-    bool stopping;
+    /* Written under `lock`, read by polling threads without it: a worker that
+     * sees a new generation then reads the loop's fields (set before it). */
+    _Atomic uint64_t generation;
+    atomic_bool stopping;
     uform_range_fn_t fn;
     void *context;
     size_t count, grain, tasks;
     atomic_size_t next_task;
-    size_t busy;                 /* workers still inside the current loop */
+    atomic_size_t busy;          /* workers still inside the current loop */
+    size_t sleepers;             /* workers blocked on `wake` (under lock) */
+    bool caller_sleeping;        /* the caller blocked on `idle` (under lock) */
 
     /* submission */
     pthread_mutex_t queue_lock;
@@ -88,23 +107,40 @@ typedef struct {
     size_t thread;
 } uform_worker_start_t;
 
+static bool uform_worker_may_go(uform_executor_t *executor, uint64_t seen) {
+    return atomic_load(&executor->generation) != seen || atomic_load(&executor->stopping);
+}
+
+/* Returns once a loop after generation `seen` starts or the pool stops: polls
+ * first, then sleeps on `wake`. */
+static void uform_worker_wait(uform_executor_t *executor, uint64_t seen) {
+    for (size_t spin = 0; spin < UFORM_SPIN_ROUNDS; spin++) {
+        if (uform_worker_may_go(executor, seen)) return;
+        uform_cpu_relax();
+    }
+    pthread_mutex_lock(&executor->lock);
+    executor->sleepers++;
+    while (!uform_worker_may_go(executor, seen)) pthread_cond_wait(&executor->wake, &executor->lock);
+    executor->sleepers--;
+    pthread_mutex_unlock(&executor->lock);
+}
+
 static void *uform_worker_main(void *argument) {
     uform_worker_start_t start = *(uform_worker_start_t *)argument;
     free(argument);
     uform_executor_t *executor = start.executor;
     uint64_t seen = 0;
-    pthread_mutex_lock(&executor->lock);
     for (;;) {
-        while (!executor->stopping && executor->generation == seen)
-            pthread_cond_wait(&executor->wake, &executor->lock);
-        if (executor->stopping) break;
-        seen = executor->generation;
-        pthread_mutex_unlock(&executor->lock);
+        uform_worker_wait(executor, seen);
+        if (atomic_load(&executor->stopping)) break;
+        seen = atomic_load(&executor->generation);
         uform_run_tasks(executor, start.thread);
-        pthread_mutex_lock(&executor->lock);
-        if (--executor->busy == 0) pthread_cond_signal(&executor->idle);
+        if (atomic_fetch_sub(&executor->busy, 1) == 1) {
+            pthread_mutex_lock(&executor->lock);
+            if (executor->caller_sleeping) pthread_cond_signal(&executor->idle);
+            pthread_mutex_unlock(&executor->lock);
+        }
     }
-    pthread_mutex_unlock(&executor->lock);
     return NULL;
 }
 
@@ -131,16 +167,23 @@ void uform_parallel_for(uform_executor_t *executor, size_t count, size_t grain,
     executor->grain = grain;
     executor->tasks = tasks;
     atomic_store(&executor->next_task, 0);
-    executor->busy = executor->workers_started;
-    executor->generation++;
-    pthread_cond_broadcast(&executor->wake);
+    atomic_store(&executor->busy, executor->workers_started);
+    atomic_fetch_add(&executor->generation, 1);
+    if (executor->sleepers) pthread_cond_broadcast(&executor->wake);
     pthread_mutex_unlock(&executor->lock);
 
     uform_run_tasks(executor, 0);
 
-    pthread_mutex_lock(&executor->lock);
-    while (executor->busy != 0) pthread_cond_wait(&executor->idle, &executor->lock);
-    pthread_mutex_unlock(&executor->lock);
+    for (size_t spin = 0; spin < UFORM_SPIN_ROUNDS && atomic_load(&executor->busy) != 0; spin++)
+        uform_cpu_relax();
+    if (atomic_load(&executor->busy) != 0) {
+        pthread_mutex_lock(&executor->lock);
+        executor->caller_sleeping = true;
+        while (atomic_load(&executor->busy) != 0)
+            pthread_cond_wait(&executor->idle, &executor->lock);
+        executor->caller_sleeping = false;
+        pthread_mutex_unlock(&executor->lock);
+    }
     pthread_mutex_unlock(&executor->loop_lock);
 }
 
@@ -156,7 +199,7 @@ static size_t uform_available_cores(void) {
 
 static void uform_executor_stop_workers(uform_executor_t *executor) {
     pthread_mutex_lock(&executor->lock);
-    executor->stopping = true;
+    atomic_store(&executor->stopping, true);
     pthread_cond_broadcast(&executor->wake);
     pthread_mutex_unlock(&executor->lock);
     for (size_t i = 0; i < executor->workers_started; i++) pthread_join(executor->workers[i], NULL);

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(UFORM_NO_CLONES)
 #define UFORM_ATTENTION_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define UFORM_ATTENTION_CLONES
