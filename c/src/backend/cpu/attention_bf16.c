@@ -56,11 +56,22 @@ static UFORM_BF16_TARGET float uform_bf16_softmax_row(const float *row, size_t n
     if (tail) top = _mm512_mask_max_ps(top, tail, top, _mm512_load_ps(row + full));
     __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top));
     __m512 total = _mm512_setzero_ps();
-    for (size_t j = 0; j < padded; j += 16) {
+    /* consecutive BF16 in memory are exactly the pairs along j: 32 values
+     * become one vector of pairs (one word permute), the last 16 alone */
+    size_t j = 0;
+    for (; j + 32 <= padded; j += 32) {
+        __m512 low = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
+        __m512 high = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j + 16), maximum));
+        if (j + 16 == full) high = _mm512_maskz_mov_ps(tail, high); /* past the item: 0 */
+        total = _mm512_add_ps(total, low);
+        total = _mm512_add_ps(total, high);
+        _mm512_storeu_si512(pairs + j / 2, uform_bf16_pairs_of(_mm512_castps_si512(low),
+                                                               _mm512_castps_si512(high)));
+    }
+    if (j < padded) {
         __m512 values = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
-        if (j == full) values = _mm512_maskz_mov_ps(tail, values); /* past the item: 0 */
+        if (j == full) values = _mm512_maskz_mov_ps(tail, values);
         total = _mm512_add_ps(total, values);
-        /* consecutive BF16 in memory are exactly the pairs along j */
         _mm256_storeu_si256((__m256i *)(pairs + j / 2), uform_bf16_round16(_mm512_castps_si512(values)));
     }
     float lanes[16];

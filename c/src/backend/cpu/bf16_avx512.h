@@ -25,15 +25,21 @@ uform_bf16_round16(__m512i bits) {
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(uform_bf16_round_high(bits), 16));
 }
 
-/* 32 consecutive floats to 16 words, each the BF16 pair (x[2i], x[2i+1]):
- * the high halves of both rounded vectors in order, one word permute. */
+/* 32 consecutive floats (as bits, the first 16 in low) to 16 words, each the
+ * BF16 pair (x[2i], x[2i+1]): the high halves of both rounded vectors in
+ * order, one word permute. */
 static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m512i
-uform_bf16_pairs32(const float *x) {
+uform_bf16_pairs_of(__m512i low, __m512i high) {
     const __m512i high_halves = _mm512_set_epi16(
         63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    return _mm512_permutex2var_epi16(uform_bf16_round_high(_mm512_loadu_si512(x)), high_halves,
-                                     uform_bf16_round_high(_mm512_loadu_si512(x + 16)));
+    return _mm512_permutex2var_epi16(uform_bf16_round_high(low), high_halves,
+                                     uform_bf16_round_high(high));
+}
+
+static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET __m512i
+uform_bf16_pairs32(const float *x) {
+    return uform_bf16_pairs_of(_mm512_loadu_si512(x), _mm512_loadu_si512(x + 16));
 }
 
 /* 16 floats of row a and 16 of row b (as bits) to 16 BF16 pairs (a[i], b[i]). */
