@@ -325,8 +325,9 @@ def main() -> None:
         sys.stdout.write(report)
     else:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        kept = kept_sections(output)  # read before open(..., "w") empties the file
         with open(output, "w") as file:
-            file.write(report + kept_sections(output))
+            file.write(report + kept)
         log(f"wrote {output}")
 
 
