@@ -213,21 +213,17 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
     uform_microkernel_fn_t kernel = panels->kernels[rows], wide = panels->wide[rows];
     size_t q = q0, wide_panels = gc->wide_panels;
 #define UFORM_GEMM_B(q) (panels->base + ((q) - panels->first) * panels->stride * panels->size)
-    bool gelu = last && job->gelu;
     if (wide)
-        for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels) {
-            float *c = job->y + i * job->y_stride + q * nr;
-            wide(kb, a_panel, UFORM_GEMM_B(q), panels->stride, c, job->y_stride, first,
+        for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels)
+            wide(kb, a_panel, UFORM_GEMM_B(q), panels->stride,
+                 job->y + i * job->y_stride + q * nr, job->y_stride, first,
                  last && job->bias ? job->bias + q * nr : NULL);
-            if (gelu) uform_gelu_rows(c, rows, wide_panels * nr, job->y_stride);
-        }
     for (; q < q1; q++) {
         size_t j = q * nr, cols = uform_min(nr, n - j);
         float *c = job->y + i * job->y_stride + j;
         const float *bias = last && job->bias ? job->bias + j : NULL;
         if (cols == nr) {
             kernel(kb, a_panel, UFORM_GEMM_B(q), 0, c, job->y_stride, first, bias);
-            if (gelu) uform_gelu_rows(c, rows, nr, job->y_stride);
             continue;
         }
         if (!first)
@@ -241,9 +237,13 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
         kernel(kb, a_panel, UFORM_GEMM_B(q), 0, buffers->edge, nr, first, bias);
         for (size_t r = 0; r < rows; r++)
             memcpy(c + r * job->y_stride, buffers->edge + r * nr, cols * sizeof(float));
-        if (gelu) uform_gelu_rows(c, rows, cols, job->y_stride);
     }
 #undef UFORM_GEMM_B
+    /* GELU over the rows just finished, while they are in L1/L2 (one call per
+     * sweep: per kernel tile, HASWELL's 6 x 16, the calls cost more than they saved) */
+    if (last && job->gelu)
+        uform_gelu_rows(job->y + i * job->y_stride + q0 * nr, rows, uform_min(q1 * nr, n) - q0 * nr,
+                        job->y_stride);
 }
 
 /* Rows [i0, i1) of k block [k0, k0 + kb), mr at a time: each group's A

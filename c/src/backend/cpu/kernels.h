@@ -17,8 +17,9 @@
 
 /* What a gemm does with its sums (one chain per y element from 0 or y over k,
  * bias added last): STORE y = sums + bias; ACCUMULATE y = y + sums + bias;
- * GELU y = gelu(sums + bias), GELU applied to each tile while it is still in
- * L1 (uform_gelu_rows: the same bits as a separate uform_gelu_forward pass). */
+ * GELU y = gelu(sums + bias), GELU applied to each row group's finished
+ * outputs while they are still in cache (uform_gelu_rows: the same bits as a
+ * separate uform_gelu_forward pass). */
 typedef enum { UFORM_GEMM_STORE, UFORM_GEMM_ACCUMULATE, UFORM_GEMM_GELU } uform_gemm_epilogue_t;
 
 typedef struct {
