@@ -212,3 +212,16 @@ def time_rounds(run: Callable[[], np.ndarray], rounds: int) -> tuple[list[float]
         result = run()
         seconds.append(time.perf_counter() - start)
     return seconds, np.array(result, dtype=np.float32, copy=True)
+
+
+def kept_section(path: str, heading: str) -> str:
+    """Everything of the page at `path` from `heading` on (with a blank line before it), or
+    "" when the page or the heading is missing: hand-written sections a report generator
+    carries over. Read it before opening the page for writing, which empties it."""
+    try:
+        with open(path) as file:
+            old = file.read()
+    except OSError:
+        return ""
+    at = old.find(heading)
+    return "\n" + old[at:] if at >= 0 else ""

@@ -88,7 +88,7 @@ def main() -> None:
     section = "\n".join(lines) + "\n"
     print(section)
     if args.output:
-        kept = kept_notes(args.output)  # read before open(..., "w") empties the file
+        kept = harness.kept_section(args.output, KEPT_HEADING)  # before open(..., "w") empties it
         with open(args.output, "w") as file:
             file.write(section + kept)
 
@@ -97,15 +97,6 @@ def main() -> None:
 # everything from it on is carried over (as bench/train_report.py keeps its media section).
 KEPT_HEADING = "### Notes (written by hand, kept when the page is regenerated)"
 
-
-def kept_notes(path: str) -> str:
-    try:
-        with open(path) as file:
-            old = file.read()
-    except OSError:
-        return ""
-    at = old.find(KEPT_HEADING)
-    return "\n" + old[at:] if at >= 0 else ""
 
 
 if __name__ == "__main__":

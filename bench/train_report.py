@@ -325,7 +325,7 @@ def main() -> None:
         sys.stdout.write(report)
     else:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        kept = kept_sections(output)  # read before open(..., "w") empties the file
+        kept = harness.kept_section(output, KEPT_HEADING)  # before open(..., "w") empties it
         with open(output, "w") as file:
             file.write(report + kept)
         log(f"wrote {output}")
@@ -335,15 +335,6 @@ def main() -> None:
 # report and survive its regeneration: everything from this heading on is carried over.
 KEPT_HEADING = "## Media decoding in a training step"
 
-
-def kept_sections(path: str) -> str:
-    try:
-        with open(path) as file:
-            old = file.read()
-    except OSError:
-        return ""
-    at = old.find(KEPT_HEADING)
-    return "\n" + old[at:] if at >= 0 else ""
 
 
 if __name__ == "__main__":

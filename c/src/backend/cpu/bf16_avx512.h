@@ -7,6 +7,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backend/cpu/transpose_avx512.h"
+
 #define UFORM_SAPPHIRE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
 /* 16 floats (as bits) rounded in place: the BF16 is each word's high half. */
@@ -48,39 +50,6 @@ uform_bf16_interleave16(__m512i a, __m512i b) {
     return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu,
                                    _mm512_srli_epi32(uform_bf16_round_high(a), 16),
                                    uform_bf16_round_high(b));
-}
-
-/* m[t] = column t of the 16 x 16 words m[r] (a transpose in 64 shuffles). */
-static inline __attribute__((always_inline)) UFORM_SAPPHIRE_TARGET void
-uform_transpose16x16(__m512i m[16]) {
-    __m512i t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(m[i], m[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(m[i], m[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        m[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        m[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        m[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        m[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* m[4b + j] holds column j of each 128-bit block of rows 4b..4b+3 */
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm512_shuffle_i32x4(m[j], m[4 + j], 0x88);
-        t[4 + j] = _mm512_shuffle_i32x4(m[j], m[4 + j], 0xdd);
-        t[8 + j] = _mm512_shuffle_i32x4(m[8 + j], m[12 + j], 0x88);
-        t[12 + j] = _mm512_shuffle_i32x4(m[8 + j], m[12 + j], 0xdd);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        m[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
-        m[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
-        m[4 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88);
-        m[12 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd);
-    }
 }
 
 #endif

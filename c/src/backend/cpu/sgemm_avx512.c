@@ -7,6 +7,7 @@
  * Functions carry their own target (see haswell.c): the file builds for the
  * baseline and is only called after detection. */
 #include "backend/cpu/sgemm.h"
+#include "backend/cpu/transpose_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -81,43 +82,14 @@ static UFORM_SGEMM_AVX512 void uform_sgemm_avx512_pack_rows(const float *src, si
     size_t p0 = 0;
     if (rows == 14)
         for (; p0 + 16 <= kb; p0 += 16) {
-            __m512 r[16], t[16];
+            __m512i r[16];
 #pragma GCC unroll 14
-            for (size_t i = 0; i < 14; i++) r[i] = _mm512_loadu_ps(src + i * stride + p0);
-            r[14] = r[15] = _mm512_setzero_ps();
-#pragma GCC unroll 8
-            for (size_t i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-            }
-#pragma GCC unroll 4
-            for (size_t i = 0; i < 16; i += 4) {
-                r[i] = _mm512_castpd_ps(
-                    _mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-                r[i + 1] = _mm512_castpd_ps(
-                    _mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-                r[i + 2] = _mm512_castpd_ps(
-                    _mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-                r[i + 3] = _mm512_castpd_ps(
-                    _mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-            }
-            /* Lane l (128 bits) of r[4g + j] now holds column 4l + j of rows
-             * 4g..4g+3; two lane shuffles put column c's four lanes in r[c]. */
-#pragma GCC unroll 4
-            for (size_t j = 0; j < 4; j++) {
-                t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-                t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
-                t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-                t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-            }
-#pragma GCC unroll 8
-            for (size_t j = 0; j < 8; j++) {
-                r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-                r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
-            }
+            for (size_t i = 0; i < 14; i++) r[i] = _mm512_loadu_si512(src + i * stride + p0);
+            r[14] = r[15] = _mm512_setzero_si512();
+            uform_transpose16x16(r);
 #pragma GCC unroll 16
             for (size_t p = 0; p < 16; p++)
-                _mm512_mask_storeu_ps(dst + (p0 + p) * 14, 0x3fff, r[p]);
+                _mm512_mask_storeu_epi32(dst + (p0 + p) * 14, 0x3fff, r[p]);
         }
     for (size_t i = 0; i < rows; i++)
         for (size_t p = p0; p < kb; p++) dst[p * rows + i] = src[i * stride + p];
