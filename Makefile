@@ -257,11 +257,15 @@ test-python: all
 GPU_TESTS := $(patsubst tests/gpu/%.c,%,$(wildcard tests/gpu/test_*.c))
 $(BUILD)/gpu/%: tests/gpu/%.c $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) -Itests/c $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
 test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
 	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t; done
+	@echo "== bench/gpu_report.py (text_encode on the GPU against PyTorch; docs/benchmarks-gpu.md)"
+	@if $(PYTHON) -c "import cffi, numpy" 2>/dev/null; then \
+	  $(MAKE) --no-print-directory python && $(PYTHON) bench/gpu_report.py --output docs/benchmarks-gpu.md; \
+	else echo "skip gpu_report: $(PYTHON) lacks cffi or numpy"; fi
 
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or

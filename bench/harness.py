@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple, Optional
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
-for _path in (os.path.join(ROOT, "tests"), ROOT):
+for _path in (os.path.join(ROOT, "tests"), ROOT, BENCH):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
@@ -23,6 +23,7 @@ import torch  # noqa: E402
 import uform  # noqa: E402
 from reference.batched import BatchedTorchModel  # noqa: E402
 from reference.checkpoint import write_random_checkpoint  # noqa: E402
+from pages import TEXT_BYTES, kept_section, make_texts  # noqa: E402,F401  (re-exported)
 
 QUICK = os.environ.get("UFORM_BENCH_QUICK", "") not in ("", "0")
 
@@ -30,7 +31,6 @@ QUICK = os.environ.get("UFORM_BENCH_QUICK", "") not in ("", "0")
 SHAPE = (dict(depth=2, hidden=128, dimensions=128, context=512) if QUICK
          else dict(depth=12, hidden=512, dimensions=512, context=512))
 BIG_BATCH = 32 if QUICK else 256
-TEXT_BYTES = (64, 512)        # lengths uniform in [64, 512], printable ASCII
 SINGLE_TEXTS = 16             # batch 1: this many different texts, one call each, per round
 QUERY_BYTES = (8, 64)         # short queries: lengths uniform in [8, 64], printable ASCII
 QUERY_TEXTS = 64              # short queries: this many different texts, one call each, per round
@@ -105,14 +105,6 @@ def configure_torch(threads: int) -> None:
     except RuntimeError:      # already set, or inter-op work already started
         pass
     torch.set_num_threads(threads)
-
-
-def make_texts(count: int, seed: int, text_bytes: tuple = TEXT_BYTES) -> list[bytes]:
-    """Deterministic random printable-ASCII texts, lengths uniform in text_bytes (inclusive)."""
-    rng = np.random.default_rng(seed)
-    low, high = text_bytes
-    lengths = rng.integers(low, high + 1, size=count)
-    return [bytes(rng.integers(32, 127, size=int(n), dtype=np.uint8)) for n in lengths]
 
 
 def texts_for(workload: Workload) -> list[bytes]:
@@ -212,16 +204,3 @@ def time_rounds(run: Callable[[], np.ndarray], rounds: int) -> tuple[list[float]
         result = run()
         seconds.append(time.perf_counter() - start)
     return seconds, np.array(result, dtype=np.float32, copy=True)
-
-
-def kept_section(path: str, heading: str) -> str:
-    """Everything of the page at `path` from `heading` on (with a blank line before it), or
-    "" when the page or the heading is missing: hand-written sections a report generator
-    carries over. Read it before opening the page for writing, which empties it."""
-    try:
-        with open(path) as file:
-            old = file.read()
-    except OSError:
-        return ""
-    at = old.find(heading)
-    return "\n" + old[at:] if at >= 0 else ""

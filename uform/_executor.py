@@ -30,12 +30,15 @@ class Executor:
 
     @classmethod
     def for_vram(cls, devices: Sequence[int] | None = None) -> "Executor":
-        """The GPUs to run on: not built yet. Raises UnsupportedError (or, in a build with the CUDA
-        backend on a machine without a GPU, DeviceError "no GPU found")."""
+        """The GPUs to run on (None: every visible one), a stream each, and a pool of host threads
+        for decoding and submitted jobs. A build without the CUDA backend raises UnsupportedError,
+        a machine without a GPU DeviceError "no GPU found". Compiled, not yet run on a GPU."""
         listed, listed_count, _keep = _words(devices, "devices")
         pointer = ffi.new("uform_executor_t **")
         check(lib.uform_executor_for_vram(listed, listed_count, pointer))
-        raise AssertionError("unreachable: for_vram succeeded without VRAM executors")
+        self = cls.__new__(cls)
+        self._executor = ffi.gc(pointer[0], lib.uform_executor_free)
+        return self
 
     @property
     def threads(self) -> int:

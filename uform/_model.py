@@ -167,6 +167,15 @@ def _outputs(value: Any) -> int:
     return int(value)
 
 
+def _gpu_class(gpu_class: GPUClass | None) -> int:
+    if gpu_class is None:
+        return 0
+    try:
+        return int(GPUClass(gpu_class))
+    except ValueError:
+        raise InvalidArgumentError(f"gpu_class: {gpu_class!r} is not a uform.GPUClass") from None
+
+
 def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | None,
                   executor: Executor | None, quantization: Scalar, bridge: ProgressBridge) -> tuple:
     options = ffi.new("uform_model_load_ram_options_t *")
@@ -241,32 +250,41 @@ class Model:
                   gpu_class: GPUClass | None = None, executor: Executor | None = None,
                   quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                   progress_steps: int = 0) -> "Model":
-        """Copies a checkpoint onto GPUs: not built yet. Raises UnsupportedError (or, in a build
-        with the CUDA backend on a machine without a GPU, DeviceError)."""
+        """Copies a checkpoint onto a GPU (devices: one index, GPU 0 when None).
+
+        The executor, when given, must be a VRAM executor holding that GPU; without one the model
+        makes its own. A build without the CUDA backend raises UnsupportedError, a machine without
+        a GPU DeviceError. Compiled, not yet run on a GPU (docs/gpu.md)."""
         encoded = path_bytes(path)
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)
         pointer = ffi.new("uform_model_t **")
-        check(lib.uform_model_load_vram(encoded, listed, listed_count,
-                                        int(gpu_class or 0), ffi.NULL, _scalar(quantization, "quantization"),
-                                        bridge.new(), pointer), bridge)
-        raise AssertionError("unreachable: load_vram succeeded without a GPU backend")
+        check(lib.uform_model_load_vram(encoded, listed, listed_count, _gpu_class(gpu_class),
+                                        executor._executor if executor is not None else ffi.NULL,
+                                        _scalar(quantization, "quantization"), bridge.new(), pointer), bridge)
+        return cls._adopt(pointer[0], executor)
 
     @classmethod
     def load_vram_buffer(cls, buffer: Buffer, /, *, devices: Sequence[int] | None = None,
                          gpu_class: GPUClass | None = None, executor: Executor | None = None,
                          quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                          progress_steps: int = 0) -> "Model":
-        """Copies a checkpoint in memory onto GPUs: not built yet. Raises UnsupportedError (or,
-        in a build with the CUDA backend on a machine without a GPU, DeviceError)."""
-        data = ffi.from_buffer(buffer)
+        """Copies a checkpoint held in memory onto a GPU, as load_vram."""
+        if isinstance(buffer, str):
+            raise InvalidArgumentError("buffer: expected the checkpoint's bytes, got str (a path? use load_vram)")
+        try:
+            data = ffi.from_buffer(buffer)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"buffer: expected a bytes-like object, got {type(buffer).__name__}") from None
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)
         pointer = ffi.new("uform_model_t **")
-        check(lib.uform_model_load_vram_buffer(data, len(data), listed, listed_count, int(gpu_class or 0),
-                                               ffi.NULL, _scalar(quantization, "quantization"), bridge.new(),
-                                               pointer), bridge)
-        raise AssertionError("unreachable: load_vram_buffer succeeded without VRAM models")
+        check(lib.uform_model_load_vram_buffer(data, len(data), listed, listed_count, _gpu_class(gpu_class),
+                                               executor._executor if executor is not None else ffi.NULL,
+                                               _scalar(quantization, "quantization"), bridge.new(), pointer),
+              bridge)
+        return cls._adopt(pointer[0], executor)
 
     def on(self, executor: Executor, /) -> "On[Model]":
         """A receiver whose verbs block on `executor`."""

@@ -8,11 +8,12 @@
  *
  * Status: compiled (sm_80, sm_89, sm_90a, sm_100a), NOT YET RUN ON A GPU.
  * Built so far: device discovery and classes, memory, FP32 products through
- * cuBLASLt (gemm, linear, linear_gelu, linear_backward on dense weights), the
- * row-wise layers and their backwards, the heads' row operations, attention
- * forward and backward (a simple FP32 kernel), AdamW and the global norm. Not
- * yet: packed BF16/E4M3 weights, the objectives, MaxSim, choice
- * probabilities, download_rows (their table entries are NULL;
+ * cuBLASLt (gemm, linear, linear_gelu, linear_backward on dense weights),
+ * packed BF16 weights and their products, download_rows, acquire/release,
+ * the row-wise layers and their backwards, the heads' row operations,
+ * attention forward and backward (a simple FP32 kernel), AdamW and the global
+ * norm. Not yet: E4M3 weights, the objectives, MaxSim, choice probabilities
+ * (their table entries are NULL;
  * tests/gpu/test_cuda_ops.c lists what it checked). */
 #ifndef UFORM_CUDA_BACKEND_H
 #define UFORM_CUDA_BACKEND_H

@@ -14,6 +14,7 @@ extern "C" {
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
 
 #define UFORM_CUDA_GEMM_PLANS 64
 #define UFORM_CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -23,6 +24,7 @@ typedef struct {
     bool used;
     size_t m, n, k, lda, ldb, ldc;
     bool transpose_a, transpose_b, bias;
+    bool bf16;                       /* A and B BF16 (packed weights), else FP32 */
     cublasLtMatmulDesc_t operation;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algorithm;
@@ -30,12 +32,24 @@ typedef struct {
 
 typedef struct {
     int device;
+    pthread_mutex_t lock;            /* held by one verb at a time (acquire, release) */
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *workspace;                 /* UFORM_CUDA_WORKSPACE_BYTES of device memory */
     uform_cuda_plan_t plans[UFORM_CUDA_GEMM_PLANS];
     size_t plans_next;               /* the slot the next new plan replaces when all are used */
+    /* The first failure since synchronize and its words: here rather than in
+     * the uform_backend_t, which callers copy by value. */
+    uform_status_t failure;
     char failure_message[512];
+    /* Growable scratch, used inside one operation at a time (a VRAM model's
+     * verbs hold its lock, vram.c): activations rounded to BF16 for products
+     * on packed weights (device), and FP32 rows downloaded for download_rows
+     * (host). */
+    void *bf16_rows;
+    size_t bf16_rows_bytes;
+    float *host_rows;
+    size_t host_rows_bytes;
 } uform_cuda_context_t;
 
 static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {
@@ -71,7 +85,12 @@ void uform_cuda_download(uform_backend_t *b, void *host, const void *device, siz
 void uform_cuda_copy(uform_backend_t *b, void *destination, const void *source, size_t bytes);
 void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes);
 uform_status_t uform_cuda_synchronize(uform_backend_t *b);
+void uform_cuda_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
+                              uform_scalar_t scalar, void *host, size_t row_bytes);
 /* gemm.cu */
+uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
+                               uform_packed_t *packed);
+void uform_cuda_packed_free(uform_backend_t *b, uform_packed_t *packed);
 void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,
                      const float *bias, bool accumulate, float *c, size_t c_stride);
 void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,

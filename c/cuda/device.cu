@@ -8,13 +8,11 @@
 #include <string.h>
 
 void uform_cuda_record(uform_backend_t *b, uform_status_t status, const char *what, const char *detail) {
-    if (b->failure != UFORM_OK) return;    /* the first failure is the one reported */
-    b->failure = status;
     uform_cuda_context_t *context = uform_cuda_context(b);
-    if (context)
-        snprintf(context->failure_message, sizeof(context->failure_message), "CUDA backend: %s: %s", what,
-                 detail);
     uform_fail(status, "CUDA backend: %s: %s", what, detail);
+    if (!context || context->failure != UFORM_OK) return;   /* the first failure is the one reported */
+    context->failure = status;
+    snprintf(context->failure_message, sizeof(context->failure_message), "CUDA backend: %s: %s", what, detail);
 }
 
 extern "C" uform_status_t uform_cuda_devices(size_t *count) {
@@ -75,6 +73,7 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
         free(context);
         return uform_fail(UFORM_DEVICE, "GPU %u: cublasLtCreate failed (%s)", device, lt->status_string(status));
     }
+    pthread_mutex_init(&context->lock, NULL);
     backend->ops = &uform_cuda_backend_ops;
     backend->device = context;
     backend->failure = UFORM_OK;
@@ -89,10 +88,23 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_gemm_plans_free(context);
     uform_cublaslt()->destroy(context->lt);   /* loaded: the backend started */
     cudaFree(context->workspace);
+    cudaFree(context->bf16_rows);
+    cudaFreeHost(context->host_rows);
     cudaStreamDestroy(context->stream);
+    pthread_mutex_destroy(&context->lock);
     free(context);
     backend->device = NULL;
 }
+
+/* One verb at a time: the stream's order is the verb's, the scratch is its
+ * own, and the calling thread's current device is this backend's. */
+static void uform_cuda_acquire(uform_backend_t *b) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    pthread_mutex_lock(&context->lock);
+    uform_cuda_ok(b, cudaSetDevice(context->device), "cudaSetDevice");
+}
+
+static void uform_cuda_release(uform_backend_t *b) { pthread_mutex_unlock(&uform_cuda_context(b)->lock); }
 
 /* The table: entries not built yet are NULL (cuda_backend.h lists them). */
 extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
@@ -106,6 +118,11 @@ extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
     ops.copy = uform_cuda_copy;
     ops.zero = uform_cuda_zero;
     ops.synchronize = uform_cuda_synchronize;
+    ops.acquire = uform_cuda_acquire;
+    ops.release = uform_cuda_release;
+    ops.download_rows = uform_cuda_download_rows;
+    ops.pack = uform_cuda_pack;
+    ops.packed_free = uform_cuda_packed_free;
     ops.gemm = uform_cuda_gemm;
     ops.linear = uform_cuda_linear;
     ops.linear_gelu = uform_cuda_linear_gelu;

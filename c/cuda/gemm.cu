@@ -1,8 +1,12 @@
 /* gemm.cu: the CUDA backend's products through cuBLASLt (backend.h: gemm,
- * linear, linear_gelu, linear_backward), FP32 inputs, FP32 compute
- * (CUBLAS_COMPUTE_32F: no TF32), the bias as cuBLASLt's epilogue. Dense FP32
- * weights only so far (the trainer's masters); packed BF16 and E4M3 weights
- * are the next step.
+ * linear, linear_gelu, linear_backward, pack), FP32 compute
+ * (CUBLAS_COMPUTE_32F: no TF32), the bias as cuBLASLt's epilogue.
+ *
+ * Dense FP32 weights (the trainer's masters) multiply FP32 activations.
+ * Packed weights (a model's, `pack`) are BF16 row-major [n, k] in device
+ * memory; their products round the activations to BF16 first (into the
+ * context's scratch) and run BF16 x BF16 with FP32 accumulation and an FP32
+ * result, as the CPU's BF16 classes do. E4M3 weights are not built yet.
  *
  * Row-major operands map onto cuBLASLt's column-major ones without copies: a
  * row-major matrix with stride s is the column-major transpose with leading
@@ -13,6 +17,7 @@
 #include "cuda_internal.h"
 #include "cublaslt.h"
 
+#include <cuda_bf16.h>
 #include <string.h>
 
 static void uform_cuda_plan_release(uform_cuda_plan_t *plan) {
@@ -37,12 +42,12 @@ static bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *w
 /* The plan of one shape: found in the cache or made (layouts, operation, algorithm). */
 static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda,
                                           size_t ldb, size_t ldc, bool transpose_a, bool transpose_b,
-                                          bool bias) {
+                                          bool bias, bool bf16) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     for (size_t i = 0; i < UFORM_CUDA_GEMM_PLANS; i++) {
         uform_cuda_plan_t *p = &context->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
-            p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias)
+            p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->bf16 == bf16)
             return p;
     }
     uform_cuda_plan_t *plan = NULL;
@@ -55,7 +60,8 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     }
     memset(plan, 0, sizeof(*plan));
     plan->m = m, plan->n = n, plan->k = k, plan->lda = lda, plan->ldb = ldb, plan->ldc = ldc;
-    plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias;
+    plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->bf16 = bf16;
+    cudaDataType_t inputs = bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = CUDA_R_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -69,9 +75,12 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
                                                        sizeof(op_b)), "TRANSB") &&
          uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                        sizeof(epilogue)), "EPILOGUE") &&
-         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->a, CUDA_R_32F, transpose_a ? k : m,
+         (!bias || uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation,
+                                                                 CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                                 sizeof(bias_type)), "BIAS_DATA_TYPE")) &&
+         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->a, inputs, transpose_a ? k : m,
                                                    transpose_a ? m : k, (int64_t)lda), "layout A") &&
-         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->b, CUDA_R_32F, transpose_b ? n : k,
+         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
                                                    transpose_b ? k : n, (int64_t)ldb), "layout B") &&
          uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->c, CUDA_R_32F, m, n, (int64_t)ldc), "layout C");
     plan->used = true;   /* release destroys whatever was made */
@@ -116,8 +125,11 @@ __global__ static void uform_empty_product(size_t m, size_t n, const float *bias
     }
 }
 
-void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,
-                     const float *bias, bool accumulate, float *c, size_t c_stride) {
+/* c[m, n] = (accumulate ? c : 0) + op(a) op(b) (+ bias): row-major operands,
+ * FP32 or (bf16) both BF16. */
+static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k, const void *a, size_t a_stride,
+                               bool a_transposed, const void *bm, size_t b_stride, bool b_transposed,
+                               const float *bias, bool accumulate, float *c, size_t c_stride, bool bf16) {
     if (!m || !n) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     if (!k) {
@@ -127,37 +139,109 @@ void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_mat
         return;
     }
     /* C^T [n x m] = op(b)^T [n x k] op(a)^T [k x m] */
-    uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, bm.stride, a.stride, c_stride, bm.transposed,
-                                              a.transposed, bias != NULL);
+    uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, b_stride, a_stride, c_stride, b_transposed,
+                                              a_transposed, bias != NULL, bf16);
     if (!plan) return;
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &bias, sizeof(bias)), "BIAS_POINTER"))
         return;
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, bm.data, plan->a, a.data, plan->b, &beta,
+    uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, bm, plan->a, a, plan->b, &beta,
                                   c, plan->c, c, plan->c, &plan->algorithm, context->workspace,
                                   UFORM_CUDA_WORKSPACE_BYTES, context->stream),
                 "cublasLtMatmul");
 }
 
-static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const char *what) {
-    if (w->dense) return true;
-    uform_cuda_record(b, UFORM_UNSUPPORTED, what, "packed (BF16/E4M3) weights are not built yet on the CUDA backend");
-    return false;
+void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,
+                     const float *bias, bool accumulate, float *c, size_t c_stride) {
+    uform_cuda_product(b, m, n, k, a.data, a.stride, a.transposed, bm.data, bm.stride, bm.transposed, bias,
+                       accumulate, c, c_stride, false);
+}
+
+/* ---- packed (BF16) weights ---- */
+
+uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
+                               uform_packed_t *packed) {
+    memset(packed, 0, sizeof(*packed));
+    size_t bytes = n * k * sizeof(uint16_t);
+    void *data = uform_cuda_alloc(b, bytes);
+    if (!data) return UFORM_OUT_OF_MEMORY;
+    uform_cuda_upload(b, data, weights, bytes);
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    if (context->failure != UFORM_OK) {
+        uform_cuda_free(b, data);
+        return uform_cuda_synchronize(b);
+    }
+    packed->n = n;
+    packed->k = k;
+    packed->data = data;
+    packed->bytes = bytes;
+    packed->scalar = UFORM_SCALAR_BF16;
+    return UFORM_OK;
+}
+
+void uform_cuda_packed_free(uform_backend_t *b, uform_packed_t *packed) {
+    if (packed->data) uform_cuda_free(b, packed->data);
+    memset(packed, 0, sizeof(*packed));
+}
+
+/* out[r, p] = bf16(x[r * stride + p]), nearest even. */
+__global__ static void uform_round_rows_bf16(const float *x, size_t stride, size_t rows, size_t k,
+                                             __nv_bfloat16 *out) {
+    size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < rows * k; index += (size_t)gridDim.x * blockDim.x)
+        out[index] = __float2bfloat16_rn(x[(index / k) * stride + index % k]);
+}
+
+/* x [rows, k] rounded to BF16 into the context's scratch; NULL on failure (recorded). */
+static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, const float *x, size_t stride,
+                                                 size_t rows, size_t k) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t bytes = rows * k * sizeof(__nv_bfloat16);
+    if (bytes > context->bf16_rows_bytes) {
+        /* stream-ordered: products still queued on the old buffer finish first */
+        if (context->bf16_rows) cudaFreeAsync(context->bf16_rows, context->stream);
+        context->bf16_rows = NULL;
+        context->bf16_rows_bytes = 0;
+        if (!uform_cuda_ok(b, cudaMallocAsync(&context->bf16_rows, bytes, context->stream), "BF16 activations"))
+            return NULL;
+        context->bf16_rows_bytes = bytes;
+    }
+    __nv_bfloat16 *out = (__nv_bfloat16 *)context->bf16_rows;
+    uform_round_rows_bf16<<<uform_cuda_blocks(rows * k, 256), 256, 0, context->stream>>>(x, stride, rows, k, out);
+    uform_cuda_launched(b, "BF16 activations");
+    return out;
 }
 
 void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
                        size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
-    if (!uform_cuda_dense(b, w, "linear")) return;
-    /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
-    uform_matrix_t a = {x, x_stride, false}, weights = {w->dense, w->k, true};
-    uform_cuda_gemm(b, rows, w->n, w->k, a, weights, bias, accumulate, y, y_stride);
+    if (w->dense) {   /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
+        uform_cuda_product(b, rows, w->n, w->k, x, x_stride, false, w->dense, w->k, true, bias, accumulate, y,
+                           y_stride, false);
+        return;
+    }
+    const uform_packed_t *packed = (const uform_packed_t *)w->packed;
+    if (packed->scalar != UFORM_SCALAR_BF16) {
+        uform_cuda_record(b, UFORM_UNSUPPORTED, "linear", "E4M3 weights are not built yet on the CUDA backend");
+        return;
+    }
+    if (!rows) return;
+    const __nv_bfloat16 *x16 = w->k ? uform_cuda_bf16_rows(b, x, x_stride, rows, w->k) : NULL;
+    if (w->k && !x16) return;
+    uform_cuda_product(b, rows, w->n, w->k, x16, w->k, false, packed->data, w->k, true, bias, accumulate, y,
+                       y_stride, true);
 }
 
 void uform_cuda_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
                             size_t rows, const float *bias, float *pre, float *y) {
     uform_cuda_linear(b, w, x, x_stride, rows, bias, false, pre, w->n);
     uform_cuda_gelu_forward(b, pre, rows * w->n, y);
+}
+
+static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const char *what) {
+    if (w->dense) return true;
+    uform_cuda_record(b, UFORM_UNSUPPORTED, what, "packed weights are inference-only (no backward)");
+    return false;
 }
 
 /* dbias[j] += sum over rows of dy[r, j], rows in order (one thread per column). */

@@ -4,6 +4,10 @@
  * the caller reads them on return. Compiled, not yet run on a GPU. */
 #include "cuda_internal.h"
 
+extern "C" {
+#include "backend/cpu/rows.h"
+}
+
 void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
     void *memory = NULL;
     cudaError_t error = cudaMalloc(&memory, bytes ? bytes : 1);   /* 256-byte aligned: >= the 64 promised */
@@ -50,10 +54,32 @@ void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes) {
 uform_status_t uform_cuda_synchronize(uform_backend_t *b) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     uform_cuda_ok(b, cudaStreamSynchronize(context->stream), "synchronize");
-    uform_status_t status = b->failure;
+    uform_status_t status = context->failure;
     if (status != UFORM_OK) {
         uform_fail(status, "%s", context->failure_message);
-        b->failure = UFORM_OK;
+        context->failure = UFORM_OK;
     }
     return status;
+}
+
+/* The FP32 rows come to the host (pinned staging, grown as needed) and are
+ * converted there by the CPU backend's own conversion: the output bits of a
+ * VRAM model then follow exactly the rules of a RAM model's, and the copy
+ * across is of unit vectors, small next to the forward that made them. */
+void uform_cuda_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
+                              uform_scalar_t scalar, void *host, size_t row_bytes) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t bytes = rows * width * sizeof(float);
+    if (!bytes) return;
+    if (bytes > context->host_rows_bytes) {
+        cudaFreeHost(context->host_rows);
+        context->host_rows = NULL;
+        context->host_rows_bytes = 0;
+        if (!uform_cuda_ok(b, cudaMallocHost((void **)&context->host_rows, bytes), "download_rows (staging)"))
+            return;
+        context->host_rows_bytes = bytes;
+    }
+    uform_cuda_download(b, context->host_rows, rows_f32, bytes);
+    if (context->failure != UFORM_OK) return;
+    uform_cpu_download_rows(b, context->host_rows, rows, width, scalar, host, row_bytes);
 }

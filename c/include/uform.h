@@ -209,7 +209,7 @@ typedef struct {
     size_t context;                  /* tokens per item before truncation */
     uform_scalar_t quantization;     /* the scalar the blocks run in */
     size_t memory_usage;             /* bytes the model holds */
-    uform_cpu_class_t cpu_class;     /* AUTO (0) never: the class it was packed for */
+    uform_cpu_class_t cpu_class;     /* the class a RAM model was packed for; AUTO (0) on a GPU */
     uform_gpu_class_t gpu_class;     /* NONE for a RAM model */
     size_t token_width;              /* 0 without a token head */
     size_t choice_temperature_groups;/* 0 without a byte head, 1 when uncalibrated */

@@ -122,6 +122,65 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k)
     free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre);
 }
 
+/* Products on packed (BF16) weights: the GPU rounds the activations to BF16
+ * and sums in FP32, so the CPU reference gets activations rounded the same
+ * way first; what is left is the order of the sums (1e-4 as for gemm). */
+static void test_packed(backends_t *b, size_t rows, size_t n, size_t k) {
+    float *x = random_floats(rows * k, 1), *bias = random_floats(n, 1), *y = random_floats(rows * n, 1);
+    uint16_t *w = malloc(n * k * sizeof(uint16_t));
+    for (size_t i = 0; i < n * k; i++) w[i] = uform_f32_to_bf16(random_float() * 0.1f);
+    float *x16 = malloc(rows * k * sizeof(float));
+    for (size_t i = 0; i < rows * k; i++) x16[i] = uform_bf16_to_f32(uform_f32_to_bf16(x[i]));
+    uform_packed_t cpu_packed, gpu_packed;
+    bool packed = b->cpu.ops->pack(&b->cpu, w, n, k, &cpu_packed) == UFORM_OK &&
+                  b->gpu.ops->pack(&b->gpu, w, n, k, &gpu_packed) == UFORM_OK;
+    printf("| %-34s | %8zu | %10s | %10s | %s |\n", "pack (BF16)", n * k, "", "", packed ? "ok" : uform_last_error());
+    packed ? passed++ : failed++;
+    if (packed) {
+        float *gx = on_gpu(b, x, rows * k * 4), *gbias = on_gpu(b, bias, n * 4), *gy = on_gpu(b, y, rows * n * 4);
+        uform_weight_t cw = {&cpu_packed, NULL, n, k}, gw = {&gpu_packed, NULL, n, k};
+        b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, bias, true, y, n);
+        b->gpu.ops->linear(&b->gpu, &gw, gx, k, rows, gbias, true, gy, n);
+        compare(b, "linear packed +bias +=", y, gy, rows * n, 1e-4);
+        float *pre = random_floats(rows * n, 1), *gpre = on_gpu(b, pre, rows * n * 4);
+        b->cpu.ops->linear_gelu(&b->cpu, &cw, x16, k, rows, bias, pre, y);
+        b->gpu.ops->linear_gelu(&b->gpu, &gw, gx, k, rows, gbias, gpre, gy);
+        compare(b, "linear_gelu packed y", y, gy, rows * n, 1e-4);
+        b->cpu.ops->packed_free(&b->cpu, &cpu_packed);
+        b->gpu.ops->packed_free(&b->gpu, &gpu_packed);
+        void *all[] = {gx, gbias, gy, gpre};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+        free(pre);
+    }
+    free(x), free(bias), free(y), free(w), free(x16);
+}
+
+/* download_rows: the same bytes as the CPU's for every scalar (the CUDA
+ * backend converts on the host with the CPU's code). */
+static void test_download_rows(backends_t *b, size_t rows, size_t width) {
+    float *x = random_floats(rows * width, 1.5f);
+    float *gx = on_gpu(b, x, rows * width * 4);
+    static const uform_scalar_t scalars[] = {UFORM_SCALAR_F32, UFORM_SCALAR_BF16, UFORM_SCALAR_F16,
+                                             UFORM_SCALAR_E4M3, UFORM_SCALAR_E5M2, UFORM_SCALAR_I8,
+                                             UFORM_SCALAR_B1};
+    for (size_t s = 0; s < sizeof(scalars) / sizeof(scalars[0]); s++) {
+        size_t row_bytes = width * 4 + 3;   /* rows further apart than their bytes */
+        uint8_t *expected = calloc(rows, row_bytes), *got = calloc(rows, row_bytes);
+        b->cpu.ops->download_rows(&b->cpu, x, rows, width, scalars[s], expected, row_bytes);
+        b->gpu.ops->download_rows(&b->gpu, gx, rows, width, scalars[s], got, row_bytes);
+        uform_status_t status = b->gpu.ops->synchronize(&b->gpu);
+        bool ok = status == UFORM_OK && memcmp(expected, got, rows * row_bytes) == 0;
+        char what[64];
+        snprintf(what, sizeof(what), "download_rows scalar %d", (int)scalars[s]);
+        printf("| %-34s | %8zu | %10s | %10s | %s |\n", what, rows * width, "exact", "exact",
+               ok ? "ok" : status != UFORM_OK ? uform_last_error() : "FAIL");
+        ok ? passed++ : failed++;
+        free(expected), free(got);
+    }
+    b->gpu.ops->free(&b->gpu, gx);
+    free(x);
+}
+
 static void test_rows(backends_t *b, size_t rows, size_t width) {
     float *x = random_floats(rows * width, 2), *weight = random_floats(width, 1), *bias = random_floats(width, 1);
     float *y = random_floats(rows * width, 1), *mean = random_floats(rows, 1), *rstd = random_floats(rows, 1);
@@ -358,6 +417,9 @@ int main(void) {
     test_gemm(&b, 7, 5, 3, true, true, true, true);
     test_gemm(&b, 9, 11, 0, false, false, true, true);
     test_linear_backward(&b, 37, 48, 64);
+    test_packed(&b, 37, 192, 64);
+    test_packed(&b, 300, 64, 256);
+    test_download_rows(&b, 13, 40);
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);
     test_segments(&b, 128);

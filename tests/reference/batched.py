@@ -42,7 +42,7 @@ class BatchedTorchModel:
     """The uform text encoder over padded mini-batches; `encode` answers [n, D] float32."""
 
     def __init__(self, reference: ReferenceModel, dtype: torch.dtype = torch.float32, *,
-                 autocast: bool = False, max_batch: int = 32) -> None:
+                 autocast: bool = False, max_batch: int = 32, device: str = "cpu") -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.dtype = dtype
@@ -53,9 +53,11 @@ class BatchedTorchModel:
         self.depth = reference.depth
         self.context = reference.context
         self.dimensions = reference.dimensions
+        # `encode` runs on this device ("cuda" for bench/gpu_report.py); `choose` on the CPU only.
+        self.device = torch.device(device)
 
         def tensor(name: str) -> torch.Tensor:
-            return reference.weight(name).detach().to(dtype).contiguous()
+            return reference.weight(name).detach().to(dtype).contiguous().to(self.device)
 
         self.byte_table = tensor("text.bytes")            # [257, H]
         self.modality = tensor("text.modality")           # [H]
@@ -86,14 +88,15 @@ class BatchedTorchModel:
         positions = torch.arange(self.context, dtype=torch.long).unsqueeze(1)
         angles = rope_angles(positions, torch.float64)             # [context, 32]
         self._rope: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._cos64, self._sin64 = torch.cos(angles), torch.sin(angles)
+        self._cos64, self._sin64 = torch.cos(angles).to(self.device), torch.sin(angles).to(self.device)
 
     @classmethod
     def from_checkpoint(cls, path: Union[str, os.PathLike], dtype: torch.dtype = torch.float32,
-                        *, autocast: bool = False, max_batch: int = 32) -> "BatchedTorchModel":
+                        *, autocast: bool = False, max_batch: int = 32,
+                        device: str = "cpu") -> "BatchedTorchModel":
         """Reads a safetensors checkpoint (BF16 weights upcast exactly to `dtype`)."""
         return cls(ReferenceModel.load(path, dtype=torch.float32), dtype,
-                   autocast=autocast, max_batch=max_batch)
+                   autocast=autocast, max_batch=max_batch, device=device)
 
     # ---------------------------------------------------------------- pieces
 
@@ -140,7 +143,7 @@ class BatchedTorchModel:
         B, L = ids.shape
         H, A = self.hidden, self.heads_count
         layers, _ = self._linear_weights(autocast)
-        valid = torch.arange(L).unsqueeze(0) < lengths.unsqueeze(1)            # [B, L]
+        valid = torch.arange(L, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # [B, L]
         key_mask = valid.view(B, 1, 1, L)                                      # True: attend
         x = F.embedding(ids, self.byte_table) + self.modality                 # [B, L, H]
         rope: Optional[tuple[torch.Tensor, torch.Tensor]] = None
@@ -169,7 +172,7 @@ class BatchedTorchModel:
         data = [d[:self.context] for d in data]
         result = torch.zeros(len(data), self.dimensions, dtype=torch.float32)
         order = sorted((i for i, d in enumerate(data) if d), key=lambda i: len(data[i]))
-        region = (torch.autocast("cpu", dtype=torch.bfloat16) if use_autocast
+        region = (torch.autocast(self.device.type, dtype=torch.bfloat16) if use_autocast
                   else contextlib.nullcontext())
         with torch.inference_mode(), region:
             for start in range(0, len(order), self.max_batch):
@@ -178,8 +181,9 @@ class BatchedTorchModel:
                 ids = np.zeros((len(chunk), int(lengths.max())), dtype=np.int64)
                 for row, i in enumerate(chunk):
                     ids[row, :lengths[row]] = np.frombuffer(data[i], dtype=np.uint8)
-                embeddings = self._forward(torch.from_numpy(ids), torch.from_numpy(lengths), use_autocast)
-                result[torch.tensor(chunk)] = embeddings
+                embeddings = self._forward(torch.from_numpy(ids).to(self.device),
+                                           torch.from_numpy(lengths).to(self.device), use_autocast)
+                result[torch.tensor(chunk)] = embeddings.cpu()
         return result
 
     # ---------------------------------------------------------------- choose
@@ -191,6 +195,8 @@ class BatchedTorchModel:
         single-byte choices; `choices` holds one bytes per text (or a single shared one)."""
         if self.bytes_bias is None:
             raise ValueError("the checkpoint has no byte head (heads.bytes.bias)")
+        if self.device.type != "cpu":
+            raise ValueError("choose runs on the CPU only")
         use_autocast = self.autocast if autocast is None else autocast
         data = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
         data = [d[:self.context - 1] for d in data]
@@ -211,7 +217,7 @@ class BatchedTorchModel:
 
         masked = torch.zeros(len(data), self.hidden, dtype=torch.float32)  # h at MASK per text
         order = sorted(range(len(data)), key=lambda i: len(data[i]))
-        region = (torch.autocast("cpu", dtype=torch.bfloat16) if use_autocast
+        region = (torch.autocast(self.device.type, dtype=torch.bfloat16) if use_autocast
                   else contextlib.nullcontext())
         with torch.inference_mode(), region:
             for start in range(0, len(order), self.max_batch):

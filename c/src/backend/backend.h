@@ -93,6 +93,11 @@ typedef struct uform_backend uform_backend_t;
 
 typedef struct {
     const char *name;   /* "cpu", "cuda" */
+    /* Device memory is host memory: the host may read and write it directly,
+     * so callers skip their staging copies (the CPU backend). A device whose
+     * memory the host cannot touch (CUDA) leaves it false: callers then write
+     * index arrays and inputs on the host and `upload` them. */
+    bool host_memory;
 
     /* -- memory of the device -- */
     void *(*alloc)(uform_backend_t *b, size_t bytes);   /* 64-byte aligned; NULL + error set */
@@ -110,6 +115,12 @@ typedef struct {
                           uform_scalar_t scalar, void *host, size_t row_bytes);
     /* Waits for every operation issued; the first failure since the last call. */
     uform_status_t (*synchronize)(uform_backend_t *b);
+    /* Optional (NULL: nothing to do). A backend whose operations share state
+     * between calls (CUDA: one stream, its scratch, the current device of the
+     * calling thread) is held by one caller at a time: a verb acquires it for
+     * its whole call and releases it at the end. */
+    void (*acquire)(uform_backend_t *b);
+    void (*release)(uform_backend_t *b);
 
     /* -- weights -- */
     /* Packs W [n, k], given as BF16 bits row-major on the host, for `linear`. */
@@ -231,7 +242,9 @@ typedef struct {
     uform_status_t (*maxsim)(uform_backend_t *b, const uform_token_rows_t *queries,
                              const uform_token_rows_t *documents, float *scores);
 
-    /* -- the choices head in inference (text_choose): item c is segment c, its
+    /* -- the choices head in inference (text_choose; states, segments, table,
+     * bias and log_temperature device memory, the tape, groups, offsets and
+     * probabilities host memory): item c is segment c, its
      * MASK the segment's last row; its choices are entry (choices->count == 1 ?
      * 0 : first_entry + c) of the tape; probabilities[offsets[c] ..
      * offsets[c + 1]) = softmax over them of (h . table[k] + bias[k]) /

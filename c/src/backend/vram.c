@@ -1,9 +1,18 @@
-/* vram.c: the VRAM entry points' answers until the VRAM verbs exist (vram.h),
- * and uform_executor_for_vram, which lives here rather than in core/ because it
- * asks the CUDA backend (core/ knows no backend). */
+/* vram.c: the VRAM entry points that need the CUDA backend: executors over
+ * GPUs, models loaded onto one, and the refusals of what is not built yet
+ * (vram.h). It lives here rather than in core/ or model/ because it asks the
+ * CUDA backend (c/cuda/), which those layers do not know.
+ *
+ * A VRAM executor is a RAM executor (its threads decode media and run
+ * submitted jobs) that also holds one CUDA backend per listed GPU: a stream,
+ * a cuBLASLt handle and workspace. A VRAM model's weights are on one GPU, and
+ * its verbs run on the stream of the executor it was loaded with, or of the
+ * VRAM executor a call names when that executor holds the same GPU. */
 #include "backend/vram.h"
+#include "model/model.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #ifdef UFORM_HAVE_CUDA
 #include "../../cuda/cuda_backend.h"   /* c/cuda/ */
@@ -30,6 +39,16 @@ size_t uform_vram_devices(void) {
 #endif
 }
 
+#ifndef UFORM_HAVE_CUDA
+/* UNSUPPORTED naming what a build without the CUDA backend lacks. */
+static uform_status_t uform_no_cuda(const char *verb) {
+    return uform_fail(UFORM_UNSUPPORTED,
+                      "%s: this build of libuform has no GPU backend (nvcc and the nvidia-cublas wheel were "
+                      "not found when it was built)",
+                      verb);
+}
+#endif
+
 uform_status_t uform_vram_refusal(const char *verb, const uint32_t *devices, size_t devices_count) {
 #ifdef UFORM_HAVE_CUDA
     size_t count = 0;
@@ -39,22 +58,232 @@ uform_status_t uform_vram_refusal(const char *verb, const uint32_t *devices, siz
             return uform_fail(UFORM_INVALID_ARGUMENT, "%s: devices[%zu] = %u, but %zu GPUs are visible", verb, i,
                               devices[i], count);
     return uform_fail(UFORM_UNSUPPORTED,
-                      "%s: the CUDA backend of this build has its operations (make test-gpu) but no VRAM "
-                      "executors, models or trainers yet; %zu GPU%s visible",
+                      "%s: the CUDA backend of this build runs VRAM models (Model.load_vram) but not yet the "
+                      "trainer; %zu GPU%s visible",
                       verb, count, count == 1 ? " is" : "s are");
 #else
     (void)devices, (void)devices_count;
-    return uform_fail(UFORM_UNSUPPORTED,
-                      "%s: this build of libuform has no GPU backend (nvcc and the nvidia-cublas wheel were "
-                      "not found when it was built)",
-                      verb);
+    return uform_no_cuda(verb);
 #endif
+}
+
+#ifdef UFORM_HAVE_CUDA
+
+/* ---- VRAM executors ---------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t gpu;                  /* the CUDA runtime's index */
+    uform_gpu_class_t gpu_class;
+    uform_backend_t backend;       /* its stream */
+} uform_vram_device_t;
+
+typedef struct {
+    size_t count;
+    uform_vram_device_t devices[];
+} uform_vram_devices_t;
+
+static void uform_vram_devices_release(void *attachment) {
+    uform_vram_devices_t *devices = attachment;
+    for (size_t i = 0; i < devices->count; i++)
+        if (devices->devices[i].backend.ops) uform_cuda_backend_free(&devices->devices[i].backend);
+    free(devices);
+}
+
+static const uform_vram_device_t *uform_vram_device_of(const uform_executor_t *executor, uint32_t gpu) {
+    const uform_vram_devices_t *devices = uform_executor_devices(executor);
+    for (size_t i = 0; devices && i < devices->count; i++)
+        if (devices->devices[i].gpu == gpu) return &devices->devices[i];
+    return NULL;
+}
+
+/* Checks a device list against the visible GPUs: each listed once and present. */
+static uform_status_t uform_check_devices(const char *verb, const uint32_t *devices, size_t count,
+                                          size_t visible) {
+    for (size_t i = 0; i < count; i++) {
+        if (devices[i] >= visible)
+            return uform_fail(UFORM_INVALID_ARGUMENT, "%s: devices[%zu] = %u, but %zu GPU%s visible", verb, i,
+                              devices[i], visible, visible == 1 ? " is" : "s are");
+        for (size_t j = 0; j < i; j++)
+            if (devices[i] == devices[j])
+                return uform_fail(UFORM_INVALID_ARGUMENT, "%s: GPU %u is listed twice", verb, devices[i]);
+    }
+    return UFORM_OK;
 }
 
 uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_count,
                                        uform_executor_t **result) {
-    if (result) *result = NULL;
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: the out-pointer is NULL");
+    *result = NULL;
     if (devices_count && !devices)
         return uform_fail(UFORM_INVALID_ARGUMENT, "devices: NULL with a count of %zu", devices_count);
-    return uform_vram_refusal("Executor.for_vram", devices, devices_count);
+    size_t visible = 0;
+    if (uform_cuda_devices(&visible) != UFORM_OK) return uform_fail_context(UFORM_DEVICE, "Executor.for_vram");
+    UFORM_TRY(uform_check_devices("Executor.for_vram", devices, devices_count, visible));
+    size_t count = devices_count ? devices_count : visible;   /* none listed: every visible GPU */
+    uform_vram_devices_t *attachment =
+        uform_alloc_zeroed(1, sizeof(*attachment) + count * sizeof(uform_vram_device_t), "VRAM devices");
+    if (!attachment) return UFORM_OUT_OF_MEMORY;
+    uform_status_t status = UFORM_OK;
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        uform_vram_device_t *device = &attachment->devices[i];
+        device->gpu = devices_count ? devices[i] : (uint32_t)i;
+        status = uform_cuda_device_class(device->gpu, &device->gpu_class, NULL, 0);
+        if (status == UFORM_OK) status = uform_cuda_backend_init(device->gpu, &device->backend);
+        attachment->count = i + 1;
+    }
+    uform_executor_t *executor = NULL;
+    if (status == UFORM_OK) status = uform_executor_for_ram(0, NULL, 0, &executor);
+    if (status != UFORM_OK) {
+        uform_vram_devices_release(attachment);
+        return status;
+    }
+    uform_executor_attach(executor, attachment, uform_vram_devices_release);
+    *result = executor;
+    return UFORM_OK;
 }
+
+bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_backend_t *backend) {
+    const uform_vram_device_t *device = uform_vram_device_of(executor, gpu);
+    if (device) *backend = device->backend;
+    return device != NULL;
+}
+
+/* ---- VRAM models --------------------------------------------------------------------- */
+
+static const char *const uform_gpu_class_names[] = {"none", "AMPERE", "ADA", "HOPPER", "BLACKWELL"};
+
+static const char *uform_gpu_class_name(uform_gpu_class_t gpu_class) {
+    return (unsigned)gpu_class < 5 ? uform_gpu_class_names[gpu_class] : "unknown";
+}
+
+/* The checks of a VRAM load before its checkpoint is read: a GPU is there,
+ * the devices exist, one of them, the class is one. */
+static uform_status_t uform_vram_load_check(const char *verb, const uint32_t *devices, size_t devices_count,
+                                            uform_gpu_class_t gpu_class) {
+    size_t visible = 0;
+    if (uform_cuda_devices(&visible) != UFORM_OK) return uform_fail_context(UFORM_DEVICE, verb);
+    UFORM_TRY(uform_check_devices(verb, devices, devices_count, visible));
+    if ((unsigned)gpu_class > UFORM_GPU_CLASS_BLACKWELL)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "gpu_class: %d is not a GPU class", (int)gpu_class);
+    if (devices_count > 1)
+        return uform_fail(UFORM_UNSUPPORTED,
+                          "%s: replicas on %zu GPUs are not built yet; name one device (docs/gpu.md)", verb,
+                          devices_count);
+    return UFORM_OK;
+}
+
+/* Loads a parsed checkpoint onto the one GPU `devices` names (device 0 when
+ * none), after uform_vram_load_check. */
+static uform_status_t uform_vram_load(const char *verb, const uform_safetensors_t *file,
+                                      const uint32_t *devices, size_t devices_count,
+                                      uform_gpu_class_t gpu_class, uform_executor_t *executor,
+                                      uform_scalar_t quantization, const uform_progress_t *progress,
+                                      uform_model_t **result) {
+    (void)verb;
+    uint32_t gpu = devices_count ? devices[0] : 0;
+    bool owned = executor == NULL;
+    if (owned) {
+        UFORM_TRY(uform_executor_for_vram(&gpu, 1, &executor));
+    } else if (!uform_vram_device_of(executor, gpu)) {
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          uform_executor_devices(executor)
+                              ? "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)"
+                              : "executor: a RAM executor cannot hold a VRAM model on GPU %u (use "
+                                "Executor.for_vram)",
+                          gpu);
+    }
+    const uform_vram_device_t *device = uform_vram_device_of(executor, gpu);
+    uform_status_t status = UFORM_OK;
+    if (gpu_class != UFORM_GPU_CLASS_NONE && gpu_class > device->gpu_class)
+        status = uform_fail(UFORM_UNSUPPORTED, "gpu_class: GPU %u is %s and cannot run the %s class", gpu,
+                            uform_gpu_class_name(device->gpu_class), uform_gpu_class_name(gpu_class));
+    if (status == UFORM_OK && quantization == UFORM_SCALAR_E4M3 && !device->backend.ops->pack_e4m3)
+        status = uform_fail(UFORM_UNSUPPORTED,
+                            "quantization: E4M3 weights are not built yet on the CUDA backend (docs/gpu.md); "
+                            "load BF16");
+    uform_model_t *model = NULL;
+    if (status == UFORM_OK) {
+        uform_backend_t backend = device->backend;
+        if (backend.ops->acquire) backend.ops->acquire(&backend);
+        status = uform_model_load_on_device(file, &backend, quantization, executor, progress, &model);
+        if (backend.ops->release) backend.ops->release(&backend);
+    }
+    if (status != UFORM_OK) {
+        if (owned) uform_executor_free(executor);
+        return status;
+    }
+    model->gpu_class = gpu_class != UFORM_GPU_CLASS_NONE ? gpu_class : device->gpu_class;
+    model->gpu_device = gpu;
+    model->owns_executor = owned;
+    *result = model;
+    return UFORM_OK;
+}
+
+#endif /* UFORM_HAVE_CUDA */
+
+uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices, size_t devices_count,
+                                     uform_gpu_class_t gpu_class, uform_executor_t *executor,
+                                     uform_scalar_t quantization, const uform_progress_t *progress,
+                                     uform_model_t **result) {
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "model: the out-pointer is NULL");
+    *result = NULL;
+    if (!path) return uform_fail(UFORM_INVALID_ARGUMENT, "path: NULL");
+    if (devices_count && !devices)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "devices: NULL with a count of %zu", devices_count);
+#ifdef UFORM_HAVE_CUDA
+    UFORM_TRY(uform_vram_load_check("Model.load_vram", devices, devices_count, gpu_class));
+    uform_safetensors_t file;
+    memset(&file, 0, sizeof(file));
+    uform_status_t status = uform_safetensors_open(path, &file);
+    if (status == UFORM_OK)
+        status = uform_vram_load("Model.load_vram", &file, devices, devices_count, gpu_class, executor,
+                                 quantization, progress, result);
+    uform_safetensors_close(&file);
+    return status;
+#else
+    (void)gpu_class, (void)executor, (void)quantization, (void)progress;
+    return uform_no_cuda("Model.load_vram");
+#endif
+}
+
+uform_status_t uform_model_load_vram_buffer(const void *data, size_t size, const uint32_t *devices,
+                                            size_t devices_count, uform_gpu_class_t gpu_class,
+                                            uform_executor_t *executor, uform_scalar_t quantization,
+                                            const uform_progress_t *progress,
+                                            uform_model_t **result) {
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "model: the out-pointer is NULL");
+    *result = NULL;
+    if (!data && size) return uform_fail(UFORM_INVALID_ARGUMENT, "buffer: NULL with %zu bytes", size);
+    if (devices_count && !devices)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "devices: NULL with a count of %zu", devices_count);
+#ifdef UFORM_HAVE_CUDA
+    UFORM_TRY(uform_vram_load_check("Model.load_vram_buffer", devices, devices_count, gpu_class));
+    uform_safetensors_t file;
+    memset(&file, 0, sizeof(file));
+    uform_status_t status = uform_safetensors_parse(data, size, &file);
+    if (status == UFORM_OK)
+        status = uform_vram_load("Model.load_vram_buffer", &file, devices, devices_count, gpu_class, executor,
+                                 quantization, progress, result);
+    uform_safetensors_close(&file);
+    return status;
+#else
+    (void)gpu_class, (void)executor, (void)quantization, (void)progress;
+    return uform_no_cuda("Model.load_vram_buffer");
+#endif
+}
+
+#ifndef UFORM_HAVE_CUDA
+uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_count,
+                                       uform_executor_t **result) {
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: the out-pointer is NULL");
+    *result = NULL;
+    if (devices_count && !devices)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "devices: NULL with a count of %zu", devices_count);
+    return uform_no_cuda("Executor.for_vram");
+}
+
+bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_backend_t *backend) {
+    (void)executor, (void)gpu, (void)backend;
+    return false;
+}
+#endif

@@ -81,6 +81,10 @@ struct uform_executor {
     bool submitter_stopping;
     bool submitter_running_job;
     pthread_t submitter;
+
+    /* a VRAM executor's GPUs (backend/vram.c), released after the jobs */
+    void *devices;
+    void (*devices_release)(void *devices);
 };
 
 static _Thread_local int uform_inside_loop;
@@ -387,6 +391,23 @@ void uform_job_free(uform_job_t *job) {
     free(job);
 }
 
+void uform_executor_attach(uform_executor_t *executor, void *devices, void (*release)(void *)) {
+    executor->devices = devices;
+    executor->devices_release = release;
+}
+
+void *uform_executor_devices(const uform_executor_t *executor) {
+    return executor ? executor->devices : NULL;
+}
+
+void uform_executor_drain(uform_executor_t *executor) {
+    if (!executor) return;
+    pthread_mutex_lock(&executor->queue_lock);
+    while (executor->queue_head || executor->submitter_running_job)
+        pthread_cond_wait(&executor->queue_empty, &executor->queue_lock);
+    pthread_mutex_unlock(&executor->queue_lock);
+}
+
 void uform_executor_free(uform_executor_t *executor) {
     if (!executor) return;
     if (executor->submitter_started) {
@@ -399,6 +420,7 @@ void uform_executor_free(uform_executor_t *executor) {
         pthread_join(executor->submitter, NULL);
     }
     uform_executor_stop_workers(executor);
+    if (executor->devices_release) executor->devices_release(executor->devices);
     free(executor->workers);
     free(executor->memory_domains);
     pthread_cond_destroy(&executor->queue_empty);

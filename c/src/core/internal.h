@@ -104,6 +104,13 @@ UFORM_INTERNAL void uform_parallel_for(uform_executor_t *executor, size_t count,
                                        uform_range_fn_t fn, void *context);
 /* Threads fn may be called with (thread < this). */
 UFORM_INTERNAL size_t uform_executor_width(const uform_executor_t *executor);
+/* A VRAM executor's GPUs (backend/vram.c), opaque here: released with the
+ * executor, after its jobs and threads. NULL for a RAM executor. */
+UFORM_INTERNAL void uform_executor_attach(uform_executor_t *executor, void *devices,
+                                          void (*release)(void *devices));
+UFORM_INTERNAL void *uform_executor_devices(const uform_executor_t *executor);
+/* Waits until no submitted job is queued or running (the executor stays usable). */
+UFORM_INTERNAL void uform_executor_drain(uform_executor_t *executor);
 
 /* A unit of submitted work (executor.c): runs `run` on the executor's
  * submission thread; its status and message are kept in the job. */

@@ -55,20 +55,20 @@ size_t uform_batch_rows(const uform_model_t *model) {
 }
 
 void uform_encoder_free(uform_encoder_t *e) {
-    uform_free_aligned(e->states);
-    uform_free_aligned(e->scratch);
-    free(e->segments);
-    free(e->positions);
-    free(e->ids);
-    uform_free_aligned(e->pooled);
-    uform_free_aligned(e->projected);
+    if (!e->backend.ops) return;   /* begin failed before it chose a backend */
+    uform_backend_t *b = &e->backend;
+    uform_backend_free(b, e->states);
+    uform_backend_free(b, e->scratch);
+    uform_batch_indices_free(&e->indices, b);
+    uform_backend_free(b, e->inputs);
+    uform_backend_free(b, e->pooled);
+    uform_backend_free(b, e->projected);
     free(e->staged);
-    e->states = e->pooled = e->projected = NULL;
+    e->states = e->pooled = e->projected = e->inputs = NULL;
     e->scratch = NULL;
-    e->segments = NULL;
-    e->positions = NULL;
-    e->ids = NULL;
     e->staged = NULL;
+    if (b->ops->release) b->ops->release(b);
+    e->backend.ops = NULL;
 }
 
 static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t scalar,
@@ -110,26 +110,26 @@ static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t s
  * longest item a batch can hold: capacity rows, at most the context. */
 static uform_status_t uform_encoder_rows(uform_encoder_t *e, size_t capacity) {
     const uform_model_t *model = e->model;
+    uform_backend_t *b = &e->backend;
     size_t hidden = model->hidden;
     size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
     size_t projected_rows = capacity > e->max_items ? capacity : e->max_items;
     size_t longest = capacity < model->context ? capacity : model->context;
-    uform_free_aligned(e->states);
-    uform_free_aligned(e->scratch);
-    uform_free_aligned(e->projected);
-    free(e->positions);
-    free(e->ids);
-    e->states = uform_alloc_aligned(capacity, hidden * sizeof(float), "states");
-    e->scratch = uform_alloc_aligned(
-        1, uform_forward_scratch_bytes(model, e->executor, capacity, e->max_items, longest),
-        "forward scratch");
-    e->positions = uform_alloc(capacity, 3 * sizeof(uint32_t), "positions");
-    e->ids = uform_alloc(capacity, sizeof(uint32_t), "token ids");
-    e->projected = uform_alloc_aligned(projected_rows, width * sizeof(float), "projections");
+    uform_backend_free(b, e->states);
+    uform_backend_free(b, e->scratch);
+    uform_backend_free(b, e->projected);
+    e->states = e->projected = NULL;
+    e->scratch = NULL;
+    e->states = uform_backend_alloc(b, capacity, hidden * sizeof(float), "states");
+    if (e->states)
+        e->scratch = uform_backend_alloc(
+            b, 1, uform_forward_scratch_bytes(model, e->executor, capacity, e->max_items, longest),
+            "forward scratch");
+    if (e->scratch)
+        e->projected = uform_backend_alloc(b, projected_rows, width * sizeof(float), "projections");
     e->max_rows = capacity;
-    if (!e->states || !e->scratch || !e->positions || !e->ids || !e->projected)
-        return UFORM_OUT_OF_MEMORY;
-    return UFORM_OK;
+    if (!e->states || !e->scratch || !e->projected) return UFORM_OUT_OF_MEMORY;
+    return uform_batch_indices_reserve(&e->indices, b, capacity, 0);
 }
 
 uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *model,
@@ -148,6 +148,11 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
 
     uform_arena_rewind(arena);
     UFORM_TRY(uform_encoder_outputs(e, scalar, rows_bound));
+    uform_backend_t backend = uform_model_backend(model, executor);
+    UFORM_TRY(uform_model_needs(model, backend.ops->download_rows != NULL, "encode", "download_rows"));
+    e->backend = backend;
+    uform_backend_t *b = &e->backend;
+    if (b->ops->acquire) b->ops->acquire(b);   /* released by uform_encoder_free */
 
     size_t hidden = model->hidden;
     size_t budget = uform_batch_rows(model);
@@ -156,11 +161,14 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
     size_t capacity = rows_bound < budget ? rows_bound + 1 : budget;
     size_t items = budget < count ? budget : count;
     e->max_items = items;
-    e->segments = uform_alloc(items, sizeof(uform_segment_t), "segments");
-    e->pooled = uform_alloc_aligned(items, hidden * sizeof(float), "pooled states");
-    if (!e->segments || !e->pooled || uform_encoder_rows(e, capacity) != UFORM_OK) {
+    uform_status_t status = uform_batch_indices_reserve(&e->indices, b, 1, items);
+    if (status == UFORM_OK) {
+        e->pooled = uform_backend_alloc(b, items, hidden * sizeof(float), "pooled states");
+        status = e->pooled ? uform_encoder_rows(e, capacity) : UFORM_OUT_OF_MEMORY;
+    }
+    if (status != UFORM_OK) {
         uform_encoder_free(e);
-        return UFORM_OUT_OF_MEMORY;
+        return status;
     }
     uform_progress_begin(&e->progress, options ? &options->progress : NULL, count);
     return UFORM_OK;
@@ -190,34 +198,34 @@ static uint8_t *uform_token_destination(uform_encoder_t *e, size_t first, size_t
 static uform_status_t uform_encoder_run(uform_encoder_t *e) {
     const uform_model_t *model = e->model;
     uform_encoded_t *encoded = e->encoded;
+    uform_backend_t *b = &e->backend;
     size_t hidden = model->hidden, first = e->finished, items = e->added - e->finished;
     if (items == 0) return UFORM_OK;
-    uform_batch_t batch = {e->rows, items, e->segments, e->positions};
-    uform_backend_t backend = uform_model_backend(model, e->executor);
+    uform_batch_indices_upload(&e->indices, b, e->rows, items);
+    uform_batch_t batch = {e->rows, items, e->indices.device_segments, e->indices.device_positions};
     if (e->rows && model->text_bytes)
-        backend.ops->embedding_forward(&backend, model->text_bytes, model->text_modality, e->ids,
-                                       e->rows, hidden, e->states);
-    if (e->rows) uform_forward(model, e->executor, &batch, e->states, e->scratch);
+        b->ops->embedding_forward(b, model->text_bytes, model->text_modality, e->indices.device_ids,
+                                  e->rows, hidden, e->states);
+    if (e->rows) uform_forward(model, b, &batch, e->longest, e->states, e->scratch);
 
     if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
-        backend.ops->mean_pool_forward(&backend, e->states, hidden, e->segments, items, e->pooled);
-        uform_project_normalize(model, e->executor, &model->embedding_head, e->pooled, items,
-                                e->projected);
-        backend.ops->download_rows(
-            &backend, e->projected, items, model->dimensions, encoded->scalar,
-            (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
-            encoded->embedding_row_bytes);
+        b->ops->mean_pool_forward(b, e->states, hidden, e->indices.device_segments, items, e->pooled);
+        uform_project_normalize(model, b, &model->embedding_head, e->pooled, items, e->projected);
+        b->ops->download_rows(b, e->projected, items, model->dimensions, encoded->scalar,
+                              (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
+                              encoded->embedding_row_bytes);
     }
     if ((e->outputs & UFORM_OUTPUTS_TOKENS) && e->rows) {
         uint8_t *destination = uform_token_destination(e, first, e->rows);
         if (!destination) return UFORM_OUT_OF_MEMORY;
-        uform_project_normalize(model, e->executor, &model->token_head, e->states, e->rows,
-                                e->projected);
-        backend.ops->download_rows(&backend, e->projected, e->rows, model->token_width,
-                                   encoded->scalar, destination, encoded->token_row_bytes);
+        uform_project_normalize(model, b, &model->token_head, e->states, e->rows, e->projected);
+        b->ops->download_rows(b, e->projected, e->rows, model->token_width, encoded->scalar,
+                              destination, encoded->token_row_bytes);
     }
+    UFORM_TRY(b->ops->synchronize(b));
     e->finished = e->added;
     e->rows = 0;
+    e->longest = 0;
     return uform_progress_update(&e->progress, e->finished);
 }
 
@@ -232,16 +240,41 @@ uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, f
     /* An item longer than any batch so far: a batch of its own, buffers grown. */
     if (rows > e->max_rows) UFORM_TRY(uform_encoder_rows(e, rows));
     size_t slot = e->added - e->finished;
-    e->segments[slot] = (uform_segment_t){e->rows, rows, axes};
+    e->indices.segments[slot] = (uform_segment_t){e->rows, rows, axes};
+    if (rows > e->longest) e->longest = rows;
     if (e->outputs & UFORM_OUTPUTS_TOKENS)
         e->encoded->token_offsets[e->added + 1] = e->encoded->token_offsets[e->added] + rows;
     *x = e->states + e->rows * e->model->hidden;
-    *ids = e->ids + e->rows;
+    *ids = e->indices.ids + e->rows;
     for (size_t r = 0; r < rows; r++) (*ids)[r] = UFORM_NOT_TEXT;
-    *positions = e->positions + 3 * e->rows;
+    *positions = e->indices.positions + 3 * e->rows;
     memset(*positions, 0, rows * 3 * sizeof(uint32_t));
     e->rows += rows;
     e->added++;
+    return UFORM_OK;
+}
+
+uform_status_t uform_encoder_embed(uform_encoder_t *e, const uform_media_part_t *part,
+                                   const float *inputs, size_t rows, float *x) {
+    if (rows == 0) return UFORM_OK;
+    uform_backend_t *b = &e->backend;
+    size_t hidden = e->model->hidden;
+    const float *device_inputs = inputs;
+    if (!b->ops->host_memory) {
+        size_t bytes = rows * part->width * sizeof(float);
+        if (bytes > e->inputs_bytes) {
+            uform_backend_free(b, e->inputs);
+            e->inputs_bytes = 0;
+            e->inputs = uform_backend_alloc(b, 1, bytes, "media inputs");
+            if (!e->inputs) return UFORM_OUT_OF_MEMORY;
+            e->inputs_bytes = bytes;
+        }
+        b->ops->upload(b, e->inputs, inputs, bytes);
+        device_inputs = e->inputs;
+    }
+    uform_weight_t projection = {&part->projection, NULL, part->projection.n, part->projection.k};
+    b->ops->linear(b, &projection, device_inputs, part->width, rows, part->bias, false, x, hidden);
+    b->ops->scatter_rows(b, x, hidden, part->modality, hidden, NULL, rows, x);
     return UFORM_OK;
 }
 

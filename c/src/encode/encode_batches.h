@@ -11,6 +11,7 @@
 #ifndef UFORM_ENCODE_BATCHES_H
 #define UFORM_ENCODE_BATCHES_H
 
+#include "encode/batch_indices.h"
 #include "model/model.h"
 
 /* INVALID_ARGUMENT naming `name` unless the tape is non-empty, its offsets
@@ -40,18 +41,25 @@ typedef struct {
     size_t finished;              /* items whose outputs are written */
     uform_progress_state_t progress;
 
+    /* The backend the call runs on; the buffers below marked "backend" are in
+     * its memory (host memory on the CPU). */
+    uform_backend_t backend;
+
     /* the open forward batch */
     size_t max_rows, max_items;   /* budgets of one batch */
     size_t rows;                  /* rows of the open batch */
-    float *states;                /* [capacity, H]: token rows, then final normed states */
-    void *scratch;                /* the forward's */
-    uform_segment_t *segments;    /* [max_items] */
-    uint32_t *positions;          /* [capacity][3] */
-    uint32_t *ids;                /* [capacity]: text rows' byte ids, UFORM_NOT_TEXT for media */
+    size_t longest;               /* rows of its longest item */
+    float *states;                /* backend [capacity, H]: token rows, then final normed states */
+    void *scratch;                /* backend: the forward's */
+    /* segments [max_items], positions [capacity][3] and byte ids [capacity]
+     * (UFORM_NOT_TEXT for media rows) */
+    uform_batch_indices_t indices;
+    float *inputs;                /* backend: a media item's inputs, on a device backend */
+    size_t inputs_bytes;
 
     /* heads */
-    float *pooled;                /* [max_items, H] */
-    float *projected;             /* [max(max_items, capacity), max(D, W)] */
+    float *pooled;                /* backend [max_items, H] */
+    float *projected;             /* backend [max(max_items, capacity), max(D, W)] */
 
     /* Token rows: straight into the arena when the call's total is known at
      * begin; otherwise staged here and copied into the arena at finish. */
@@ -73,14 +81,21 @@ UFORM_INTERNAL uform_status_t uform_encoder_begin(uform_encoder_t *encoder, cons
 
 /* Adds the next item: `rows` token rows (at most context) with `axes`
  * position axes. Runs the open batch first when the item does not fit.
- * *x receives where to write a media item's rows [rows, H], *ids where a text
- * item writes its byte ids [rows] instead (the batch's embedding lookup fills
- * its rows; they start as UFORM_NOT_TEXT) and *positions their positions
- * [rows][3] (unused axes 0), all valid until the next call.
+ * *x receives where a media item's rows [rows, H] go (the backend's memory:
+ * uform_encoder_embed writes them), *ids where a text item writes its byte
+ * ids [rows] instead (host; the batch's embedding lookup fills its rows; they
+ * start as UFORM_NOT_TEXT) and *positions their positions [rows][3] (host;
+ * unused axes 0), all valid until the next call.
  * Fails with UFORM_CANCELLED when the progress handler asks. */
 UFORM_INTERNAL uform_status_t uform_encoder_add(uform_encoder_t *encoder, size_t rows, size_t axes,
                                                 float **x, uint32_t **ids,
                                                 uint32_t **positions);
+
+/* Writes a media item's rows x [rows, H] (from uform_encoder_add) = its
+ * inputs [rows, part->width] (host memory) projected, plus the modality. */
+UFORM_INTERNAL uform_status_t uform_encoder_embed(uform_encoder_t *encoder,
+                                                  const uform_media_part_t *part,
+                                                  const float *inputs, size_t rows, float *x);
 
 /* Runs the last batch and completes *encoded. */
 UFORM_INTERNAL uform_status_t uform_encoder_finish(uform_encoder_t *encoder);

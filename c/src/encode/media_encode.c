@@ -46,20 +46,6 @@ static void uform_media_counts_add(uform_media_counts_t *total, const uform_medi
     total->empty += item->empty;
 }
 
-/* Projects one item's inputs into its rows x and adds the modality vector. */
-static void uform_media_embed(const uform_model_t *model, uform_executor_t *executor,
-                              const uform_media_part_t *part, const uform_media_tokens_t *tokens,
-                              float *x, uint32_t *positions) {
-    size_t hidden = model->hidden;
-    if (tokens->rows == 0) return;
-    uform_backend_t backend = uform_model_backend(model, executor);
-    uform_weight_t projection = {&part->projection, NULL, part->projection.n, part->projection.k};
-    backend.ops->linear(&backend, &projection, tokens->inputs, part->width, tokens->rows,
-                        part->bias, false, x, hidden);
-    backend.ops->scatter_rows(&backend, x, hidden, part->modality, hidden, NULL, tokens->rows, x);
-    memcpy(positions, tokens->positions, tokens->rows * 3 * sizeof(uint32_t));
-}
-
 static uform_status_t uform_media_encode_held(const uform_model_t *model, uform_executor_t *executor,
                                               const uform_media_call_t *call, uform_arena_t *arena,
                                               const uform_encode_options_t *options,
@@ -97,7 +83,10 @@ static uform_status_t uform_media_encode_held(const uform_model_t *model, uform_
             status = uform_encoder_add(&encoder, slots[k].tokens.rows, slots[k].tokens.axes, &x,
                                        &ids, &positions);
             if (status != UFORM_OK) break;
-            uform_media_embed(model, executor, call->part, &slots[k].tokens, x, positions);
+            const uform_media_tokens_t *tokens = &slots[k].tokens;
+            if (tokens->rows) memcpy(positions, tokens->positions, tokens->rows * 3 * sizeof(uint32_t));
+            status = uform_encoder_embed(&encoder, call->part, tokens->inputs, tokens->rows, x);
+            if (status != UFORM_OK) break;
             counts->tokens += slots[k].tokens.rows;
             uform_media_counts_add(counts, &slots[k].tokens.counts);
         }

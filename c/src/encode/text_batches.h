@@ -36,14 +36,16 @@ UFORM_INTERNAL void uform_text_count(const uform_text_layout_t *layout, const uf
 
 /* Scratch for the forward batches of one call, sized for its largest batch. */
 typedef struct {
+    uform_backend_t backend;     /* the model's on the call's executor: "backend" buffers are
+                                    in its memory */
     size_t max_rows, max_items;  /* budgets of one batch */
     size_t capacity;             /* rows the buffers hold: max_rows, all the call's + 1, or
                                     the longest text's when that is more */
-    float *states;               /* [max_rows, H]: the final normed states after a forward */
-    void *scratch;               /* the forward's */
-    uform_segment_t *segments;   /* [max_items]: where each text of the batch sits */
-    uint32_t *positions;         /* [max_rows][3] */
-    uint32_t *ids;               /* [max_rows]: byte ids (256: MASK) for the embedding lookup */
+    float *states;               /* backend [max_rows, H]: the final normed states after a forward */
+    void *scratch;               /* backend: the forward's */
+    /* segments [max_items] (where each text of the batch sits), positions
+     * [max_rows][3], ids [max_rows] (byte ids, 256: MASK, for the lookup) */
+    uform_batch_indices_t indices;
 } uform_text_batches_t;
 
 /* Budgets for `count` texts of `total_rows` rows in all: about 64 MiB of
@@ -63,7 +65,8 @@ UFORM_INTERNAL size_t uform_text_batch_end(const uform_text_batches_t *batches,
 /* Lays texts [first, last) out as rows (byte row + modality vector, token
  * index as position; MASK last when the layout says) and runs the blocks:
  * batches->states then holds their final normed states, text i's rows at
- * batches->segments[i - first]. Grows the buffers for a batch longer than
+ * batches->indices.segments[i - first] (device_segments: the same in the
+ * backend's memory). Grows the buffers for a batch longer than
  * they hold (OUT_OF_MEMORY when that fails). */
 UFORM_INTERNAL uform_status_t uform_text_batch_forward(const uform_model_t *model, uform_executor_t *executor,
                                              const uform_text_layout_t *layout,

@@ -98,6 +98,9 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
     const uint32_t *groups = options ? options->temperature_groups : NULL;
     UFORM_TRY(uform_check_groups(model, groups, texts->count));
     if (!executor) executor = model->executor;
+    uform_backend_t backend = uform_model_backend(model, executor);
+    UFORM_TRY(uform_model_needs(model, backend.ops->choice_probabilities != NULL, "text_choose",
+                                "choice_probabilities"));
 
     uform_text_layout_t layout = uform_choose_layout(model);
     uform_text_encode_stats_t counts;
@@ -132,12 +135,13 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
         size_t last = uform_text_batch_end(&batches, &layout, texts, first);
         status = uform_text_batch_forward(model, executor, &layout, texts, first, last, &batches);
         if (status != UFORM_OK) break;
-        uform_backend_t backend = uform_model_backend(model, executor);
-        backend.ops->choice_probabilities(&backend, batches.states, model->hidden,
-                                          batches.segments, last - first, choices, first,
-                                          groups ? groups + first : NULL, model->text_bytes,
-                                          model->bytes_bias, model->choice_log_temperature,
-                                          offsets + first, probabilities);
+        uform_backend_t *b = &batches.backend;
+        b->ops->choice_probabilities(b, batches.states, model->hidden, batches.indices.device_segments,
+                                     last - first, choices, first, groups ? groups + first : NULL,
+                                     model->text_bytes, model->bytes_bias,
+                                     model->choice_log_temperature, offsets + first, probabilities);
+        status = b->ops->synchronize(b);
+        if (status != UFORM_OK) break;
         first = last;
         status = uform_progress_update(&progress, first);
     }

@@ -4,7 +4,6 @@
  * names and shapes fixed, `__metadata__["uform"]` a JSON object with the
  * geometry (read by geometry.c). Every tensor is checked against the geometry before use; a
  * mismatch is a FormatError naming the tensor. */
-#include "backend/vram.h"
 #include "model/model.h"
 #include "model/geometry.h"
 #include "backend/cpu/cpu_backend.h"
@@ -107,6 +106,30 @@ static uform_status_t uform_check_finite(const uform_tensor_t *tensor, size_t co
     return UFORM_OK;
 }
 
+/* Moves FP32 values read on the host into the model's memory: a RAM model
+ * keeps them; a device model copies them to its device and frees them. */
+static uform_status_t uform_model_place(uform_model_t *model, float *values, size_t count,
+                                        const char *name, float **out) {
+    *out = values;
+    if (!model->device.ops) return UFORM_OK;
+    uform_backend_t *device = &model->device;
+    *out = device->ops->alloc(device, count * sizeof(float));
+    if (*out) device->ops->upload(device, *out, values, count * sizeof(float));
+    free(values);
+    if (!*out) return uform_fail_context(UFORM_OUT_OF_MEMORY, name);
+    return UFORM_OK;
+}
+
+/* Frees what uform_model_place placed. */
+static void uform_model_release(const uform_model_t *model, float *values) {
+    if (!model->device.ops) {
+        free(values);
+    } else if (values) {
+        uform_backend_t device = model->device;
+        device.ops->free(&device, values);
+    }
+}
+
 static uform_status_t uform_loaded_one(uform_loader_t *loader) {
     loader->loaded++;
     return uform_progress_update(&loader->progress, loader->loaded);
@@ -122,7 +145,7 @@ static uform_status_t uform_load_vector(uform_loader_t *loader, const char *name
     float *values = uform_alloc(length, sizeof(float), name);
     if (!values) return UFORM_OUT_OF_MEMORY;
     for (size_t i = 0; i < length; i++) values[i] = uform_tensor_value(tensor, i);
-    *out = values;
+    UFORM_TRY(uform_model_place(loader->model, values, length, name, out));
     loader->model->memory_usage += length * sizeof(float);
     return uform_loaded_one(loader);
 }
@@ -138,7 +161,7 @@ static uform_status_t uform_load_table(uform_loader_t *loader, const char *name,
     float *values = uform_alloc(rows * cols, sizeof(float), name);
     if (!values) return UFORM_OUT_OF_MEMORY;
     for (size_t i = 0; i < rows * cols; i++) values[i] = uform_tensor_value(tensor, i);
-    *out = values;
+    UFORM_TRY(uform_model_place(loader->model, values, rows * cols, name, out));
     loader->model->memory_usage += rows * cols * sizeof(float);
     return uform_loaded_one(loader);
 }
@@ -328,41 +351,44 @@ static void uform_packed_release(const uform_model_t *model, uform_packed_t *pac
 
 void uform_model_free(uform_model_t *model) {
     if (!model) return;
-    /* First the executor we own: freeing it waits for jobs still using the weights. */
-    if (model->owns_executor) uform_executor_free(model->executor);
+    /* First the jobs still queued on an executor we own (they use the
+     * weights); the executor itself goes last, since a VRAM executor owns the
+     * device the weights are freed on. */
+    if (model->owns_executor) uform_executor_drain(model->executor);
     if (model->blocks) {
         for (size_t l = 0; l < model->depth; l++) {
             uform_block_t *block = &model->blocks[l];
-            free(block->attention_norm_weight);
-            free(block->attention_norm_bias);
+            uform_model_release(model, block->attention_norm_weight);
+            uform_model_release(model, block->attention_norm_bias);
             uform_packed_release(model, &block->qkv);
-            free(block->qkv_bias);
+            uform_model_release(model, block->qkv_bias);
             uform_packed_release(model, &block->out);
-            free(block->out_bias);
-            free(block->mlp_norm_weight);
-            free(block->mlp_norm_bias);
+            uform_model_release(model, block->out_bias);
+            uform_model_release(model, block->mlp_norm_weight);
+            uform_model_release(model, block->mlp_norm_bias);
             uform_packed_release(model, &block->up);
-            free(block->up_bias);
+            uform_model_release(model, block->up_bias);
             uform_packed_release(model, &block->down);
-            free(block->down_bias);
+            uform_model_release(model, block->down_bias);
         }
         free(model->blocks);
     }
     free(model->block_weights);
-    free(model->text_bytes);
-    free(model->text_modality);
+    uform_model_release(model, model->text_bytes);
+    uform_model_release(model, model->text_modality);
     uform_media_part_t *parts[] = {&model->image, &model->video, &model->audio};
     for (size_t i = 0; i < 3; i++) {
         uform_packed_release(model, &parts[i]->projection);
-        free(parts[i]->bias);
-        free(parts[i]->modality);
+        uform_model_release(model, parts[i]->bias);
+        uform_model_release(model, parts[i]->modality);
     }
-    free(model->norm_weight);
-    free(model->norm_bias);
+    uform_model_release(model, model->norm_weight);
+    uform_model_release(model, model->norm_bias);
     uform_packed_release(model, &model->embedding_head);
     uform_packed_release(model, &model->token_head);
-    free(model->bytes_bias);
-    free(model->choice_log_temperature);
+    uform_model_release(model, model->bytes_bias);
+    uform_model_release(model, model->choice_log_temperature);
+    if (model->owns_executor) uform_executor_free(model->executor);
     free(model);
 }
 
@@ -388,12 +414,15 @@ static uform_status_t uform_check_load_options(const uform_model_load_ram_option
                       "quantization: %d is not BF16 or E4M3", (int)scalar);
 }
 
-static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
-                                            const uform_model_load_ram_options_t *options,
-                                            uform_model_t **result) {
-    uform_cpu_class_t cpu_class = UFORM_CPU_CLASS_SERIAL;
-    uform_scalar_t quantization = UFORM_SCALAR_BF16;
-    UFORM_TRY(uform_check_load_options(options, &cpu_class, &quantization));
+/* A model of `quantization` from a parsed checkpoint: on `device` when given
+ * (its memory holds every buffer), else in host memory packed for cpu_class.
+ * Verbs given no executor run on `executor`, or on one made for the model
+ * (RAM: over memory_domains; a device model must be given one). */
+static uform_status_t uform_model_build(const uform_safetensors_t *file, const uform_backend_t *device,
+                                        uform_cpu_class_t cpu_class, uform_scalar_t quantization,
+                                        uform_executor_t *executor, const uint32_t *memory_domains,
+                                        size_t memory_domains_count, const uform_progress_t *progress,
+                                        uform_model_t **result) {
     uform_geometry_t g = {0};
     UFORM_TRY(uform_read_geometry(file, &g));
 
@@ -407,20 +436,19 @@ static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
     model->token_width = g.token_width;
     model->choice_temperature_groups = g.choice_groups;
     model->step = g.step;
-    model->cpu_class = cpu_class;
+    model->cpu_class = device ? UFORM_CPU_CLASS_AUTO : cpu_class;
     model->quantization = quantization;
+    if (device) model->device = *device;
 
     uform_loader_t loader = {.file = file, .model = model};
-    uform_progress_begin(&loader.progress, options ? &options->progress : NULL,
-                         uform_tensor_total(g.depth));
+    uform_progress_begin(&loader.progress, progress, uform_tensor_total(g.depth));
     uform_status_t status = uform_load_parts(&loader, &g);
+    if (status == UFORM_OK && device) status = device->ops->synchronize(&model->device);
     if (status == UFORM_OK) {
-        if (options && options->executor) {
-            model->executor = options->executor;
+        if (executor) {
+            model->executor = executor;
         } else {
-            status = uform_executor_for_ram(0, options ? options->memory_domains : NULL,
-                                            options ? options->memory_domains_count : 0,
-                                            &model->executor);
+            status = uform_executor_for_ram(0, memory_domains, memory_domains_count, &model->executor);
             model->owns_executor = status == UFORM_OK;
         }
     }
@@ -435,6 +463,30 @@ static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
     }
     *result = model;
     return UFORM_OK;
+}
+
+static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
+                                            const uform_model_load_ram_options_t *options,
+                                            uform_model_t **result) {
+    uform_cpu_class_t cpu_class = UFORM_CPU_CLASS_SERIAL;
+    uform_scalar_t quantization = UFORM_SCALAR_BF16;
+    UFORM_TRY(uform_check_load_options(options, &cpu_class, &quantization));
+    return uform_model_build(file, NULL, cpu_class, quantization, options ? options->executor : NULL,
+                             options ? options->memory_domains : NULL,
+                             options ? options->memory_domains_count : 0,
+                             options ? &options->progress : NULL, result);
+}
+
+uform_status_t uform_model_load_on_device(const uform_safetensors_t *file, const uform_backend_t *device,
+                                          uform_scalar_t quantization, uform_executor_t *executor,
+                                          const uform_progress_t *progress, uform_model_t **result) {
+    *result = NULL;
+    if (quantization == UFORM_SCALAR_F32) quantization = UFORM_SCALAR_BF16;   /* as stored */
+    if (quantization != UFORM_SCALAR_BF16 && quantization != UFORM_SCALAR_E4M3)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "quantization: %d is not BF16 or E4M3", (int)quantization);
+    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: a device model needs one");
+    return uform_model_build(file, device, UFORM_CPU_CLASS_AUTO, quantization, executor, NULL, 0, progress,
+                             result);
 }
 
 uform_status_t uform_model_load_ram(const char *path, const uform_model_load_ram_options_t *options,
@@ -464,25 +516,6 @@ uform_status_t uform_model_load_ram_buffer(const void *data, size_t size,
     return status;
 }
 
-uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices, size_t devices_count,
-                                     uform_gpu_class_t gpu_class, uform_executor_t *executor,
-                                     uform_scalar_t quantization, const uform_progress_t *progress,
-                                     uform_model_t **result) {
-    (void)path, (void)gpu_class, (void)executor, (void)quantization, (void)progress;
-    if (result) *result = NULL;
-    return uform_vram_refusal("Model.load_vram", devices, devices_count);
-}
-
-uform_status_t uform_model_load_vram_buffer(const void *data, size_t size, const uint32_t *devices,
-                                            size_t devices_count, uform_gpu_class_t gpu_class,
-                                            uform_executor_t *executor, uform_scalar_t quantization,
-                                            const uform_progress_t *progress,
-                                            uform_model_t **result) {
-    (void)data, (void)size, (void)gpu_class, (void)executor, (void)quantization, (void)progress;
-    if (result) *result = NULL;
-    return uform_vram_refusal("Model.load_vram_buffer", devices, devices_count);
-}
-
 uform_status_t uform_model_describe(const uform_model_t *model,
                                     uform_model_description_t *description) {
     if (!model) return uform_fail(UFORM_INVALID_ARGUMENT, "model: NULL");
@@ -491,8 +524,8 @@ uform_status_t uform_model_describe(const uform_model_t *model,
     description->context = model->context;
     description->quantization = model->quantization;
     description->memory_usage = model->memory_usage;
-    description->cpu_class = model->cpu_class;
-    description->gpu_class = UFORM_GPU_CLASS_NONE;
+    description->cpu_class = model->device.ops ? UFORM_CPU_CLASS_AUTO : model->cpu_class;
+    description->gpu_class = model->gpu_class;
     description->token_width = model->token_width;
     description->choice_temperature_groups = model->choice_temperature_groups;
     description->depth = model->depth;

@@ -3,10 +3,11 @@
 #define UFORM_MODEL_H
 
 #include "core/internal.h"
+#include "core/safetensors.h"
 #include "model/transformer.h"
 
 /* Weights of one pre-norm transformer block. Vectors are FP32, matrices packed
- * for the model's CPU class. */
+ * by the model's backend; all of it in the backend's memory. */
 typedef struct {
     float *attention_norm_weight, *attention_norm_bias; /* [H] */
     uform_packed_t qkv;                                 /* [3H, H] */
@@ -36,10 +37,18 @@ struct uform_model {
     size_t dimensions, context, token_width, choice_temperature_groups;
     uint64_t step;                    /* the training step the checkpoint was saved at */
 
-    uform_cpu_class_t cpu_class;      /* the backend's class, resolved (never AUTO) */
+    uform_cpu_class_t cpu_class;      /* a RAM model's class, resolved (never AUTO) */
     uform_scalar_t quantization;
     uform_executor_t *executor;       /* runs verbs given no executor */
     bool owns_executor;
+
+    /* A model on a device (VRAM, or a test's device-like backend): the
+     * backend whose memory holds every buffer below, and its class. ops is
+     * NULL for a RAM model, whose buffers are host memory and whose backend
+     * is its CPU class on the calling executor (uform_model_backend). */
+    uform_backend_t device;
+    uform_gpu_class_t gpu_class;      /* NONE for a RAM model */
+    uint32_t gpu_device;              /* the GPU a VRAM model's replica is on */
 
     float *text_bytes;                /* [257, H]: 256 bytes, then MASK; NULL without text */
     float *text_modality;             /* [H] */
@@ -62,23 +71,42 @@ struct uform_model {
     size_t memory_usage;              /* bytes of every buffer above */
 };
 
-/* The backend a RAM model's verbs run on: its CPU class on `executor`. */
+/* The backend a model's verbs run on: a RAM model's CPU class on `executor`,
+ * a device model's backend. */
 UFORM_INTERNAL uform_backend_t uform_model_backend(const uform_model_t *model,
                                                    uform_executor_t *executor);
 
-/* Runs the blocks and the final norm over x [rows, H] in place: on return x
- * holds the final normed states. Needs `scratch` (64-byte aligned) of
+/* UNSUPPORTED naming `verb` and `operation` when the model's backend lacks
+ * that operation (a device backend still being built: c/cuda/), else OK. */
+UFORM_INTERNAL uform_status_t uform_model_needs(const uform_model_t *model, bool present,
+                                                const char *verb, const char *name);
+
+/* Loads a checkpoint's tensors onto `device` (a backend that owns nothing the
+ * model must free: the VRAM executor's, or a test's) as a model of
+ * `quantization` (BF16 or E4M3) whose verbs run on `executor` when given
+ * none. The VRAM loads and tests/c/test_device_model.c use it. */
+UFORM_INTERNAL uform_status_t uform_model_load_on_device(const uform_safetensors_t *file,
+                                                         const uform_backend_t *device,
+                                                         uform_scalar_t quantization,
+                                                         uform_executor_t *executor,
+                                                         const uform_progress_t *progress,
+                                                         uform_model_t **result);
+
+/* Runs the blocks and the final norm over x [rows, H] in place on `backend`
+ * (batch->segments and positions in its memory; `longest` the longest
+ * segment's rows): on return x holds the final normed states. Needs `scratch` (64-byte aligned) of
  * uform_forward_scratch_bytes for batches of up to `rows` rows in `segments`
  * items of at most `longest` rows (every buffer grows with each of them, so a
  * smaller batch's layout fits in the same block). */
 UFORM_INTERNAL size_t uform_forward_scratch_bytes(const uform_model_t *model,
                                                   uform_executor_t *executor, size_t rows,
                                                   size_t segments, size_t longest);
-UFORM_INTERNAL void uform_forward(const uform_model_t *model, uform_executor_t *executor,
-                                  const uform_batch_t *batch, float *x, void *scratch);
+UFORM_INTERNAL void uform_forward(const uform_model_t *model, uform_backend_t *backend,
+                                  const uform_batch_t *batch, size_t longest, float *x,
+                                  void *scratch);
 
 /* y = W x for rows of x, then each output row L2-normalised (x / max(|x|, 1e-12)). */
-UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_executor_t *executor,
+UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_backend_t *backend,
                                             const uform_packed_t *head, const float *x, size_t rows,
                                             float *y);
 

@@ -383,6 +383,7 @@ static size_t uform_cpu_adamw_first_non_finite(uform_backend_t *b, const float *
 /* Memory crossing to and from the host is a copy: device memory is host memory. */
 const uform_backend_ops_t uform_cpu_backend_ops = {
     .name = "cpu",
+    .host_memory = true,
     .alloc = uform_cpu_alloc,
     .free = uform_cpu_free,
     .upload = uform_cpu_copy,

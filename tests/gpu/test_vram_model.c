@@ -1,0 +1,182 @@
+/* test_vram_model.c: a VRAM model against the same checkpoint in RAM, every
+ * encode verb that takes memory (text, pixels, samples), both output kinds,
+ * every output scalar; the loads' options and refusals. Prints one table row
+ * per check and "N passed, M failed"; without a GPU (or without the CUDA
+ * backend) it says why and exits 0 (make test-gpu).
+ *
+ * The RAM side runs the SERIAL class: FP32 activations times BF16 weights,
+ * FP32 sums. The VRAM side rounds activations to BF16 before each product
+ * (relative error 2^-9 each), sums in FP32 in cuBLASLt's order, and uses expf
+ * and tanhf where the CPU uses fast_exp. Through 2 blocks of 4 products at
+ * hidden 64 and a final L2 normalisation, components of unit vectors differ by
+ * at most a few times 2^-9 x sqrt(depth x products) ~ 1e-2 in the worst case
+ * over random weights of scale 0.3; the test allows 3e-2 per component and asks
+ * a cosine of at least 0.999 between the two embeddings of every item. The
+ * narrow scalars are the FP32 rows converted on the host by the same code on
+ * both sides, so a VRAM model's BF16, I8 or B1 rows must equal that
+ * conversion of its own FP32 rows exactly. */
+#include "check.h"
+#include "small_checkpoint.h"
+
+#include "backend/cpu/rows.h"
+
+#ifndef UFORM_HAVE_CUDA
+int main(void) {
+    printf("skip test_vram_model: this build has no CUDA backend\n");
+    return 0;
+}
+#else
+
+#define COMPONENT_TOLERANCE 3e-2
+#define COSINE_FLOOR 0.999
+
+static void row(const char *what, bool ok, const char *detail) {
+    printf("| %-48s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
+    CHECK(ok, "%s: %s", what, detail);
+}
+
+/* F32 rows a (RAM) and b (VRAM) of `width`, `rows` of them. */
+static void compare_rows(const char *what, const float *a, const float *b, size_t rows, size_t width) {
+    double worst = 0, lowest_cosine = 1;
+    for (size_t r = 0; r < rows; r++) {
+        double dot = 0, na = 0, nb = 0;
+        for (size_t i = 0; i < width; i++) {
+            double x = a[r * width + i], y = b[r * width + i];
+            if (fabs(x - y) > worst || x != x || y != y) worst = x == x && y == y ? fabs(x - y) : INFINITY;
+            dot += x * y, na += x * x, nb += y * y;
+        }
+        double cosine = na > 0 && nb > 0 ? dot / sqrt(na * nb) : (na == nb ? 1.0 : 0.0);
+        if (cosine < lowest_cosine) lowest_cosine = cosine;
+    }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "largest difference %.2e (<= %.0e), lowest cosine %.6f (>= %.3f)", worst,
+             COMPONENT_TOLERANCE, lowest_cosine, COSINE_FLOOR);
+    row(what, worst <= COMPONENT_TOLERANCE && lowest_cosine >= COSINE_FLOOR, detail);
+}
+
+int main(void) {
+    uform_capabilities_t capabilities;
+    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
+        printf("skip test_vram_model: this build has no CUDA backend\n");
+        return 0;
+    }
+    if (capabilities.gpus == 0) {
+        printf("skip test_vram_model: no GPU found\n");
+        return 0;
+    }
+    const char *path = write_small_checkpoint();
+    if (!path) {
+        printf("FAIL writing the checkpoint: %s\n", uform_last_error());
+        return 1;
+    }
+    uform_model_load_ram_options_t ram_options = {0};
+    ram_options.cpu_class = UFORM_CPU_CLASS_SERIAL;
+    uform_model_t *ram = NULL, *vram = NULL;
+    uform_status_t status = uform_model_load_ram(path, &ram_options, &ram);
+    row("load_ram (SERIAL)", status == UFORM_OK, uform_last_error());
+    status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_NONE, NULL, UFORM_SCALAR_BF16, NULL, &vram);
+    row("load_vram (GPU 0, its own executor)", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
+    if (!ram || !vram) {
+        printf("%d passed, %d failed\n", passed, failed);
+        return 1;
+    }
+    uform_model_description_t described;
+    uform_model_describe(vram, &described);
+    row("describe: gpu_class set, cpu_class AUTO (None)",
+        described.gpu_class != UFORM_GPU_CLASS_NONE && described.cpu_class == UFORM_CPU_CLASS_AUTO &&
+            described.memory_usage > 0,
+        "");
+
+    uform_arena_t *arena_ram = NULL, *arena_vram = NULL;
+    uform_arena_init_ram(&arena_ram);
+    uform_arena_init_ram(&arena_vram);
+    for (verb_t verb = TEXT; verb <= AUDIO; verb++) {
+        uform_encode_options_t options = {0};
+        options.outputs = UFORM_OUTPUTS_EMBEDDINGS | UFORM_OUTPUTS_TOKENS;
+        options.outputs_scalar = UFORM_SCALAR_F32;
+        uform_encoded_t a, b;
+        uform_status_t ra = run_verb(verb, ram, arena_ram, &options, &a);
+        uform_status_t rb = run_verb(verb, vram, arena_vram, &options, &b);
+        char what[96];
+        snprintf(what, sizeof(what), "%s runs", verb_names[verb]);
+        row(what, ra == UFORM_OK && rb == UFORM_OK, rb == UFORM_OK ? "" : uform_last_error());
+        if (ra != UFORM_OK || rb != UFORM_OK) continue;
+        snprintf(what, sizeof(what), "%s embeddings", verb_names[verb]);
+        compare_rows(what, a.embeddings, b.embeddings, a.count, a.dimensions);
+        snprintf(what, sizeof(what), "%s token rows", verb_names[verb]);
+        bool same_layout = a.token_offsets[a.count] == b.token_offsets[b.count];
+        row(what, same_layout, same_layout ? "same token offsets" : "token offsets differ");
+        if (same_layout) compare_rows(what, a.tokens, b.tokens, a.token_offsets[a.count], a.token_width);
+
+        /* the narrow scalars: exactly the host conversion of the VRAM model's own F32 rows */
+        outputs_t f32 = outputs_take(&b);
+        static const uform_scalar_t scalars[] = {UFORM_SCALAR_BF16, UFORM_SCALAR_F16, UFORM_SCALAR_E4M3,
+                                                 UFORM_SCALAR_E5M2, UFORM_SCALAR_I8, UFORM_SCALAR_B1};
+        for (size_t s = 0; s < sizeof(scalars) / sizeof(scalars[0]); s++) {
+            options.outputs_scalar = scalars[s];
+            uform_encoded_t narrow;
+            bool ok = run_verb(verb, vram, arena_vram, &options, &narrow) == UFORM_OK;
+            if (ok) {
+                size_t bytes = narrow.count * narrow.embedding_row_bytes;
+                uint8_t *expected = malloc(bytes + 1);
+                uform_cpu_download_rows(NULL, (const float *)f32.embeddings, narrow.count, narrow.dimensions,
+                                        scalars[s], expected, narrow.embedding_row_bytes);
+                ok = memcmp(expected, narrow.embeddings, bytes) == 0;
+                free(expected);
+            }
+            snprintf(what, sizeof(what), "%s embeddings as scalar %d", verb_names[verb], (int)scalars[s]);
+            row(what, ok, ok ? "the F32 rows converted" : uform_last_error());
+        }
+        outputs_free(&f32);
+    }
+
+    /* text_choose: the choices head is not on the GPU yet; it says so */
+    static const char texts_data[] = "pick one:";
+    static const size_t texts_offsets[] = {0, 9};
+    uform_tape_t texts = {texts_data, 9, texts_offsets, 1};
+    uform_tape_t choices = {"ab", 2, (const size_t[]){0, 2}, 1};
+    uform_chosen_t chosen;
+    status = uform_text_choose(vram, NULL, &texts, &choices, arena_vram, NULL, &chosen, NULL);
+    row("text_choose on VRAM: UNSUPPORTED naming choice_probabilities",
+        status == UFORM_UNSUPPORTED && strstr(uform_last_error(), "choice_probabilities"), uform_last_error());
+
+    /* loads: a class above the GPU's, several devices, E4M3, a RAM executor */
+    uform_model_t *other = NULL;
+    if (described.gpu_class < UFORM_GPU_CLASS_BLACKWELL) {
+        status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_BLACKWELL, NULL, UFORM_SCALAR_BF16, NULL,
+                                       &other);
+        row("gpu_class above the GPU's: UNSUPPORTED", status == UFORM_UNSUPPORTED && !other, uform_last_error());
+    }
+    uint32_t two[] = {0, 0};
+    status = uform_model_load_vram(path, two, 2, UFORM_GPU_CLASS_NONE, NULL, UFORM_SCALAR_BF16, NULL, &other);
+    row("a device listed twice: INVALID_ARGUMENT", status == UFORM_INVALID_ARGUMENT && !other, uform_last_error());
+    status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_NONE, NULL, UFORM_SCALAR_E4M3, NULL, &other);
+    row("E4M3 on VRAM: UNSUPPORTED (not built)", status == UFORM_UNSUPPORTED && !other, uform_last_error());
+    uform_executor_t *cpu = NULL, *gpu = NULL;
+    uform_executor_for_ram(1, NULL, 0, &cpu);
+    status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_NONE, cpu, UFORM_SCALAR_BF16, NULL, &other);
+    row("a RAM executor: INVALID_ARGUMENT", status == UFORM_INVALID_ARGUMENT && !other, uform_last_error());
+    status = uform_executor_for_vram(NULL, 0, &gpu);
+    row("Executor.for_vram (every GPU)", status == UFORM_OK, uform_last_error());
+    if (gpu) {
+        status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_NONE, gpu, UFORM_SCALAR_BF16, NULL, &other);
+        row("load_vram on a given VRAM executor", status == UFORM_OK, uform_last_error());
+        uform_encoded_t a, b;
+        bool same = other && run_verb(TEXT, vram, arena_ram, NULL, &a) == UFORM_OK &&
+                    run_verb(TEXT, other, arena_vram, NULL, &b) == UFORM_OK &&
+                    memcmp(a.embeddings, b.embeddings, a.count * a.embedding_row_bytes) == 0;
+        row("two VRAM loads give the same bits", same, "");
+        uform_model_free(other);
+        uform_executor_free(gpu);
+    }
+    uform_executor_free(cpu);
+
+    uform_arena_free(arena_ram);
+    uform_arena_free(arena_vram);
+    uform_model_free(ram);
+    uform_model_free(vram);
+    unlink(path);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+#endif
