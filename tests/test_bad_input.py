@@ -80,6 +80,11 @@ def test_not_built_yet_is_unsupported(checkpoint, model):
         uform.Model.load_vram_buffer(b"")
     with pytest.raises(refusal, match="GPU"):
         uform.Executor.for_vram([0])
+    # checked before any GPU is asked for
+    with pytest.raises(uform.InvalidArgumentError, match="got str"):
+        uform.Model.load_vram_buffer(checkpoint)
+    with pytest.raises(uform.InvalidArgumentError, match="gpu_class"):
+        uform.Model.load_vram(checkpoint, gpu_class=99)
     # a text-only checkpoint: the media verbs name the missing parts
     for verb, modality in (("image_encode", "image"), ("image_encode_pixels", "image"),
                            ("video_encode", "video"), ("audio_encode", "audio")):
