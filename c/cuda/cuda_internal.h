@@ -19,6 +19,12 @@ extern "C" {
 #define UFORM_CUDA_GEMM_PLANS 64
 #define UFORM_CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
 
+/* Device scratch an operation grows to what it needs (uform_cuda_grow). */
+typedef struct {
+    void *data;
+    size_t bytes;
+} uform_cuda_buffer_t;
+
 /* One cached cuBLASLt plan: a product's shape and the algorithm chosen for it once. */
 typedef struct {
     bool used;
@@ -42,12 +48,11 @@ typedef struct {
      * the uform_backend_t, which callers copy by value. */
     uform_status_t failure;
     char failure_message[512];
-    /* Growable scratch, used inside one operation at a time (a VRAM model's
-     * verbs hold its lock, vram.c): activations rounded to BF16 for products
-     * on packed weights (device), and FP32 rows downloaded for download_rows
-     * (host). */
-    void *bf16_rows;
-    size_t bf16_rows_bytes;
+    /* Growable scratch, used inside one operation at a time (a verb holds
+     * the backend: acquire): activations rounded to BF16 for products on
+     * packed weights, the choices head's pairs and scores (device), and FP32
+     * rows downloaded for download_rows (pinned host). */
+    uform_cuda_buffer_t bf16_rows, choices;
     float *host_rows;
     size_t host_rows_bytes;
 } uform_cuda_context_t;
@@ -65,6 +70,12 @@ static inline bool uform_cuda_ok(uform_backend_t *b, cudaError_t error, const ch
     uform_cuda_record(b, UFORM_DEVICE, what, cudaGetErrorString(error));
     return false;
 }
+
+/* The buffer grown to at least `bytes` (contents not kept), stream-ordered so
+ * operations still queued on the old memory finish first; NULL on failure
+ * (recorded). */
+void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t bytes, const char *what);
+void uform_cuda_buffer_free(uform_cuda_buffer_t *buffer);
 
 /* Checks the launch just made. */
 static inline void uform_cuda_launched(uform_backend_t *b, const char *what) {
@@ -87,6 +98,12 @@ void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes);
 uform_status_t uform_cuda_synchronize(uform_backend_t *b);
 void uform_cuda_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
                               uform_scalar_t scalar, void *host, size_t row_bytes);
+/* choices.cu */
+void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, size_t hidden,
+                                     const uform_segment_t *segments, size_t count, const uform_tape_t *choices,
+                                     size_t first_entry, const uint32_t *groups, const float *table,
+                                     const float *bias, const float *log_temperature, const size_t *offsets,
+                                     float *probabilities);
 /* gemm.cu */
 uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
                                uform_packed_t *packed);

@@ -88,7 +88,8 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_gemm_plans_free(context);
     uform_cublaslt()->destroy(context->lt);   /* loaded: the backend started */
     cudaFree(context->workspace);
-    cudaFree(context->bf16_rows);
+    uform_cuda_buffer_free(&context->bf16_rows);
+    uform_cuda_buffer_free(&context->choices);
     cudaFreeHost(context->host_rows);
     cudaStreamDestroy(context->stream);
     pthread_mutex_destroy(&context->lock);
@@ -121,6 +122,7 @@ extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
     ops.acquire = uform_cuda_acquire;
     ops.release = uform_cuda_release;
     ops.download_rows = uform_cuda_download_rows;
+    ops.choice_probabilities = uform_cuda_choice_probabilities;
     ops.pack = uform_cuda_pack;
     ops.packed_free = uform_cuda_packed_free;
     ops.gemm = uform_cuda_gemm;

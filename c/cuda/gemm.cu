@@ -197,17 +197,9 @@ __global__ static void uform_round_rows_bf16(const float *x, size_t stride, size
 static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, const float *x, size_t stride,
                                                  size_t rows, size_t k) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    size_t bytes = rows * k * sizeof(__nv_bfloat16);
-    if (bytes > context->bf16_rows_bytes) {
-        /* stream-ordered: products still queued on the old buffer finish first */
-        if (context->bf16_rows) cudaFreeAsync(context->bf16_rows, context->stream);
-        context->bf16_rows = NULL;
-        context->bf16_rows_bytes = 0;
-        if (!uform_cuda_ok(b, cudaMallocAsync(&context->bf16_rows, bytes, context->stream), "BF16 activations"))
-            return NULL;
-        context->bf16_rows_bytes = bytes;
-    }
-    __nv_bfloat16 *out = (__nv_bfloat16 *)context->bf16_rows;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, &context->bf16_rows, rows * k * sizeof(__nv_bfloat16),
+                                                          "BF16 activations");
+    if (!out) return NULL;
     uform_round_rows_bf16<<<uform_cuda_blocks(rows * k, 256), 256, 0, context->stream>>>(x, stride, rows, k, out);
     uform_cuda_launched(b, "BF16 activations");
     return out;

@@ -20,6 +20,26 @@ void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
     return memory;
 }
 
+void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t bytes, const char *what) {
+    if (bytes <= buffer->bytes && buffer->data) return buffer->data;
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    if (buffer->data) cudaFreeAsync(buffer->data, stream);
+    buffer->data = NULL;
+    buffer->bytes = 0;
+    if (!uform_cuda_ok(b, cudaMallocAsync(&buffer->data, bytes ? bytes : 1, stream), what)) {
+        buffer->data = NULL;
+        return NULL;
+    }
+    buffer->bytes = bytes;
+    return buffer->data;
+}
+
+void uform_cuda_buffer_free(uform_cuda_buffer_t *buffer) {
+    if (buffer->data) cudaFree(buffer->data);   /* the stream was synchronized by the caller */
+    buffer->data = NULL;
+    buffer->bytes = 0;
+}
+
 void uform_cuda_free(uform_backend_t *b, void *memory) {
     if (memory) uform_cuda_ok(b, cudaFree(memory), "cudaFree");
 }

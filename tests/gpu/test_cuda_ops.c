@@ -181,6 +181,33 @@ static void test_download_rows(backends_t *b, size_t rows, size_t width) {
     free(x);
 }
 
+/* The choices head: logits are dots over `hidden` terms (sums in other
+ * orders, 1e-4 as the products), then a softmax of a few values. */
+static void test_choices(backends_t *b, size_t hidden) {
+    const size_t rows = 30, count = 3;
+    float *states = random_floats(rows * hidden, 1), *table = random_floats(257 * hidden, 0.5f);
+    float *bias = random_floats(256, 0.5f), *log_temperature = random_floats(2, 0.3f);
+    uform_segment_t segments[3] = {{0, 7, 1}, {7, 1, 1}, {8, 22, 1}};
+    static const char data[] = "abcdyn0123456789";
+    size_t tape_offsets[] = {0, 4, 6, 16};
+    uform_tape_t choices = {data, 16, tape_offsets, 3};
+    uint32_t groups[] = {1, 0, 1};
+    size_t offsets[] = {0, 4, 6, 16};
+    float cpu[16], gpu[16];
+    float *gstates = on_gpu(b, states, rows * hidden * 4), *gtable = on_gpu(b, table, 257 * hidden * 4);
+    float *gbias = on_gpu(b, bias, 256 * 4), *gtemperature = on_gpu(b, log_temperature, 2 * 4);
+    uform_segment_t *gsegments = on_gpu(b, segments, sizeof(segments));
+    b->cpu.ops->choice_probabilities(&b->cpu, states, hidden, segments, count, &choices, 0, groups, table, bias,
+                                     log_temperature, offsets, cpu);
+    b->gpu.ops->choice_probabilities(&b->gpu, gstates, hidden, gsegments, count, &choices, 0, groups, gtable, gbias,
+                                     gtemperature, offsets, gpu);
+    float *ggpu = on_gpu(b, gpu, sizeof(gpu));   /* compare() reads the GPU's side from device memory */
+    compare(b, "choice_probabilities", cpu, ggpu, 16, 1e-4);
+    void *all[] = {gstates, gtable, gbias, gtemperature, gsegments, ggpu};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(states), free(table), free(bias), free(log_temperature);
+}
+
 static void test_rows(backends_t *b, size_t rows, size_t width) {
     float *x = random_floats(rows * width, 2), *weight = random_floats(width, 1), *bias = random_floats(width, 1);
     float *y = random_floats(rows * width, 1), *mean = random_floats(rows, 1), *rstd = random_floats(rows, 1);
@@ -420,6 +447,7 @@ int main(void) {
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_download_rows(&b, 13, 40);
+    test_choices(&b, 128);
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);
     test_segments(&b, 128);

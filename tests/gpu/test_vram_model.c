@@ -4,6 +4,8 @@
  * per check and "N passed, M failed"; without a GPU (or without the CUDA
  * backend) it says why and exits 0 (make test-gpu).
  *
+ * text_choose's probabilities too (their tolerance is beside the check).
+ *
  * The RAM side runs the SERIAL class: FP32 activations times BF16 weights,
  * FP32 sums. The VRAM side rounds activations to BF16 before each product
  * (relative error 2^-9 each), sums in FP32 in cuBLASLt's order, and uses expf
@@ -130,15 +132,35 @@ int main(void) {
         outputs_free(&f32);
     }
 
-    /* text_choose: the choices head is not on the GPU yet; it says so */
-    static const char texts_data[] = "pick one:";
-    static const size_t texts_offsets[] = {0, 9};
-    uform_tape_t texts = {texts_data, 9, texts_offsets, 1};
-    uform_tape_t choices = {"ab", 2, (const size_t[]){0, 2}, 1};
-    uform_chosen_t chosen;
-    status = uform_text_choose(vram, NULL, &texts, &choices, arena_vram, NULL, &chosen, NULL);
-    row("text_choose on VRAM: UNSUPPORTED naming choice_probabilities",
-        status == UFORM_UNSUPPORTED && strstr(uform_last_error(), "choice_probabilities"), uform_last_error());
+    /* text_choose: probabilities of choices, VRAM against RAM. The MASK row's
+     * state carries the products' BF16 rounding (above); a logit is a dot of
+     * 64 terms of |h| ~ 1 and |table| < 0.5, so it moves by at most ~0.05 and a
+     * probability by a quarter of that: 3e-2 absolute. */
+    static const char texts_data[] = "pick one:yes or no? the quick brown fox";
+    static const size_t texts_offsets[] = {0, 9, 19, 39};
+    static const char choices_data[] = "abynxyz";
+    static const size_t choices_offsets[] = {0, 2, 4, 7};
+    static const uint32_t groups[] = {1, 0, 1};
+    uform_tape_t texts = {texts_data, sizeof(texts_data) - 1, texts_offsets, 3};
+    uform_tape_t choices = {choices_data, 7, choices_offsets, 3};
+    uform_choose_options_t choose = {0};
+    choose.temperature_groups = groups;
+    uform_chosen_t ca, cb;
+    uform_status_t sa = uform_text_choose(ram, NULL, &texts, &choices, arena_ram, &choose, &ca, NULL);
+    uform_status_t sb = uform_text_choose(vram, NULL, &texts, &choices, arena_vram, &choose, &cb, NULL);
+    row("text_choose runs", sa == UFORM_OK && sb == UFORM_OK, sb == UFORM_OK ? "" : uform_last_error());
+    if (sa == UFORM_OK && sb == UFORM_OK) {
+        double worst = 0, sum_error = 0;
+        for (size_t c = 0; c < 3; c++) {
+            double sum = 0;
+            for (size_t i = cb.offsets[c]; i < cb.offsets[c + 1]; i++) sum += cb.probabilities[i];
+            sum_error = fmax(sum_error, fabs(sum - 1.0));
+        }
+        for (size_t i = 0; i < 7; i++) worst = fmax(worst, fabs((double)ca.probabilities[i] - cb.probabilities[i]));
+        char detail[128];
+        snprintf(detail, sizeof(detail), "largest difference %.2e (<= 3e-2), sums off 1 by %.1e", worst, sum_error);
+        row("text_choose probabilities", worst <= 3e-2 && sum_error <= 1e-5 && cb.offsets[3] == 7, detail);
+    }
 
     /* loads: a class above the GPU's, several devices, E4M3, a RAM executor */
     uform_model_t *other = NULL;
