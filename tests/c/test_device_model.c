@@ -45,6 +45,8 @@ typedef struct {
     size_t opened;                /* operations running (nested: upload inside load) */
     size_t allocations;           /* alive */
     size_t held, acquisitions;    /* acquire/release: held now, and ever */
+    size_t violations;            /* pointers on the wrong side (guard_expect) */
+    char violation[256];          /* the first one */
 } guard_t;
 
 static guard_t *guard_of(uform_backend_t *b) { return (guard_t *)b->device; }
@@ -102,6 +104,28 @@ static void guarded_free(uform_backend_t *b, void *memory) {
     pthread_mutex_unlock(&g->lock);
 }
 
+/* Every pointer an operation takes is on the side backend.h says: device
+ * memory (inside one of the regions, interior pointers included) or host
+ * memory (outside them); NULL is either. A CUDA backend handed a host pointer
+ * as device memory, or the reverse, faults on the GPU or the host; here it is
+ * counted and the first one named. */
+static void guard_expect(uform_backend_t *b, const void *pointer, bool device, const char *what,
+                         const char *operation) {
+    if (!pointer) return;
+    guard_t *g = guard_of(b);
+    pthread_mutex_lock(&g->lock);
+    bool inside = false;
+    for (size_t i = 0; i < g->count && !inside; i++)
+        inside = (const uint8_t *)pointer >= (const uint8_t *)g->regions[i].start &&
+                 (const uint8_t *)pointer < (const uint8_t *)g->regions[i].start + g->regions[i].bytes;
+    if (inside != device && g->violations++ == 0)
+        snprintf(g->violation, sizeof(g->violation), "%s: %s is %s memory, expected %s memory", operation, what,
+                 inside ? "device" : "host", device ? "device" : "host");
+    pthread_mutex_unlock(&g->lock);
+}
+#define DEVICE(pointer) guard_expect(b, (pointer), true, #pointer, __func__)
+#define HOST(pointer) guard_expect(b, (pointer), false, #pointer, __func__)
+
 /* A verb holds the backend for its whole call; every acquire is released. */
 static void guarded_acquire(uform_backend_t *b) {
     guard_t *g = guard_of(b);
@@ -118,87 +142,104 @@ static void guarded_release(uform_backend_t *b) {
     pthread_mutex_unlock(&g->lock);
 }
 
-/* An operation run with the device memory open: the CPU backend's. */
-#define GUARDED_VOID(name, params, args)                                                       \
+/* An operation run with the device memory open: the CPU backend's, after the
+ * sides of its pointers are checked. */
+#define GUARDED_VOID(name, params, checks, args)                                               \
     static void guarded_##name params {                                                        \
+        checks;                                                                                \
         uform_backend_t *inner = guard_open(b);                                                \
         inner->ops->name args;                                                                 \
         guard_close(b);                                                                        \
     }
-#define GUARDED_RESULT(type, name, params, args)                                               \
+#define GUARDED_RESULT(type, name, params, checks, args)                                       \
     static type guarded_##name params {                                                        \
+        checks;                                                                                \
         uform_backend_t *inner = guard_open(b);                                                \
         type result = inner->ops->name args;                                                   \
         guard_close(b);                                                                        \
         return result;                                                                         \
     }
 
-GUARDED_VOID(upload, (uform_backend_t *b, void *d, const void *h, size_t n), (inner, d, h, n))
-GUARDED_VOID(download, (uform_backend_t *b, void *h, const void *d, size_t n), (inner, h, d, n))
-GUARDED_VOID(copy, (uform_backend_t *b, void *d, const void *s, size_t n), (inner, d, s, n))
-GUARDED_VOID(zero, (uform_backend_t *b, void *d, size_t n), (inner, d, n))
+GUARDED_VOID(upload, (uform_backend_t *b, void *d, const void *h, size_t n), (DEVICE(d), HOST(h)),
+             (inner, d, h, n))
+GUARDED_VOID(download, (uform_backend_t *b, void *h, const void *d, size_t n), (HOST(h), DEVICE(d)),
+             (inner, h, d, n))
+GUARDED_VOID(copy, (uform_backend_t *b, void *d, const void *s, size_t n), (DEVICE(d), DEVICE(s)),
+             (inner, d, s, n))
+GUARDED_VOID(zero, (uform_backend_t *b, void *d, size_t n), DEVICE(d), (inner, d, n))
 GUARDED_VOID(download_rows,
              (uform_backend_t *b, const float *x, size_t rows, size_t width, uform_scalar_t scalar,
               void *host, size_t row_bytes),
-             (inner, x, rows, width, scalar, host, row_bytes))
-GUARDED_RESULT(uform_status_t, synchronize, (uform_backend_t *b), (inner))
+             (DEVICE(x), HOST(host)), (inner, x, rows, width, scalar, host, row_bytes))
+GUARDED_RESULT(uform_status_t, synchronize, (uform_backend_t *b), (void)0, (inner))
 GUARDED_RESULT(uform_status_t, pack,
                (uform_backend_t *b, const uint16_t *w, size_t n, size_t k, uform_packed_t *p),
-               (inner, w, n, k, p))
+               (HOST(w), HOST(p)), (inner, w, n, k, p))
 GUARDED_RESULT(uform_status_t, pack_e4m3,
                (uform_backend_t *b, const uint8_t *c, const float *s, size_t n, size_t k,
                 uform_packed_t *p),
-               (inner, c, s, n, k, p))
+               (HOST(c), HOST(s), HOST(p)), (inner, c, s, n, k, p))
 GUARDED_RESULT(uform_status_t, unpack_e4m3,
-               (uform_backend_t *b, const uform_packed_t *p, uint8_t *c, float *s), (inner, p, c, s))
-GUARDED_VOID(packed_free, (uform_backend_t *b, uform_packed_t *p), (inner, p))
+               (uform_backend_t *b, const uform_packed_t *p, uint8_t *c, float *s), (HOST(c), HOST(s)),
+               (inner, p, c, s))
+GUARDED_VOID(packed_free, (uform_backend_t *b, uform_packed_t *p), HOST(p), (inner, p))
 GUARDED_VOID(linear,
              (uform_backend_t *b, const uform_weight_t *w, const float *x, size_t xs, size_t rows,
               const float *bias, bool accumulate, float *y, size_t ys),
+             (HOST(w), DEVICE(w->dense), DEVICE(x), DEVICE(bias), DEVICE(y)),
              (inner, w, x, xs, rows, bias, accumulate, y, ys))
 GUARDED_VOID(linear_gelu,
              (uform_backend_t *b, const uform_weight_t *w, const float *x, size_t xs, size_t rows,
               const float *bias, float *pre, float *y),
+             (HOST(w), DEVICE(w->dense), DEVICE(x), DEVICE(bias), DEVICE(pre), DEVICE(y)),
              (inner, w, x, xs, rows, bias, pre, y))
 GUARDED_VOID(layer_norm_forward,
              (uform_backend_t *b, const float *x, size_t rows, size_t width, const float *weight,
               const float *bias, float *y, float *mean, float *rstd),
+             (DEVICE(x), DEVICE(weight), DEVICE(bias), DEVICE(y), DEVICE(mean), DEVICE(rstd)),
              (inner, x, rows, width, weight, bias, y, mean, rstd))
 GUARDED_VOID(rope_tables,
              (uform_backend_t *b, const uform_segment_t *s, size_t count, const uint32_t *positions,
               float *cosines, float *sines),
+             (DEVICE(s), DEVICE(positions), DEVICE(cosines), DEVICE(sines)),
              (inner, s, count, positions, cosines, sines))
 GUARDED_VOID(rope_forward,
              (uform_backend_t *b, float *qkv, size_t rows, size_t hidden, const float *cosines,
               const float *sines),
-             (inner, qkv, rows, hidden, cosines, sines))
+             (DEVICE(qkv), DEVICE(cosines), DEVICE(sines)), (inner, qkv, rows, hidden, cosines, sines))
 GUARDED_VOID(embedding_forward,
              (uform_backend_t *b, const float *table, const float *modality, const uint32_t *ids,
               size_t rows, size_t width, float *y),
+             (DEVICE(table), DEVICE(modality), DEVICE(ids), DEVICE(y)),
              (inner, table, modality, ids, rows, width, y))
 GUARDED_RESULT(size_t, attention_scratch_bytes,
-               (uform_backend_t *b, size_t hidden, size_t segments, size_t longest),
+               (uform_backend_t *b, size_t hidden, size_t segments, size_t longest), (void)0,
                (inner, hidden, segments, longest))
 GUARDED_VOID(attention_forward,
              (uform_backend_t *b, const float *qkv, size_t hidden, const uform_segment_t *s,
               size_t count, float *out, float *logsumexp, void *scratch),
+             (DEVICE(qkv), DEVICE(s), DEVICE(out), DEVICE(logsumexp), DEVICE(scratch)),
              (inner, qkv, hidden, s, count, out, logsumexp, scratch))
 GUARDED_VOID(mean_pool_forward,
              (uform_backend_t *b, const float *x, size_t width, const uform_segment_t *s,
               size_t count, float *pooled),
-             (inner, x, width, s, count, pooled))
+             (DEVICE(x), DEVICE(s), DEVICE(pooled)), (inner, x, width, s, count, pooled))
 GUARDED_VOID(normalize_forward,
              (uform_backend_t *b, const float *x, size_t rows, size_t width, float *y, float *norms),
-             (inner, x, rows, width, y, norms))
+             (DEVICE(x), DEVICE(y), DEVICE(norms)), (inner, x, rows, width, y, norms))
 GUARDED_VOID(scatter_rows,
              (uform_backend_t *b, const float *src, size_t stride, const float *add, size_t width,
               const size_t *rows, size_t count, float *dst),
+             (DEVICE(src), DEVICE(add), DEVICE(rows), DEVICE(dst)),
              (inner, src, stride, add, width, rows, count, dst))
 GUARDED_VOID(choice_probabilities,
              (uform_backend_t *b, const float *states, size_t hidden, const uform_segment_t *s,
               size_t count, const uform_tape_t *choices, size_t first, const uint32_t *groups,
               const float *table, const float *bias, const float *log_temperature,
               const size_t *offsets, float *probabilities),
+             (DEVICE(states), DEVICE(s), HOST(choices), HOST(choices->data), HOST(choices->offsets),
+              HOST(groups), DEVICE(table), DEVICE(bias), DEVICE(log_temperature), HOST(offsets),
+              HOST(probabilities)),
              (inner, states, hidden, s, count, choices, first, groups, table, bias, log_temperature,
               offsets, probabilities))
 
@@ -318,6 +359,8 @@ static void test_verbs(const char *path, uform_cpu_class_t cpu_class, uform_scal
           "text_encode without download_rows: %d %s", status, uform_last_error());
     guarded_ops.download_rows = guarded_download_rows;
 
+    CHECK(guard->violations == 0, "%zu pointers on the wrong side, the first: %s", guard->violations,
+          guard->violation);
     CHECK(guard->held == 0 && guard->acquisitions >= 16,
           "acquire/release: %zu held after the verbs, %zu acquisitions", guard->held, guard->acquisitions);
 
