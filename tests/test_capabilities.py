@@ -56,9 +56,11 @@ def test_gpu_backend_and_gpus_agree_with_the_vram_calls(tmp_path):
     if CAPABILITIES.gpus:   # a GPU machine: the VRAM models load (make test-gpu checks their outputs)
         model = uform.Model.load_vram(str(path))
         assert model.describe().gpu_class is not None and model.describe().cpu_class is None
-        assert uform.Executor.for_vram([0]).threads >= 1
-        with pytest.raises(uform.UnsupportedError, match="not yet the trainer"):
-            uform.Trainer.init_vram(uform.Executor.for_ram(1))
+        gpus = uform.Executor.for_vram([0])
+        assert gpus.threads >= 1
+        uform.Trainer.init_vram(gpus, depth=1, hidden=64)   # MASKED on one GPU
+        with pytest.raises(uform.UnsupportedError, match="contrastive loss"):
+            uform.Trainer.init_vram(gpus, depth=1, hidden=64, objective=uform.Objective.CONTRASTIVE)
         return
     if not CAPABILITIES.gpu_backend:
         expected, words = uform.UnsupportedError, "no GPU backend"

@@ -386,12 +386,32 @@ class Trainer:
         return self
 
     @classmethod
-    def init_vram(cls, executor: Executor, /, **keywords: Any) -> "Trainer":
-        """Builds one replica per GPU: not built yet. Raises UnsupportedError (or, in a build with
-        the CUDA backend on a machine without a GPU, DeviceError)."""
+    def init_vram(cls, executor: Executor, /, *, mesh: Optional[Mesh] = None, resume: Optional[_PathLike] = None,
+                  depth: int = 0, hidden: int = 0, batch: Optional[BatchShape] = None,
+                  objective: Objective = Objective.MASKED, masking: Optional[Masking] = None,
+                  contrastive: Optional[Contrastive] = None,
+                  late_interaction: Optional[LateInteraction] = None, choices: Optional[Choices] = None,
+                  schedule: Optional[Schedule] = None, seed: int = 0, progress: Optional[Progress] = None,
+                  progress_steps: int = 0) -> "Trainer":
+        """Starts a run on the GPU of a VRAM executor (Executor.for_vram([gpu])).
+
+        So far one GPU and the MASKED objective: the contrastive loss is not on the CUDA backend
+        yet, and late interaction, choices, media items, several GPUs and a mesh raise
+        UnsupportedError saying so. A build without the CUDA backend raises UnsupportedError, a
+        machine without a GPU DeviceError. Compiled, not yet run on a GPU (docs/gpu.md)."""
+        if executor is not None and not isinstance(executor, Executor):
+            raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+        bridge = ProgressBridge(progress, progress_steps)
+        options, keep = cls._options(mesh, resume, depth, hidden, batch, objective, masking, contrastive,
+                                     late_interaction, choices, schedule, seed, bridge)
         pointer = ffi.new("uform_trainer_t **")
-        check(lib.uform_trainer_init_vram(ffi.NULL, ffi.NULL, pointer))
-        raise AssertionError("unreachable: init_vram succeeded without VRAM trainers")
+        check(lib.uform_trainer_init_vram(executor._executor if executor is not None else ffi.NULL, options,
+                                          pointer), bridge)
+        self = cls.__new__(cls)
+        self._trainer = ffi.gc(pointer[0], lambda trainer, _mesh=mesh: lib.uform_trainer_free(trainer))
+        self._executor = executor
+        self._mesh = mesh
+        return self
 
     def on(self, executor: Executor, /) -> "Trainer":
         """A receiver whose verbs block on executor: the trainer's own executor only."""

@@ -28,7 +28,7 @@ static int passed, failed;
 
 static uint64_t rng_state = UFORM_TEST_SEED;
 
-static uint64_t rng_next(void) {
+static inline uint64_t rng_next(void) {
     rng_state ^= rng_state << 13;
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;

@@ -448,8 +448,12 @@ static void test_bad_input_changes_nothing(void) {
     options.resume = "/nonexistent-directory/x.safetensors";
     uform_trainer_t *missing = (uform_trainer_t *)1;
     CHECK(uform_trainer_init_ram(executor, &options, &missing) == UFORM_FILE && missing == NULL);
-    uform_status_t vram = uform_trainer_init_vram(executor, &options, &missing);   /* not built yet */
-    CHECK((vram == UFORM_UNSUPPORTED || vram == UFORM_DEVICE) && missing == NULL);
+    /* a RAM executor: refused (no CUDA backend or no GPU here; with a GPU, as a RAM executor) */
+    uform_capabilities_t caps;
+    uform_status_t vram = uform_trainer_init_vram(executor, &options, &missing);
+    CHECK(uform_capabilities(&caps) == UFORM_OK);
+    CHECK((caps.gpus ? vram == UFORM_INVALID_ARGUMENT : (vram == UFORM_UNSUPPORTED || vram == UFORM_DEVICE)) &&
+          missing == NULL);
     free(offsets), free(ids), free(weights);
     texts_free(&texts);
     uform_trainer_free(trainer);

@@ -313,4 +313,14 @@ struct uform_backend {
     uform_status_t failure;       /* the first failure since synchronize */
 };
 
+/* ---- helpers over the table (memory.c) ------------------------------------ */
+
+/* `count` x `size` bytes of the backend's memory, NULL with OUT_OF_MEMORY set
+ * naming `what` on overflow or failure. */
+UFORM_INTERNAL void *uform_backend_alloc(uform_backend_t *backend, size_t count, size_t size,
+                                         const char *what);
+
+/* Frees memory of uform_backend_alloc; NULL is a no-op. */
+UFORM_INTERNAL void uform_backend_free(uform_backend_t *backend, void *memory);
+
 #endif /* UFORM_BACKEND_H */

@@ -1,15 +1,17 @@
 /* vram.c: the VRAM entry points that need the CUDA backend: executors over
- * GPUs, models loaded onto one, and the refusals of what is not built yet
- * (vram.h). It lives here rather than in core/ or model/ because it asks the
- * CUDA backend (c/cuda/), which those layers do not know.
+ * GPUs, models and trainers on one, and what they refuse (vram.h). It lives
+ * here rather than in core/, model/ or train/ because it asks the CUDA backend
+ * (c/cuda/), which those layers do not know.
  *
  * A VRAM executor is a RAM executor (its threads decode media and run
  * submitted jobs) that also holds one CUDA backend per listed GPU: a stream,
  * a cuBLASLt handle and workspace. A VRAM model's weights are on one GPU, and
  * its verbs run on the stream of the executor it was loaded with, or of the
- * VRAM executor a call names when that executor holds the same GPU. */
+ * VRAM executor a call names when that executor holds the same GPU. A VRAM
+ * trainer is the trainer on that backend (train/trainer_on_device.h). */
 #include "backend/vram.h"
 #include "model/model.h"
+#include "train/trainer_on_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,24 +50,6 @@ static uform_status_t uform_no_cuda(const char *verb) {
                       verb);
 }
 #endif
-
-uform_status_t uform_vram_refusal(const char *verb, const uint32_t *devices, size_t devices_count) {
-#ifdef UFORM_HAVE_CUDA
-    size_t count = 0;
-    if (uform_cuda_devices(&count) != UFORM_OK) return uform_fail_context(UFORM_DEVICE, verb);
-    for (size_t i = 0; devices && i < devices_count; i++)
-        if (devices[i] >= count)
-            return uform_fail(UFORM_INVALID_ARGUMENT, "%s: devices[%zu] = %u, but %zu GPUs are visible", verb, i,
-                              devices[i], count);
-    return uform_fail(UFORM_UNSUPPORTED,
-                      "%s: the CUDA backend of this build runs VRAM models (Model.load_vram) but not yet the "
-                      "trainer; %zu GPU%s visible",
-                      verb, count, count == 1 ? " is" : "s are");
-#else
-    (void)devices, (void)devices_count;
-    return uform_no_cuda(verb);
-#endif
-}
 
 #ifdef UFORM_HAVE_CUDA
 
@@ -269,6 +253,37 @@ uform_status_t uform_model_load_vram_buffer(const void *data, size_t size, const
 #else
     (void)gpu_class, (void)executor, (void)quantization, (void)progress;
     return uform_no_cuda("Model.load_vram_buffer");
+#endif
+}
+
+/* ---- VRAM trainers ------------------------------------------------------------------- */
+
+uform_status_t uform_trainer_init_vram(uform_executor_t *executor, const uform_trainer_options_t *options,
+                                       uform_trainer_t **result) {
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: the out-pointer is NULL");
+    *result = NULL;
+#ifdef UFORM_HAVE_CUDA
+    size_t visible = 0;
+    if (uform_cuda_devices(&visible) != UFORM_OK) return uform_fail_context(UFORM_DEVICE, "Trainer.init_vram");
+    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
+    if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
+    const uform_vram_devices_t *devices = uform_executor_devices(executor);
+    if (!devices)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "executor: a RAM executor cannot run a VRAM trainer; make one with Executor.for_vram "
+                          "listing the GPU");
+    if (devices->count > 1)
+        return uform_fail(UFORM_UNSUPPORTED,
+                          "Trainer.init_vram: one replica per GPU over %zu GPUs is not built yet; give an "
+                          "executor of one GPU (docs/gpu.md)",
+                          devices->count);
+    if (options->mesh)
+        return uform_fail(UFORM_UNSUPPORTED,
+                          "Trainer.init_vram: a mesh on GPUs (NCCL) is not built yet (docs/distributed.md)");
+    return uform_trainer_init_on_device(executor, options, &devices->devices[0].backend, result);
+#else
+    (void)executor, (void)options;
+    return uform_no_cuda("Trainer.init_vram");
 #endif
 }
 

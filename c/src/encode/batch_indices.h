@@ -37,12 +37,4 @@ UFORM_INTERNAL void uform_batch_indices_upload(uform_batch_indices_t *indices,
 UFORM_INTERNAL void uform_batch_indices_free(uform_batch_indices_t *indices,
                                              uform_backend_t *backend);
 
-/* `count` x `size` bytes of the backend's memory, NULL with OUT_OF_MEMORY set
- * naming `what` on overflow or failure. */
-UFORM_INTERNAL void *uform_backend_alloc(uform_backend_t *backend, size_t count, size_t size,
-                                         const char *what);
-
-/* Frees memory of uform_backend_alloc; NULL is a no-op. */
-UFORM_INTERNAL void uform_backend_free(uform_backend_t *backend, void *memory);
-
 #endif /* UFORM_BATCH_INDICES_H */

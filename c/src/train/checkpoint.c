@@ -71,8 +71,8 @@ uform_status_t uform_resume_peek(const char *path, uform_trainer_options_t *o) {
 }
 
 /* Loads masters, moments, step and seed saved by uform_trainer_save. */
-uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given_seed,
-                            const uform_progress_t *progress) {
+uform_status_t uform_resume(uform_trainer_t *t, const uform_host_state_t *h, const char *path,
+                            uint64_t given_seed, const uform_progress_t *progress) {
     uform_safetensors_t file;
     memset(&file, 0, sizeof(file));
     UFORM_TRY(uform_safetensors_open(path, &file));
@@ -90,9 +90,9 @@ uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given
     uform_progress_begin(&reports, progress, 3 * t->count);
     size_t done = 0;
     for (size_t s = 0; s < t->slots_count && status == UFORM_OK; s++) {
-        status = uform_resume_tensor(&file, "master", &t->slots[s], t->parameters);
-        if (status == UFORM_OK) status = uform_resume_tensor(&file, "first_moment", &t->slots[s], t->first_moment);
-        if (status == UFORM_OK) status = uform_resume_tensor(&file, "second_moment", &t->slots[s], t->second_moment);
+        status = uform_resume_tensor(&file, "master", &t->slots[s], h->parameters);
+        if (status == UFORM_OK) status = uform_resume_tensor(&file, "first_moment", &t->slots[s], h->first_moment);
+        if (status == UFORM_OK) status = uform_resume_tensor(&file, "second_moment", &t->slots[s], h->second_moment);
         done += 3 * t->slots[s].rows * (t->slots[s].cols ? t->slots[s].cols : 1);
         if (status == UFORM_OK)
             status = uform_progress_update(&reports, s + 1 == t->slots_count ? 3 * t->count : done);
@@ -106,15 +106,18 @@ uform_status_t uform_resume(uform_trainer_t *t, const char *path, uint64_t given
 
 uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
                                      const uform_progress_t *progress) {
+    uform_host_state_t h;
+    UFORM_TRY(uform_host_state_open(t, &h, true));
     size_t views_count = 4 * t->slots_count;
     uform_tensor_view_t *views = uform_alloc_zeroed(views_count, sizeof(*views), "save");
     uint16_t *bf16 = uform_alloc(t->count, sizeof(uint16_t), "save");
     char (*names)[96] = uform_alloc(3 * t->slots_count, sizeof(*names), "save");
     if (!views || !bf16 || !names) {
         free(views), free(bf16), free(names);
+        uform_host_state_close(&h);
         return UFORM_OUT_OF_MEMORY;
     }
-    for (size_t i = 0; i < t->count; i++) bf16[i] = uform_f32_to_bf16(t->parameters[i]);
+    for (size_t i = 0; i < t->count; i++) bf16[i] = uform_f32_to_bf16(h.parameters[i]);
     size_t v = 0;
     for (size_t s = 0; s < t->slots_count; s++) {
         const uform_slot_t *slot = &t->slots[s];
@@ -124,11 +127,11 @@ uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
         view->shape[0] = slot->rows;
         view->shape[1] = slot->cols;
         view->dtype = slot->f32 ? UFORM_DTYPE_F32 : UFORM_DTYPE_BF16;
-        view->data = slot->f32 ? (const void *)(t->parameters + slot->offset)
+        view->data = slot->f32 ? (const void *)(h.parameters + slot->offset)
                                : (const void *)(bf16 + slot->offset);
     }
     /* train.*: FP32 masters and moments, so a resume continues exactly */
-    const float *state[3] = {t->parameters, t->first_moment, t->second_moment};
+    const float *state[3] = {h.parameters, h.first_moment, h.second_moment};
     const char *kinds[3] = {"master", "first_moment", "second_moment"};
     for (size_t k = 0; k < 3; k++)
         for (size_t s = 0; s < t->slots_count; s++) {
@@ -175,13 +178,18 @@ uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
     free(views);
     free(bf16);
     free(names);
+    uform_host_state_close(&h);
     return status;
 }
 
 /* On a mesh host 0 writes and every host hears how it went (trainer_mesh.c). */
 uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
                                       const uform_progress_t *progress) {
-    return t->mesh ? uform_trainer_save_on_mesh(t, path, progress) : uform_checkpoint_write(t, path, progress);
+    uform_trainer_hold(t);
+    uform_status_t status =
+        t->mesh ? uform_trainer_save_on_mesh(t, path, progress) : uform_checkpoint_write(t, path, progress);
+    uform_trainer_unhold(t);
+    return status;
 }
 
 uform_status_t uform_trainer_save(uform_trainer_t *t, const char *path, const uform_progress_t *progress) {

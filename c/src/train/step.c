@@ -12,8 +12,8 @@
 
 /* Values the step computed (not the caller's) that must be finite for the
  * objectives: a NaN there means the run has diverged, reported as such. */
-static uform_status_t uform_check_diverged(const float *values, size_t count, const char *what,
-                                           uint64_t step) {
+static uform_status_t uform_check_finite_values(const float *values, size_t count, const char *what,
+                                                uint64_t step) {
     for (size_t i = 0; i < count; i++)
         if (!isfinite(values[i]))
             return uform_fail(UFORM_DIVERGED,
@@ -25,10 +25,30 @@ static uform_status_t uform_check_diverged(const float *values, size_t count, co
     return UFORM_OK;
 }
 
-uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                      uform_arena_t *arena, bool arena_held,
-                                      uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
-                                      uform_trainer_step_stats_t *stats) {
+/* The same over values in the backend's memory: read through a host copy on a device. */
+static uform_status_t uform_check_diverged(uform_trainer_t *t, const float *device_values, size_t count,
+                                           const char *what, uint64_t step) {
+    const float *values = device_values;
+    float *copy = NULL;
+    if (!uform_trainer_on_host(t) && count) {
+        copy = uform_alloc(count, sizeof(float), what);
+        if (!copy) return UFORM_OUT_OF_MEMORY;
+        uform_status_t status = uform_trainer_read(t, copy, device_values, count * sizeof(float));
+        if (status != UFORM_OK) {
+            free(copy);
+            return status;
+        }
+        values = copy;
+    }
+    uform_status_t status = uform_check_finite_values(values, count, what, step);
+    free(copy);
+    return status;
+}
+
+static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                              uform_arena_t *arena, bool arena_held,
+                                              uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
+                                              uform_trainer_step_stats_t *stats) {
     uint64_t step = t->step + 1;
     uform_world_t world_of;
     uform_status_t status = uform_world_begin(t, batch, &world_of);
@@ -104,7 +124,9 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
     uint8_t *masked = uform_alloc_zeroed(rows ? rows : 1, 1, "masked media rows");
     uform_media_rows_t *media_rows = uform_alloc_zeroed(4 * replicas, sizeof(uform_media_rows_t), "media rows");
     size_t media_masked[4] = {0, 0, 0, 0};
-    float *local = uform_alloc_aligned(items ? items : 1, d * sizeof(float), "embeddings");
+    uform_backend_t *b = &t->backend;
+    /* embeddings: this host's and the world's, in the backend's memory */
+    float *local = uform_backend_alloc(b, items ? items : 1, d * sizeof(float), "embeddings");
     status = first_row && ids && chosen && masked && media_rows && local ? UFORM_OK : UFORM_OUT_OF_MEMORY;
     float *world = NULL, *d_world = NULL;
     for (size_t r = 0, base = 0; r < replicas && status == UFORM_OK; r++) {
@@ -141,7 +163,7 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
         status = uform_world_summary(wd, index, count, items, rows, selected, media_masked, choice_items);
     size_t world_items = wd->world_items;
     if (status == UFORM_OK) {
-        world = uform_alloc_aligned(2 * (world_items ? world_items : 1), d * sizeof(float), "world embeddings");
+        world = uform_backend_alloc(b, 2 * (world_items ? world_items : 1), d * sizeof(float), "world embeddings");
         if (!world) status = UFORM_OUT_OF_MEMORY;
         else d_world = world + (world_items ? world_items : 1) * d;
     }
@@ -187,6 +209,7 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                                       rep->items ? rep->items : 1, rep->selected);
         if (status != UFORM_OK) break;
         uform_replica_layout(batch, kept, ids, chosen, base, tokens, rep);
+        uform_workspace_upload(t, &rep->w);
         base += rep->rows;
         for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++)
             if (t->media[m].width)
@@ -196,7 +219,6 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
 
     /* Forward and the masked loss, replica by replica (denominators: the
      * world's counts); embeddings gathered. */
-    uform_backend_t *b = &t->backend;
     if (status == UFORM_OK) b->ops->zero(b, t->gradients, t->count * sizeof(float));
     float contrastive_loss = 0, late_loss = 0;
     /* This host's shares of the world's sums: [0] the masked text loss, [m]
@@ -232,8 +254,10 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
     }
     status = uform_world_agree(wd, status, step);
     if (status != UFORM_OK) goto done;
-    /* The world's rows: embeddings, bags, groups and relations of every host. */
-    status = uform_world_gather_items(wd, local, d * sizeof(float), world);
+    /* The world's rows: embeddings, bags, groups and relations of every host
+     * (alone: this host's embeddings, copied on the backend). */
+    if (wd->mesh) status = uform_world_gather_items(wd, local, d * sizeof(float), world);
+    else b->ops->copy(b, world, local, items * d * sizeof(float));
     if (status == UFORM_OK && bags)
         status = uform_world_gather_items(wd, bags, sizeof(uint32_t), world_bags);
     if (status == UFORM_OK && groups)
@@ -254,12 +278,12 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
     }
     /* The contrastive term over the whole world; gradients go back to their owners. */
     if (t->contrasts && world_items) {
-        status = uform_check_diverged(world, world_items * d, "the embeddings", step);
+        status = uform_check_diverged(t, world, world_items * d, "the embeddings", step);
         if (status == UFORM_OK)
-            status = uform_check_diverged(t->parameters + t->log_inverse_temperature,
+            status = uform_check_diverged(t, t->parameters + t->log_inverse_temperature,
                                           t->contrastive.groups, "contrastive.log_inverse_temperature", step);
         if (status == UFORM_OK && t->contrastive.pair_loss == UFORM_PAIR_LOSS_SIGMOID)
-            status = uform_check_diverged(t->parameters + t->contrastive_bias, t->contrastive.groups,
+            status = uform_check_diverged(t, t->parameters + t->contrastive_bias, t->contrastive.groups,
                                           "contrastive.bias", step);
         if (status != UFORM_OK) goto done;
         uform_contrastive_batch_t cb = {world_items, d, world, scored_bags, world_groups, scored_relations};
@@ -389,8 +413,8 @@ done:
         free(world_storage[s].offsets), free(world_storage[s].ids), free(world_storage[s].weights);
     free(replica); /* the workspaces stay with the trainer */
     free(bags);
-    uform_free_aligned(world);
-    uform_free_aligned(local);
+    uform_backend_free(b, world);
+    uform_backend_free(b, local);
     uform_world_free(wd);
     free(lengths);
     free(first_row);
@@ -401,6 +425,17 @@ done:
     uform_tokens_free(tokens, count);
     free(ids);
     free(chosen);
+    return status;
+}
+
+uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                      uform_arena_t *arena, bool arena_held,
+                                      uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
+                                      uform_trainer_step_stats_t *stats) {
+    uform_trainer_hold(t);
+    uform_status_t status =
+        uform_trainer_step_body(t, batch, arena, arena_held, outputs_scalar, embeddings_out, stats);
+    uform_trainer_unhold(t);
     return status;
 }
 

@@ -193,24 +193,24 @@ void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept
     uform_workspace_t *w = &replica->w;
     const uint8_t *data = batch->contents.data;
     const size_t *offsets = batch->contents.offsets;
-    memcpy(w->ids, ids + row_base, replica->rows * sizeof(uint32_t));
+    memcpy(w->host_ids, ids + row_base, replica->rows * sizeof(uint32_t));
     size_t r = 0, item = 0, s = 0;
     for (size_t i = replica->first; i < replica->last; i++) {
         if (kept[i] == SIZE_MAX) continue;
         if (batch->modalities[i] != UFORM_MODALITY_TEXT) {  /* positions from the tokenizer */
-            w->segments[item] = (uform_segment_t){r, kept[i], tokens[i].axes};
-            memcpy(w->positions + 3 * r, tokens[i].positions, 3 * kept[i] * sizeof(uint32_t));
+            w->host_segments[item] = (uform_segment_t){r, kept[i], tokens[i].axes};
+            memcpy(w->host_positions + 3 * r, tokens[i].positions, 3 * kept[i] * sizeof(uint32_t));
             r += kept[i];
             item++;
             continue;
         }
-        w->segments[item] = (uform_segment_t){r, kept[i], 1};
+        w->host_segments[item] = (uform_segment_t){r, kept[i], 1};
         for (size_t k = 0; k < kept[i]; k++) {
-            w->positions[3 * (r + k)] = (uint32_t)k;
-            w->positions[3 * (r + k) + 1] = w->positions[3 * (r + k) + 2] = 0;
+            w->host_positions[3 * (r + k)] = (uint32_t)k;
+            w->host_positions[3 * (r + k) + 1] = w->host_positions[3 * (r + k) + 2] = 0;
             if (chosen[row_base + r + k]) {
-                w->selected_rows[s] = r + k;
-                w->targets[s] = data[offsets[i] + k];
+                w->host_selected_rows[s] = r + k;
+                w->host_targets[s] = data[offsets[i] + k];
                 s++;
             }
         }

@@ -79,10 +79,22 @@ float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
     op->gather_rows(b, w->states, h, w->selected_rows, n, gathered);
     op->linear(b, &bytes, gathered, h, n, p + t->bytes_bias, false, w->logits, UFORM_BYTES);
     op->cross_entropy_forward(b, w->logits, n, UFORM_BYTES, w->targets, w->losses);
+    /* the losses summed and the scales written on the host: in place on host
+     * memory, through one copy each way on a device */
+    bool on_host = uform_trainer_on_host(t);
+    float *host = on_host ? NULL : uform_alloc(2 * n, sizeof(float), "masked text losses");
+    const float *losses = on_host ? w->losses : host;
+    float *scales = on_host ? w->scale : host + (host ? n : 0);
+    if (!on_host && (!host || uform_trainer_read(t, host, w->losses, n * sizeof(float)) != UFORM_OK)) {
+        free(host);
+        return NAN;   /* the step reports a non-finite loss: diverged, nothing applied */
+    }
     double total = 0;
-    for (size_t i = 0; i < n; i++) total += w->losses[i];
+    for (size_t i = 0; i < n; i++) total += losses[i];
     float scale = weight / (float)world_selected;
-    for (size_t i = 0; i < n; i++) w->scale[i] = scale;
+    for (size_t i = 0; i < n; i++) scales[i] = scale;
+    if (!on_host) op->upload(b, w->scale, scales, n * sizeof(float));
+    free(host);
     op->zero(b, w->d_logits, n * UFORM_BYTES * sizeof(float));
     op->cross_entropy_backward(b, w->logits, n, UFORM_BYTES, w->targets, w->scale, w->d_logits);
     op->linear_backward(b, &bytes, gathered, w->d_logits, n, g + t->bytes_table, g + t->bytes_bias,

@@ -7,7 +7,7 @@
  * objectives with late interaction and calibrated choices; one replica per memory
  * domain of the executor, data parallel (step.c). GPUs answer UFORM_UNSUPPORTED. */
 #include "train/trainer_internal.h"
-#include "backend/vram.h"
+#include "train/trainer_on_device.h"
 
 /* Takes the trainer for one call, or refuses when another call holds it. */
 uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what) {
@@ -21,6 +21,16 @@ uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what) {
 
 void uform_trainer_leave(const uform_trainer_t *t) {
     atomic_flag_clear(&((uform_trainer_t *)t)->busy);
+}
+
+/* A device backend is held (backend.h: acquire) by the thread that runs a
+ * call's work, which for a submitted call is not the one that entered. */
+void uform_trainer_hold(uform_trainer_t *t) {
+    if (t->backend.ops->acquire) t->backend.ops->acquire(&t->backend);
+}
+
+void uform_trainer_unhold(uform_trainer_t *t) {
+    if (t->backend.ops->release) t->backend.ops->release(&t->backend);
 }
 
 static size_t uform_add_slot(uform_trainer_t *t, const char *name, size_t rows, size_t cols,
@@ -114,8 +124,9 @@ static float uform_normal(uint64_t seed, uint64_t index) {
 
 /* Initial weights: matrices and the byte table N(0, 0.02), output projections
  * of blocks scaled by 1/sqrt(2 depth) (GPT-2), norms 1, biases 0. */
-static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, float initial_bias) {
-    float *p = t->parameters;
+static void uform_initialise(uform_trainer_t *t, const uform_host_state_t *h,
+                             float initial_log_temperature, float initial_bias) {
+    float *p = h->parameters;
     memset(p, 0, t->count * sizeof(float));
     for (size_t s = 0; s < t->slots_count; s++) {
         const uform_slot_t *slot = &t->slots[s];
@@ -145,21 +156,23 @@ static void uform_initialise(uform_trainer_t *t, float initial_log_temperature, 
     }
     /* choices.log_temperature starts at 0: temperature 1 */
     for (size_t s = 0; s < t->slots_count; s++)
-        memset(t->decay + t->slots[s].offset, t->slots[s].decay ? 1 : 0,
+        memset(h->decay + t->slots[s].offset, t->slots[s].decay ? 1 : 0,
                t->slots[s].rows * (t->slots[s].cols ? t->slots[s].cols : 1));
 }
 
 void uform_trainer_free(uform_trainer_t *t) {
     if (!t) return;
     uform_mesh_release(t->mesh);
-    for (size_t r = 0; r < t->workspaces_count; r++) uform_free_aligned(t->workspaces[r]);
+    uform_backend_t *b = &t->backend;
+    if (b->ops) {   /* set before anything of its memory is taken */
+        uform_trainer_hold(t);
+        for (size_t r = 0; r < t->workspaces_count; r++) uform_workspace_release(t, r);
+        void *buffers[5] = {t->parameters, t->gradients, t->first_moment, t->second_moment, t->decay};
+        for (size_t i = 0; i < 5; i++)
+            if (buffers[i]) b->ops->free(b, buffers[i]);
+        uform_trainer_unhold(t);
+    }
     free(t->workspaces);
-    free(t->workspace_bytes);
-    uform_free_aligned(t->parameters);
-    uform_free_aligned(t->gradients);
-    uform_free_aligned(t->first_moment);
-    uform_free_aligned(t->second_moment);
-    free(t->decay);
     free(t->slots);
     free(t->blocks);
     free(t->block_weights);
@@ -317,10 +330,9 @@ static uform_status_t uform_trainer_configure(uform_trainer_t *t, const uform_tr
     return UFORM_OK;
 }
 
-/* The backend and the views of the blocks transformer.c runs: pointers into the
- * flat parameter and gradient buffers, which never move. */
+/* The views of the blocks transformer.c runs: pointers into the flat
+ * parameter and gradient buffers, which never move. */
 static uform_status_t uform_trainer_views(uform_trainer_t *t) {
-    t->backend = uform_cpu_backend(UFORM_CPU_CLASS_AUTO, t->executor);
     t->block_weights = uform_alloc(t->depth, sizeof(uform_block_weights_t), "trainer block views");
     t->block_gradients = uform_alloc(t->depth, sizeof(uform_block_gradients_t), "trainer gradient views");
     if (!t->block_weights || !t->block_gradients) return UFORM_OUT_OF_MEMORY;
@@ -346,8 +358,30 @@ static uform_status_t uform_trainer_views(uform_trainer_t *t) {
     return UFORM_OK;
 }
 
-uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_trainer_options_t *options,
-                                      uform_trainer_t **result) {
+/* What a trainer on a device cannot run yet: the terms whose host code still
+ * reads or writes the step's buffers in place (media rows, late interaction's
+ * token vectors, the choices' states), the mesh's host-memory collectives,
+ * and the contrastive term on a backend without its loss (CUDA, so far). */
+static uform_status_t uform_trainer_device_check(const uform_trainer_t *t) {
+    if (t->backend.ops->host_memory) return UFORM_OK;
+    const char *missing = t->mesh ? "a mesh"
+                          : t->late ? "late interaction"
+                          : t->chooses ? "choices"
+                          : t->media[UFORM_MODALITY_IMAGE].width || t->media[UFORM_MODALITY_VIDEO].width ||
+                                  t->media[UFORM_MODALITY_AUDIO].width
+                              ? "media items"
+                              : NULL;
+    if (!missing && t->contrasts && !t->backend.ops->contrastive_loss)
+        missing = "the contrastive loss (objective CONTRASTIVE or JOINT; MASKED runs)";
+    if (!missing) return UFORM_OK;
+    return uform_fail(UFORM_UNSUPPORTED, "Trainer: %s on the %s backend is not built yet (docs/gpu.md)", missing,
+                      t->backend.ops->name);
+}
+
+/* A trainer whose step runs on `device` (NULL: the CPU backend on the
+ * executor's threads), its flat buffers and workspaces in that backend's memory. */
+static uform_status_t uform_trainer_build(uform_executor_t *executor, const uform_trainer_options_t *options,
+                                          const uform_backend_t *device, uform_trainer_t **result) {
     if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: the out-pointer is NULL");
     *result = NULL;
     if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
@@ -364,34 +398,46 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     atomic_flag_clear(&t->busy);
     t->executor = executor;
     t->mesh = options->mesh;
+    t->backend = device ? *device : uform_cpu_backend(UFORM_CPU_CLASS_AUTO, executor);
+    uform_trainer_hold(t);   /* let go below */
     float initial_log_temperature = 0, initial_bias = 0;
     uform_trainer_options_t resolved = *options;
     uform_status_t status = options->resume ? uform_resume_peek(options->resume, &resolved) : UFORM_OK;
     if (status == UFORM_OK)
         status = uform_trainer_configure(t, &resolved, &initial_log_temperature, &initial_bias);
+    if (status == UFORM_OK && device) status = uform_trainer_device_check(t);
     if (status == UFORM_OK) {
         t->blocks = uform_alloc_zeroed(t->depth, sizeof(uform_block_slots_t), "trainer blocks");
         t->slots = uform_alloc_zeroed(12 * t->depth + 40, sizeof(uform_slot_t), "trainer tensors");
         status = t->blocks && t->slots ? UFORM_OK : UFORM_OUT_OF_MEMORY;
     }
+    uform_backend_t *b = &t->backend;
     if (status == UFORM_OK) {
         uform_layout(t);
-        t->parameters = uform_alloc_aligned(t->count, sizeof(float), "parameters");
-        t->gradients = uform_alloc_aligned(t->count, sizeof(float), "gradients");
-        t->first_moment = uform_alloc_aligned(t->count, sizeof(float), "first moments");
-        t->second_moment = uform_alloc_aligned(t->count, sizeof(float), "second moments");
-        t->decay = uform_alloc(t->count, 1, "decay flags");
-        status = t->parameters && t->gradients && t->first_moment && t->second_moment && t->decay
-                     ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+        size_t bytes = t->count * sizeof(float);
+        t->parameters = b->ops->alloc(b, bytes);
+        t->gradients = t->parameters ? b->ops->alloc(b, bytes) : NULL;
+        t->first_moment = t->gradients ? b->ops->alloc(b, bytes) : NULL;
+        t->second_moment = t->first_moment ? b->ops->alloc(b, bytes) : NULL;
+        t->decay = t->second_moment ? b->ops->alloc(b, t->count) : NULL;
+        status = t->decay ? UFORM_OK : uform_fail_context(UFORM_OUT_OF_MEMORY, "the trainer's flat buffers");
     }
     if (status == UFORM_OK) status = uform_trainer_views(t);
     if (status == UFORM_OK) {
-        uform_initialise(t, initial_log_temperature, initial_bias);
-        memset(t->gradients, 0, t->count * sizeof(float));
-        memset(t->first_moment, 0, t->count * sizeof(float));
-        memset(t->second_moment, 0, t->count * sizeof(float));
-        if (options->resume) status = uform_resume(t, options->resume, options->seed, &options->progress);
+        uform_host_state_t h;
+        status = uform_host_state_open(t, &h, false);
+        if (status == UFORM_OK) {
+            uform_initialise(t, &h, initial_log_temperature, initial_bias);
+            memset(h.first_moment, 0, t->count * sizeof(float));
+            memset(h.second_moment, 0, t->count * sizeof(float));
+            if (options->resume) status = uform_resume(t, &h, options->resume, options->seed, &options->progress);
+            if (status == UFORM_OK) status = uform_host_state_commit(t, &h);
+            uform_host_state_close(&h);
+        }
+        b->ops->zero(b, t->gradients, t->count * sizeof(float));
+        if (status == UFORM_OK) status = b->ops->synchronize(b);
     }
+    uform_trainer_unhold(t);
     /* On a mesh every host gets here, and all go on only with equal trainers. */
     if (t->mesh) status = uform_trainer_join_mesh(t, t->mesh, status);
     if (status != UFORM_OK) {
@@ -402,11 +448,15 @@ uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_tr
     return UFORM_OK;
 }
 
-uform_status_t uform_trainer_init_vram(uform_executor_t *executor, const uform_trainer_options_t *options,
-                                       uform_trainer_t **result) {
-    (void)executor, (void)options;
-    if (result) *result = NULL;
-    return uform_vram_refusal("Trainer.init_vram", NULL, 0);
+uform_status_t uform_trainer_init_ram(uform_executor_t *executor, const uform_trainer_options_t *options,
+                                      uform_trainer_t **result) {
+    return uform_trainer_build(executor, options, NULL, result);
+}
+
+uform_status_t uform_trainer_init_on_device(uform_executor_t *executor, const uform_trainer_options_t *options,
+                                            const uform_backend_t *device, uform_trainer_t **result) {
+    if (!device) return uform_fail(UFORM_INVALID_ARGUMENT, "device: NULL");
+    return uform_trainer_build(executor, options, device, result);
 }
 
 /* The slot holding flat index i of the parameter buffers. */
@@ -439,8 +489,12 @@ static uform_status_t uform_trainer_tensor_held(const uform_trainer_t *t, const 
     if (*count != n)
         return uform_fail(UFORM_INVALID_ARGUMENT, "count: \"%s\" holds %zu values, not %zu", name, n, *count);
     const float *buffers[4] = {t->parameters, t->gradients, t->first_moment, t->second_moment};
-    memcpy(values, buffers[which] + slot->offset, n * sizeof(float));
-    return UFORM_OK;
+    /* a transfer from the backend changes nothing of the trainer */
+    uform_trainer_t *mutable = (uform_trainer_t *)t;
+    uform_trainer_hold(mutable);
+    uform_status_t status = uform_trainer_read(mutable, values, buffers[which] + slot->offset, n * sizeof(float));
+    uform_trainer_unhold(mutable);
+    return status;
 }
 
 uform_status_t uform_trainer_tensor(const uform_trainer_t *t, const char *name, uint32_t which,

@@ -49,7 +49,9 @@ typedef struct {
 
 struct uform_trainer {
     uform_executor_t *executor;
-    uform_backend_t backend;           /* what the step's math runs on (the CPU's) */
+    uform_backend_t backend;           /* what the step's math runs on: the CPU's, or a device's
+                                          (uform_trainer_init_on_device) whose memory holds the
+                                          flat buffers and the workspaces */
     size_t depth, hidden, heads, dimensions, context;
     uform_objective_t objective;
     bool masks_text, contrasts;
@@ -82,8 +84,7 @@ struct uform_trainer {
     uform_model_t geometry;            /* context and media shapes, for the tokenizers */
     /* Workspaces kept across steps, one per replica: a step allocates (and the
      * kernel zero-fills pages) only when it needs more than any step before. */
-    void **workspaces;
-    size_t *workspace_bytes;
+    struct uform_workspace_store *workspaces;
     size_t workspaces_count;
     /* Set while a call uses the trainer: a trainer is used by one thread at a
      * time (DESIGN section 3), and a second concurrent call is refused. */
@@ -94,8 +95,25 @@ struct uform_trainer {
 
 /* ---- step workspace --------------------------------------------------------- */
 
+/* The buffers of one replica's workspace, kept by the trainer across steps:
+ * the activations (backend memory), the layer records pointing into them and,
+ * on a device, the host side of the index arrays (host memory). */
+typedef struct uform_workspace_store {
+    void *block;
+    size_t bytes;
+    uform_layer_activations_t *layers;   /* [depth] */
+    void *host;
+    size_t host_bytes;
+} uform_workspace_store_t;
+
+/* A replica's step buffers. The index arrays (ids, targets, selected_rows,
+ * segments, positions) are written by the host into host_*, the same memory
+ * on a host-memory backend, else uploaded by uform_workspace_upload. */
 typedef struct {
     size_t rows, items, selected;
+    uint32_t *host_ids, *host_targets, *host_positions;
+    size_t *host_selected_rows;
+    uform_segment_t *host_segments;
     uint32_t *ids;            /* [rows] token ids after corruption */
     uint32_t *targets;        /* [selected] original bytes */
     size_t *selected_rows;    /* [selected] */
@@ -145,6 +163,26 @@ typedef struct {
 
 /* ---- shared functions (defined in the file named above each group) ------------- */
 
+/* host_state.c: the flat buffers from the host. */
+/* Whether the trainer's backend memory is host memory (the CPU backend). */
+UFORM_INTERNAL bool uform_trainer_on_host(const uform_trainer_t *t);
+/* Bytes between the host and the trainer's backend memory, waited for. */
+UFORM_INTERNAL uform_status_t uform_trainer_read(uform_trainer_t *t, void *host, const void *device,
+                                                 size_t bytes);
+UFORM_INTERNAL uform_status_t uform_trainer_write(uform_trainer_t *t, void *device, const void *host,
+                                                  size_t bytes);
+/* Parameters, moments and decay flags the host can read and write: the
+ * buffers themselves on host memory, else copies (read: filled from the
+ * device; commit: written back). */
+typedef struct {
+    float *parameters, *first_moment, *second_moment;
+    uint8_t *decay;
+    bool copies;
+} uform_host_state_t;
+UFORM_INTERNAL uform_status_t uform_host_state_open(uform_trainer_t *t, uform_host_state_t *h, bool read);
+UFORM_INTERNAL uform_status_t uform_host_state_commit(uform_trainer_t *t, const uform_host_state_t *h);
+UFORM_INTERNAL void uform_host_state_close(uform_host_state_t *h);
+
 /* trainer.c */
 UFORM_INTERNAL uform_status_t uform_trainer_enter(const uform_trainer_t *t, const char *what);
 /* step and save with the trainer entered (and for the step, the arena taken
@@ -159,21 +197,30 @@ UFORM_INTERNAL uform_status_t uform_trainer_step_held(uform_trainer_t *t,
 UFORM_INTERNAL uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
                                                       const uform_progress_t *progress);
 UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
+/* Hold and let go of the trainer's backend around a call's work, on the thread
+ * that does it (nothing on the CPU backend). */
+UFORM_INTERNAL void uform_trainer_hold(uform_trainer_t *t);
+UFORM_INTERNAL void uform_trainer_unhold(uform_trainer_t *t);
 UFORM_INTERNAL const uform_slot_t *uform_slot_at(const uform_trainer_t *t, size_t i);
 
 /* checkpoint.c */
 /* Writes the checkpoint (atomically), whatever the mesh. */
 UFORM_INTERNAL uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
                                                      const uform_progress_t *progress);
-/* Reads and checks the run's state; progress hears the floats read. */
-UFORM_INTERNAL uform_status_t uform_resume(uform_trainer_t *t, const char *path,
-                                           uint64_t given_seed, const uform_progress_t *progress);
+/* Reads and checks the run's state into h (the host side of the flat
+ * buffers); progress hears the floats read. */
+UFORM_INTERNAL uform_status_t uform_resume(uform_trainer_t *t, const uform_host_state_t *h,
+                                           const char *path, uint64_t given_seed,
+                                           const uform_progress_t *progress);
 UFORM_INTERNAL uform_status_t uform_resume_peek(const char *path, uform_trainer_options_t *o);
 
 /* workspace.c */
 UFORM_INTERNAL uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t,
                                                    size_t replica, size_t rows, size_t items,
                                                    size_t selected);
+/* The index arrays the host wrote, to the backend (nothing on host memory). */
+UFORM_INTERNAL void uform_workspace_upload(uform_trainer_t *t, uform_workspace_t *w);
+UFORM_INTERNAL void uform_workspace_release(uform_trainer_t *t, size_t replica);
 
 /* step_items.c */
 /* Anchors are this host's items (index: their kept index); candidates are

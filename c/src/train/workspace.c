@@ -1,5 +1,7 @@
 /* workspace.c: the activations one replica's step keeps for its backward, in one
- * block per replica kept across steps, measured and pointed from one list. */
+ * block per replica kept across steps (in the backend's memory), measured and
+ * pointed from one list; the layer records and, on a device, the host side of
+ * the index arrays beside it in host memory. */
 #include "train/trainer_internal.h"
 
 /* The one list of the workspace's buffers. Walked twice: with base NULL it only
@@ -8,7 +10,8 @@
  * Each buffer starts 64-byte aligned relative to the block, which is itself
  * 64-byte aligned. */
 static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t *t, uint8_t *base,
-                                     size_t rows, size_t items, size_t selected) {
+                                     uform_layer_activations_t *layers, size_t rows, size_t items,
+                                     size_t selected) {
     size_t h = t->hidden, d = t->dimensions, heads = t->heads, depth = t->depth;
     size_t offset = 0;
     /* A measuring walk still needs layer records to point into: a small
@@ -20,7 +23,7 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
         (pointer) = base ? (void *)(base + offset) : NULL;                                     \
         offset += (count) * sizeof(*(pointer));                                                \
     } while (0)
-    UFORM_TAKE(w->layers, depth);
+    w->layers = layers;
     for (size_t l = 0; l < depth; l++) {
         uform_layer_activations_t *s = base ? &w->layers[l] : &measuring;
         UFORM_TAKE(s->input, rows * h);
@@ -67,35 +70,86 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
     UFORM_TAKE(w->d_embeddings, items * d);
     UFORM_TAKE(w->d_logits, selected * UFORM_BYTES);
     UFORM_TAKE(w->scale, selected);
+    return offset;
+}
+
+/* The host side of the index arrays, for a backend whose memory is not the
+ * host's: the same list walked the same two ways. */
+static size_t uform_workspace_host_layout(uform_workspace_t *w, uint8_t *base, size_t rows, size_t items,
+                                          size_t selected) {
+    size_t offset = 0;
+    UFORM_TAKE(w->host_ids, rows);
+    UFORM_TAKE(w->host_targets, selected);
+    UFORM_TAKE(w->host_selected_rows, selected);
+    UFORM_TAKE(w->host_segments, items);
+    UFORM_TAKE(w->host_positions, 3 * rows);
 #undef UFORM_TAKE
     return offset;
+}
+
+void uform_workspace_release(uform_trainer_t *t, size_t replica) {
+    uform_workspace_store_t *store = &t->workspaces[replica];
+    if (store->block) t->backend.ops->free(&t->backend, store->block);
+    free(store->layers);
+    uform_free_aligned(store->host);
+    memset(store, 0, sizeof(*store));
+}
+
+void uform_workspace_upload(uform_trainer_t *t, uform_workspace_t *w) {
+    if (t->backend.ops->host_memory) return;
+    uform_backend_t *b = &t->backend;
+    b->ops->upload(b, w->ids, w->host_ids, w->rows * sizeof(uint32_t));
+    b->ops->upload(b, w->targets, w->host_targets, w->selected * sizeof(uint32_t));
+    b->ops->upload(b, w->selected_rows, w->host_selected_rows, w->selected * sizeof(size_t));
+    b->ops->upload(b, w->segments, w->host_segments, w->items * sizeof(uform_segment_t));
+    b->ops->upload(b, w->positions, w->host_positions, 3 * w->rows * sizeof(uint32_t));
 }
 
 uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t, size_t replica,
                                            size_t rows, size_t items, size_t selected) {
     memset(w, 0, sizeof(*w));
+    uform_backend_t *b = &t->backend;
+    bool host = b->ops->host_memory;
     /* Every count above is bounded by the packing limits checked at init, so
-     * the measured size cannot overflow. */
-    size_t bytes = uform_workspace_layout(w, t, NULL, rows, items, selected);
+     * the measured sizes cannot overflow. */
+    size_t bytes = uform_workspace_layout(w, t, NULL, NULL, rows, items, selected);
+    size_t host_bytes = host ? 0 : uform_workspace_host_layout(w, NULL, rows, items, selected);
     if (replica >= t->workspaces_count) {
         size_t count = replica + 1;
-        void **blocks = realloc(t->workspaces, count * sizeof(void *));
-        if (blocks) t->workspaces = blocks;
-        size_t *sizes = blocks ? realloc(t->workspace_bytes, count * sizeof(size_t)) : NULL;
-        if (!blocks || !sizes) return uform_fail(UFORM_OUT_OF_MEMORY, "training workspaces");
-        t->workspace_bytes = sizes;
-        for (size_t r = t->workspaces_count; r < count; r++) blocks[r] = NULL, sizes[r] = 0;
+        uform_workspace_store_t *stores = realloc(t->workspaces, count * sizeof(*stores));
+        if (!stores) return uform_fail(UFORM_OUT_OF_MEMORY, "training workspaces");
+        memset(stores + t->workspaces_count, 0, (count - t->workspaces_count) * sizeof(*stores));
+        t->workspaces = stores;
         t->workspaces_count = count;
     }
-    if (t->workspace_bytes[replica] < bytes) {
-        uform_free_aligned(t->workspaces[replica]);
-        t->workspace_bytes[replica] = 0;
-        t->workspaces[replica] = uform_alloc_aligned(1, bytes, "training activations");
-        if (!t->workspaces[replica]) return UFORM_OUT_OF_MEMORY;
-        t->workspace_bytes[replica] = bytes;
+    uform_workspace_store_t *store = &t->workspaces[replica];
+    if (!store->layers) {
+        store->layers = uform_alloc_zeroed(t->depth ? t->depth : 1, sizeof(uform_layer_activations_t),
+                                           "training layer records");
+        if (!store->layers) return UFORM_OUT_OF_MEMORY;
     }
-    w->block = t->workspaces[replica];
-    uform_workspace_layout(w, t, w->block, rows, items, selected);
+    if (store->bytes < bytes) {
+        if (store->block) b->ops->free(b, store->block);
+        store->bytes = 0;
+        store->block = b->ops->alloc(b, bytes);
+        if (!store->block) return uform_fail_context(UFORM_OUT_OF_MEMORY, "training activations");
+        store->bytes = bytes;
+    }
+    if (store->host_bytes < host_bytes) {
+        uform_free_aligned(store->host);
+        store->host_bytes = 0;
+        store->host = uform_alloc_aligned(1, host_bytes, "training index arrays (host side)");
+        if (!store->host) return UFORM_OUT_OF_MEMORY;
+        store->host_bytes = host_bytes;
+    }
+    w->block = store->block;
+    uform_workspace_layout(w, t, w->block, store->layers, rows, items, selected);
+    if (host) {
+        w->host_ids = w->ids, w->host_targets = w->targets, w->host_selected_rows = w->selected_rows;
+        w->host_segments = w->segments, w->host_positions = w->positions;
+    } else {
+        uform_workspace_host_layout(w, store->host, rows, items, selected);
+    }
     w->rows = rows;
     w->items = items;
     w->selected = selected;

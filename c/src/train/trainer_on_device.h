@@ -1,0 +1,19 @@
+/* trainer_on_device.h: a trainer whose step runs on a given backend: the
+ * entry Trainer.init_vram is to take with the CUDA backend, and
+ * tests/c/test_device_trainer.c with a device-like CPU backend. */
+#ifndef UFORM_TRAINER_ON_DEVICE_H
+#define UFORM_TRAINER_ON_DEVICE_H
+
+#include "backend/backend.h"
+
+/* As uform_trainer_init_ram, with the flat buffers and workspaces in the
+ * memory of `device` and the step's math on its operations. So far the text
+ * objectives (MASKED, CONTRASTIVE, JOINT without late interaction or choices)
+ * on one process: media, late interaction, choices and a mesh answer
+ * UFORM_UNSUPPORTED on a backend whose memory is not host memory. */
+UFORM_INTERNAL uform_status_t uform_trainer_init_on_device(uform_executor_t *executor,
+                                                           const uform_trainer_options_t *options,
+                                                           const uform_backend_t *device,
+                                                           uform_trainer_t **result);
+
+#endif /* UFORM_TRAINER_ON_DEVICE_H */

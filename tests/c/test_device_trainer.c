@@ -1,0 +1,205 @@
+/* test_device_trainer.c: a trainer on a device whose memory the host cannot
+ * touch, without a GPU: the same options on the CPU backend (init_ram) and on
+ * the guarded backend (guarded_backend.h, the CPU backend of the same class
+ * with unreadable memory and every pointer's side checked), the same batches.
+ *
+ * The oracle: the two runs execute the same kernels in the same order, so
+ * every step's stats and embeddings, every parameter, gradient and moment, and
+ * the saved checkpoint's bytes must be equal bit for bit; a resume of that
+ * checkpoint on the device continues as the CPU trainer's resume does. The
+ * terms still refused on a device answer UNSUPPORTED naming themselves. */
+#include "check.h"
+#include "guarded_backend.h"
+
+#include "train/trainer_on_device.h"
+
+#include <math.h>
+
+#define ITEMS 8
+
+/* ITEMS texts of 1 to 40 bytes, two to a bag, two temperature groups. */
+typedef struct {
+    char data[ITEMS * 40];
+    size_t offsets[ITEMS + 1];
+    uint32_t modalities[ITEMS], bags[ITEMS], groups[ITEMS];
+    uform_tape_t tape;
+} texts_t;
+
+static void texts_make(texts_t *t, unsigned seed) {
+    t->offsets[0] = 0;
+    for (size_t i = 0; i < ITEMS; i++) {
+        size_t length = 1 + (seed * 31 + i * 17) % 40;
+        for (size_t k = 0; k < length; k++) t->data[t->offsets[i] + k] = (char)('a' + (seed + i * 7 + k * 3) % 26);
+        t->offsets[i + 1] = t->offsets[i] + length;
+        t->modalities[i] = UFORM_MODALITY_TEXT;
+        t->bags[i] = (uint32_t)(i / 2);
+        t->groups[i] = (uint32_t)(i % 2);
+    }
+    t->tape = (uform_tape_t){t->data, t->offsets[ITEMS], t->offsets, ITEMS};
+}
+
+static uform_trainer_options_t options_for(uform_objective_t objective, uform_contrastive_t *contrastive) {
+    uform_trainer_options_t options;
+    memset(&options, 0, sizeof(options));
+    options.depth = 2;
+    options.hidden = 64;
+    options.objective = objective;
+    options.contrastive = contrastive;
+    /* two rows of 32 columns per device: the items spread over rows */
+    options.batch.max_rows_per_device = 2;
+    options.batch.max_columns_per_row = 32;
+    options.schedule.learning_rate = 3e-3f;
+    options.schedule.steps = 20;
+    options.seed = 11;
+    return options;
+}
+
+/* Every tensor of every buffer of the two trainers, equal bit for bit. */
+static bool same_state(const uform_trainer_t *a, const uform_trainer_t *b, const char *const *names,
+                       size_t names_count) {
+    for (size_t n = 0; n < names_count; n++)
+        for (uint32_t which = 0; which < 4; which++) {
+            size_t count = 0;
+            if (uform_trainer_tensor(a, names[n], which, NULL, &count) != UFORM_OK) return false;
+            float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
+            bool same = uform_trainer_tensor(a, names[n], which, x, &count) == UFORM_OK &&
+                        uform_trainer_tensor(b, names[n], which, y, &count) == UFORM_OK &&
+                        memcmp(x, y, count * sizeof(float)) == 0;
+            free(x), free(y);
+            if (!same) {
+                printf("FAIL: \"%s\" buffer %u differs\n", names[n], which);
+                return false;
+            }
+        }
+    return true;
+}
+
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        int x = fgetc(fa), y = fgetc(fb);
+        if (x != y) same = false;
+        if (x == EOF || y == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* Steps both trainers on the same batches; compares stats and embeddings. */
+static void step_both(uform_trainer_t *ram, uform_trainer_t *dev, unsigned first, unsigned steps,
+                      const char *label) {
+    uform_arena_t *arena_ram = NULL, *arena_dev = NULL;
+    uform_arena_init_ram(&arena_ram);
+    uform_arena_init_ram(&arena_dev);
+    for (unsigned s = first; s < first + steps; s++) {
+        texts_t texts;
+        texts_make(&texts, s);
+        uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape,
+                                       .bags = texts.bags, .temperature_groups = texts.groups};
+        uform_encoded_t ea, eb;
+        uform_trainer_step_stats_t sa, sb;
+        uform_status_t ra = uform_trainer_step(ram, &batch, arena_ram, UFORM_SCALAR_F32, &ea, &sa);
+        uform_status_t rb = uform_trainer_step(dev, &batch, arena_dev, UFORM_SCALAR_F32, &eb, &sb);
+        CHECK(ra == UFORM_OK && rb == UFORM_OK, "%s step %u: %d/%d %s", label, s, ra, rb, uform_last_error());
+        if (ra != UFORM_OK || rb != UFORM_OK) break;
+        CHECK(memcmp(&sa, &sb, sizeof(sa)) == 0 && isfinite(sa.loss),
+              "%s step %u: stats differ (loss %.9g against %.9g)", label, s, (double)sa.loss, (double)sb.loss);
+        CHECK(ea.count == ITEMS && memcmp(ea.embeddings, eb.embeddings, ITEMS * ea.embedding_row_bytes) == 0,
+              "%s step %u: embeddings differ", label, s);
+    }
+    uform_arena_free(arena_ram);
+    uform_arena_free(arena_dev);
+}
+
+static void test_objective(uform_executor_t *executor, uform_objective_t objective, uform_pair_loss_form_t form,
+                           const char *label) {
+    size_t widths[2] = {16, 64};
+    uform_contrastive_t contrastive;
+    memset(&contrastive, 0, sizeof(contrastive));
+    contrastive.pair_loss = form;
+    contrastive.temperature_groups = 2;
+    contrastive.matryoshka_dimensions = widths;
+    contrastive.matryoshka_dimensions_count = 2;
+    uform_trainer_options_t options = options_for(objective, &contrastive);
+    uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+    guard_t *guard = guard_of(&device);
+    uform_trainer_t *ram = NULL, *dev = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &ram) == UFORM_OK, "%s: init_ram %s", label, uform_last_error());
+    CHECK(uform_trainer_init_on_device(executor, &options, &device, &dev) == UFORM_OK, "%s: init on device %s",
+          label, uform_last_error());
+    if (!ram || !dev) {
+        uform_trainer_free(ram);
+        uform_trainer_free(dev);
+        guard_free(guard);
+        return;
+    }
+    static const char *const names[] = {"text.bytes", "blocks.0.attention.qkv.weight", "blocks.1.mlp.down.bias",
+                                        "norm.weight", "heads.embedding.weight"};
+    CHECK(same_state(ram, dev, names, 5), "%s: initial state differs", label);
+    step_both(ram, dev, 0, 3, label);
+    CHECK(same_state(ram, dev, names, 5), "%s: state after 3 steps differs", label);
+
+    char path_ram[] = "/tmp/uform-device-trainer-ram-XXXXXX", path_dev[] = "/tmp/uform-device-trainer-dev-XXXXXX";
+    close(mkstemp(path_ram));
+    close(mkstemp(path_dev));
+    CHECK(uform_trainer_save(ram, path_ram, NULL) == UFORM_OK && uform_trainer_save(dev, path_dev, NULL) == UFORM_OK,
+          "%s: save %s", label, uform_last_error());
+    CHECK(same_file(path_ram, path_dev), "%s: the saved checkpoints differ", label);
+    uform_trainer_free(dev);
+    uform_trainer_free(ram);
+
+    /* resume both from the CPU trainer's checkpoint: they go on together */
+    options.resume = path_ram;
+    ram = dev = NULL;
+    CHECK(uform_trainer_init_ram(executor, &options, &ram) == UFORM_OK &&
+              uform_trainer_init_on_device(executor, &options, &device, &dev) == UFORM_OK,
+          "%s: resume %s", label, uform_last_error());
+    if (ram && dev) {
+        CHECK(same_state(ram, dev, names, 5), "%s: resumed state differs", label);
+        step_both(ram, dev, 3, 2, label);
+        CHECK(same_state(ram, dev, names, 5), "%s: state after the resumed steps differs", label);
+    }
+    uform_trainer_free(dev);
+    uform_trainer_free(ram);
+    unlink(path_ram);
+    unlink(path_dev);
+    CHECK(guard->violations == 0, "%s: %zu pointers on the wrong side, the first: %s", label, guard->violations,
+          guard->violation);
+    CHECK(guard->allocations == 0, "%s: the device trainer leaks %zu device buffers", label, guard->allocations);
+    CHECK(guard->held == 0 && guard->acquisitions >= 20, "%s: the backend is held %zu times after %zu holds", label,
+          guard->held, guard->acquisitions);
+    guard_free(guard);
+}
+
+/* What is not built on a device yet says so, and nothing leaks. */
+static void test_refusals(uform_executor_t *executor) {
+    uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+    guard_t *guard = guard_of(&device);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL);
+    uform_late_interaction_t late;
+    memset(&late, 0, sizeof(late));
+    late.width = 8;
+    late.weight = 1.0f;
+    options.late_interaction = &late;
+    uform_trainer_t *t = NULL;
+    uform_status_t status = uform_trainer_init_on_device(executor, &options, &device, &t);
+    CHECK(status == UFORM_UNSUPPORTED && t == NULL && strstr(uform_last_error(), "late interaction"),
+          "late interaction on a device: %d %s", status, uform_last_error());
+    CHECK(guard->allocations == 0, "a refused init leaks %zu device buffers", guard->allocations);
+    guard_free(guard);
+}
+
+int main(void) {
+    uform_executor_t *executor = NULL;
+    if (uform_executor_for_ram(2, NULL, 0, &executor) != UFORM_OK) return 1;
+    test_objective(executor, UFORM_OBJECTIVE_MASKED, UFORM_PAIR_LOSS_DERIVED, "MASKED");
+    test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_BALANCED, "CONTRASTIVE balanced");
+    test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_SIGMOID, "CONTRASTIVE sigmoid");
+    test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_RANKED, "JOINT ranked");
+    test_refusals(executor);
+    uform_executor_free(executor);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,167 @@
+/* test_vram_trainer.c: Trainer.init_vram (MASKED, one GPU) against init_ram on
+ * the same options and batches, and save/resume on the GPU. Prints one table
+ * row per check and "N passed, M failed"; without a GPU (or without the CUDA
+ * backend) it says why and exits 0 (make test-gpu).
+ *
+ * Tolerances: both trainers compute in FP32; the GPU's products (cuBLASLt,
+ * CUBLAS_COMPUTE_32F, no TF32), sums and expf differ from the CPU's by the
+ * order of their operations, a few ulps each, so the first step's loss agrees
+ * to ~1e-6 relative. AdamW's first steps move every weight by about the
+ * learning rate whatever the gradient's size, so a gradient component near 0
+ * can flip sign between the two and move its weight the other way: the losses
+ * of steps 2 and 3 may drift further, to ~1e-4 relative; 1e-3 is allowed. The
+ * GPU against itself (a run of 5 steps, and 3 steps, save, resume, 2 steps)
+ * must agree bit for bit: its kernels are deterministic (docs/gpu.md). */
+#include "check.h"
+
+#include "uform.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef UFORM_HAVE_CUDA
+int main(void) {
+    printf("skip test_vram_trainer: this build has no CUDA backend\n");
+    return 0;
+}
+#else
+
+#define ITEMS 8
+#define LOSS_TOLERANCE 1e-3
+
+static void row(const char *what, bool ok, const char *detail) {
+    printf("| %-48s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
+    CHECK(ok, "%s: %s", what, detail);
+}
+
+typedef struct {
+    char data[ITEMS * 40];
+    size_t offsets[ITEMS + 1];
+    uint32_t modalities[ITEMS];
+    uform_tape_t tape;
+} texts_t;
+
+static void texts_make(texts_t *t, unsigned seed) {
+    t->offsets[0] = 0;
+    for (size_t i = 0; i < ITEMS; i++) {
+        size_t length = 1 + (seed * 31 + i * 17) % 40;
+        for (size_t k = 0; k < length; k++) t->data[t->offsets[i] + k] = (char)('a' + (seed + i * 7 + k * 3) % 26);
+        t->offsets[i + 1] = t->offsets[i] + length;
+        t->modalities[i] = UFORM_MODALITY_TEXT;
+    }
+    t->tape = (uform_tape_t){t->data, t->offsets[ITEMS], t->offsets, ITEMS};
+}
+
+static bool step(uform_trainer_t *t, unsigned s, float *loss) {
+    texts_t texts;
+    texts_make(&texts, s);
+    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape};
+    uform_trainer_step_stats_t stats;
+    bool ok = uform_trainer_step(t, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK;
+    *loss = ok ? stats.loss : NAN;
+    return ok;
+}
+
+/* A tensor's parameters (which 0) of a trainer, malloc'd. */
+static float *tensor(const uform_trainer_t *t, const char *name, size_t *count) {
+    *count = 0;
+    if (uform_trainer_tensor(t, name, 0, NULL, count) != UFORM_OK) return NULL;
+    float *values = malloc(*count * sizeof(float));
+    if (uform_trainer_tensor(t, name, 0, values, count) != UFORM_OK) {
+        free(values);
+        return NULL;
+    }
+    return values;
+}
+
+int main(void) {
+    uform_capabilities_t capabilities;
+    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
+        printf("skip test_vram_trainer: this build has no CUDA backend\n");
+        return 0;
+    }
+    if (capabilities.gpus == 0) {
+        printf("skip test_vram_trainer: no GPU found\n");
+        return 0;
+    }
+    uform_executor_t *cpu = NULL, *gpu = NULL;
+    uform_executor_for_ram(0, NULL, 0, &cpu);
+    uint32_t device = 0;
+    uform_status_t status = uform_executor_for_vram(&device, 1, &gpu);
+    row("Executor.for_vram([0])", status == UFORM_OK, uform_last_error());
+    if (!gpu) return 1;
+
+    uform_trainer_options_t options;
+    memset(&options, 0, sizeof(options));
+    options.depth = 2;
+    options.hidden = 64;
+    options.objective = UFORM_OBJECTIVE_MASKED;
+    options.batch.max_rows_per_device = 2;
+    options.batch.max_columns_per_row = 32;
+    options.schedule.learning_rate = 3e-3f;
+    options.schedule.steps = 20;
+    options.seed = 11;
+    uform_trainer_t *ram = NULL, *vram = NULL;
+    status = uform_trainer_init_ram(cpu, &options, &ram);
+    row("init_ram (MASKED)", status == UFORM_OK, uform_last_error());
+    status = uform_trainer_init_vram(gpu, &options, &vram);
+    row("init_vram (MASKED)", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
+    if (!ram || !vram) {
+        printf("%d passed, %d failed\n", passed, failed);
+        return 1;
+    }
+    size_t n = 0, m = 0;
+    float *a = tensor(ram, "blocks.0.attention.qkv.weight", &n), *b = tensor(vram, "blocks.0.attention.qkv.weight", &m);
+    row("the same initial weights", a && b && n == m && memcmp(a, b, n * sizeof(float)) == 0, "");
+    free(a), free(b);
+
+    char path[] = "/tmp/uform-vram-trainer-XXXXXX";
+    close(mkstemp(path));
+    float first[5] = {0}, resumed[5] = {0};
+    for (unsigned s = 0; s < 3; s++) {
+        float lr = NAN, lv = NAN;
+        bool ok = step(ram, s, &lr) && step(vram, s, &lv);
+        char what[64], detail[128];
+        snprintf(what, sizeof(what), "step %u: loss VRAM against RAM", s + 1);
+        double relative = fabs((double)lv - lr) / fmax(fabs((double)lr), 1e-30);
+        snprintf(detail, sizeof(detail), "RAM %.7f VRAM %.7f: relative %.1e (<= %.0e)", (double)lr, (double)lv,
+                 relative, LOSS_TOLERANCE);
+        row(what, ok && relative <= LOSS_TOLERANCE, ok ? detail : uform_last_error());
+        first[s] = lv;
+    }
+    status = uform_trainer_save(vram, path, NULL);
+    row("save (VRAM)", status == UFORM_OK, uform_last_error());
+    for (unsigned s = 3; s < 5; s++) step(vram, s, &first[s]);
+    a = tensor(vram, "blocks.1.mlp.up.weight", &n);
+
+    uform_trainer_t *again = NULL;
+    options.resume = path;
+    status = uform_trainer_init_vram(gpu, &options, &again);
+    row("resume (VRAM)", status == UFORM_OK, uform_last_error());
+    bool same = again != NULL;
+    for (unsigned s = 3; s < 5 && same; s++) same = step(again, s, &resumed[s]) && resumed[s] == first[s];
+    b = again ? tensor(again, "blocks.1.mlp.up.weight", &m) : NULL;
+    same = same && a && b && n == m && memcmp(a, b, n * sizeof(float)) == 0;
+    row("save, resume, 2 steps = 5 steps, bit for bit (VRAM)", same, "");
+    free(a), free(b);
+
+    options.resume = NULL;
+    options.objective = UFORM_OBJECTIVE_CONTRASTIVE;
+    uform_trainer_t *refused = NULL;
+    status = uform_trainer_init_vram(gpu, &options, &refused);
+    row("CONTRASTIVE on VRAM: UNSUPPORTED naming the loss",
+        status == UFORM_UNSUPPORTED && !refused && strstr(uform_last_error(), "contrastive loss"), uform_last_error());
+
+    uform_trainer_free(again);
+    uform_trainer_free(vram);
+    uform_trainer_free(ram);
+    uform_executor_free(gpu);
+    uform_executor_free(cpu);
+    unlink(path);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+#endif
