@@ -167,6 +167,16 @@ def _outputs(value: Any) -> int:
     return int(value)
 
 
+def _checkpoint_bytes(buffer: Buffer, path_verb: str) -> Any:
+    """The bytes of a checkpoint held in memory, refusing a str (a path meant for path_verb)."""
+    if isinstance(buffer, str):
+        raise InvalidArgumentError(f"buffer: expected the checkpoint's bytes, got str (a path? use {path_verb})")
+    try:
+        return ffi.from_buffer(buffer)
+    except TypeError:
+        raise InvalidArgumentError(f"buffer: expected a bytes-like object, got {type(buffer).__name__}") from None
+
+
 def _gpu_class(gpu_class: GPUClass | None) -> int:
     if gpu_class is None:
         return 0
@@ -232,13 +242,7 @@ class Model:
                         quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                         progress_steps: int = 0) -> "Model":
         """Copies a checkpoint held in memory (any buffer) into host memory."""
-        if isinstance(buffer, str):
-            raise InvalidArgumentError("buffer: expected the checkpoint's bytes, got str (a path? use load_ram)")
-        try:
-            data = ffi.from_buffer(buffer)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"buffer: expected a bytes-like object, got {type(buffer).__name__}") from None
+        data = _checkpoint_bytes(buffer, "load_ram")
         bridge = ProgressBridge(progress, progress_steps)
         options, _domains = _load_options(memory_domains, cpu_class, executor, quantization, bridge)
         pointer = ffi.new("uform_model_t **")
@@ -270,13 +274,7 @@ class Model:
                          quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                          progress_steps: int = 0) -> "Model":
         """Copies a checkpoint held in memory onto a GPU, as load_vram."""
-        if isinstance(buffer, str):
-            raise InvalidArgumentError("buffer: expected the checkpoint's bytes, got str (a path? use load_vram)")
-        try:
-            data = ffi.from_buffer(buffer)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"buffer: expected a bytes-like object, got {type(buffer).__name__}") from None
+        data = _checkpoint_bytes(buffer, "load_vram")
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)
         pointer = ffi.new("uform_model_t **")

@@ -373,11 +373,17 @@ class Trainer:
         """Starts a run on the CPU cores of a RAM executor, with the math of init_vram in FP32."""
         if not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
+        return cls._start(lib.uform_trainer_init_ram, executor, mesh, progress, progress_steps, resume, depth,
+                          hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule, seed)
+
+    @classmethod
+    def _start(cls, init: Any, executor: Optional[Executor], mesh: Optional[Mesh], progress: Optional[Progress],
+               progress_steps: int, *configuration: Any) -> "Trainer":
+        """A trainer from `init` (uform_trainer_init_ram or _vram) and the options of init_ram."""
         bridge = ProgressBridge(progress, progress_steps)
-        options, keep = cls._options(mesh, resume, depth, hidden, batch, objective, masking, contrastive,
-                                     late_interaction, choices, schedule, seed, bridge)
+        options, keep = cls._options(mesh, *configuration, bridge)
         pointer = ffi.new("uform_trainer_t **")
-        check(lib.uform_trainer_init_ram(executor._executor, options, pointer), bridge)
+        check(init(executor._executor if executor is not None else ffi.NULL, options, pointer), bridge)
         self = cls.__new__(cls)
         # The C trainer borrows the mesh until it is freed: the finaliser holds it.
         self._trainer = ffi.gc(pointer[0], lambda trainer, _mesh=mesh: lib.uform_trainer_free(trainer))
@@ -395,23 +401,15 @@ class Trainer:
                   progress_steps: int = 0) -> "Trainer":
         """Starts a run on the GPU of a VRAM executor (Executor.for_vram([gpu])).
 
-        So far one GPU and the MASKED objective: the contrastive loss is not on the CUDA backend
-        yet, and late interaction, choices, media items, several GPUs and a mesh raise
-        UnsupportedError saying so. A build without the CUDA backend raises UnsupportedError, a
-        machine without a GPU DeviceError. Compiled, not yet run on a GPU (docs/gpu.md)."""
+        So far one GPU and text items with every objective and term (the contrastive,
+        late-interaction and choices losses run on the host through the CPU's); media items,
+        several GPUs and a mesh raise UnsupportedError saying so. A build without the CUDA backend
+        raises UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet run on a
+        GPU (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
-        bridge = ProgressBridge(progress, progress_steps)
-        options, keep = cls._options(mesh, resume, depth, hidden, batch, objective, masking, contrastive,
-                                     late_interaction, choices, schedule, seed, bridge)
-        pointer = ffi.new("uform_trainer_t **")
-        check(lib.uform_trainer_init_vram(executor._executor if executor is not None else ffi.NULL, options,
-                                          pointer), bridge)
-        self = cls.__new__(cls)
-        self._trainer = ffi.gc(pointer[0], lambda trainer, _mesh=mesh: lib.uform_trainer_free(trainer))
-        self._executor = executor
-        self._mesh = mesh
-        return self
+        return cls._start(lib.uform_trainer_init_vram, executor, mesh, progress, progress_steps, resume, depth,
+                          hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule, seed)
 
     def on(self, executor: Executor, /) -> "Trainer":
         """A receiver whose verbs block on executor: the trainer's own executor only."""

@@ -3,6 +3,10 @@
 #include "cuda_internal.h"
 #include "cublaslt.h"
 
+extern "C" {
+#include "backend/cpu/cpu_backend.h"
+}
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +127,10 @@ extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
     ops.release = uform_cuda_release;
     ops.download_rows = uform_cuda_download_rows;
     ops.choice_probabilities = uform_cuda_choice_probabilities;
+    /* on the host through the CPU's losses until kernels replace them (cpu_backend.h) */
+    ops.contrastive_loss = uform_contrastive_loss_on_host;
+    ops.late_interaction_loss = uform_late_interaction_loss_on_host;
+    ops.choices_loss = uform_choices_loss_on_host;
     ops.pack = uform_cuda_pack;
     ops.packed_free = uform_cuda_packed_free;
     ops.gemm = uform_cuda_gemm;

@@ -78,7 +78,10 @@ uform_status_t uform_cuda_synchronize(uform_backend_t *b) {
     if (status != UFORM_OK) {
         uform_fail(status, "%s", context->failure_message);
         context->failure = UFORM_OK;
+    } else if (b->failure != UFORM_OK) {   /* an operation lent from the CPU (on_host.c), error text set */
+        status = b->failure;
     }
+    b->failure = UFORM_OK;
     return status;
 }
 

@@ -298,15 +298,6 @@ GUARDED_VOID(scatter_add_rows,
 GUARDED_VOID(sum_rows,
              (uform_backend_t *b, const float *src, size_t width, const size_t *rows, size_t count, float *sums),
              (DEVICE(src), DEVICE(rows), DEVICE(sums)), (inner, src, width, rows, count, sums))
-GUARDED_RESULT(uform_status_t, contrastive_loss,
-               (uform_backend_t *b, const uform_contrastive_config_t *config, const uform_contrastive_batch_t *batch,
-                const float *log_inverse_temperature, const float *bias, float *loss, float *d_embeddings,
-                float *d_log_inverse_temperature, float *d_bias),
-               (HOST(config), HOST(batch), DEVICE(batch->embeddings), HOST(batch->bags), HOST(batch->groups),
-                HOST(batch->relations), DEVICE(log_inverse_temperature), DEVICE(bias), HOST(loss),
-                DEVICE(d_embeddings), DEVICE(d_log_inverse_temperature), DEVICE(d_bias)),
-               (inner, config, batch, log_inverse_temperature, bias, loss, d_embeddings, d_log_inverse_temperature,
-                d_bias))
 GUARDED_RESULT(double, sum_squares, (uform_backend_t *b, const float *values, size_t count), DEVICE(values),
                (inner, values, count))
 GUARDED_VOID(adamw,
@@ -324,8 +315,8 @@ GUARDED_RESULT(size_t, adamw_first_non_finite,
                (inner, parameters, gradients, gradient_scale, first_moment, second_moment, decay, count, step,
                 learning_rate))
 
-/* The inference operations and the text trainer's (the media, late
- * interaction and choices terms are refused on a device: NULL here). */
+/* The inference operations and the text trainer's (media items are refused
+ * on a device: their operations are NULL here). */
 static uform_backend_ops_t guarded_ops = {
     .name = "guarded",
     .host_memory = false,
@@ -370,7 +361,10 @@ static uform_backend_ops_t guarded_ops = {
     .gather_rows = guarded_gather_rows,
     .scatter_add_rows = guarded_scatter_add_rows,
     .sum_rows = guarded_sum_rows,
-    .contrastive_loss = guarded_contrastive_loss,
+    /* lent from the CPU through this table's transfers, as the CUDA backend's */
+    .contrastive_loss = uform_contrastive_loss_on_host,
+    .late_interaction_loss = uform_late_interaction_loss_on_host,
+    .choices_loss = uform_choices_loss_on_host,
     .sum_squares = guarded_sum_squares,
     .adamw = guarded_adamw,
     .adamw_first_non_finite = guarded_adamw_first_non_finite,

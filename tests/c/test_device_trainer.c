@@ -6,53 +6,17 @@
  * The oracle: the two runs execute the same kernels in the same order, so
  * every step's stats and embeddings, every parameter, gradient and moment, and
  * the saved checkpoint's bytes must be equal bit for bit; a resume of that
- * checkpoint on the device continues as the CPU trainer's resume does. The
- * terms still refused on a device answer UNSUPPORTED naming themselves. */
+ * checkpoint on the device continues as the CPU trainer's resume does; with
+ * late interaction and choices too (their losses lent from the CPU through
+ * the guarded transfers, as the CUDA backend lends them). A backend lacking a
+ * term's loss answers UNSUPPORTED naming it. */
 #include "check.h"
 #include "guarded_backend.h"
+#include "trainer_batches.h"
 
 #include "train/trainer_on_device.h"
 
 #include <math.h>
-
-#define ITEMS 8
-
-/* ITEMS texts of 1 to 40 bytes, two to a bag, two temperature groups. */
-typedef struct {
-    char data[ITEMS * 40];
-    size_t offsets[ITEMS + 1];
-    uint32_t modalities[ITEMS], bags[ITEMS], groups[ITEMS];
-    uform_tape_t tape;
-} texts_t;
-
-static void texts_make(texts_t *t, unsigned seed) {
-    t->offsets[0] = 0;
-    for (size_t i = 0; i < ITEMS; i++) {
-        size_t length = 1 + (seed * 31 + i * 17) % 40;
-        for (size_t k = 0; k < length; k++) t->data[t->offsets[i] + k] = (char)('a' + (seed + i * 7 + k * 3) % 26);
-        t->offsets[i + 1] = t->offsets[i] + length;
-        t->modalities[i] = UFORM_MODALITY_TEXT;
-        t->bags[i] = (uint32_t)(i / 2);
-        t->groups[i] = (uint32_t)(i % 2);
-    }
-    t->tape = (uform_tape_t){t->data, t->offsets[ITEMS], t->offsets, ITEMS};
-}
-
-static uform_trainer_options_t options_for(uform_objective_t objective, uform_contrastive_t *contrastive) {
-    uform_trainer_options_t options;
-    memset(&options, 0, sizeof(options));
-    options.depth = 2;
-    options.hidden = 64;
-    options.objective = objective;
-    options.contrastive = contrastive;
-    /* two rows of 32 columns per device: the items spread over rows */
-    options.batch.max_rows_per_device = 2;
-    options.batch.max_columns_per_row = 32;
-    options.schedule.learning_rate = 3e-3f;
-    options.schedule.steps = 20;
-    options.seed = 11;
-    return options;
-}
 
 /* Every tensor of every buffer of the two trainers, equal bit for bit. */
 static bool same_state(const uform_trainer_t *a, const uform_trainer_t *b, const char *const *names,
@@ -87,6 +51,10 @@ static bool same_file(const char *a, const char *b) {
     return same;
 }
 
+/* Whether the run has late interaction and choices (test_objective sets it):
+ * every item then carries the shared choices "abcd", the first one right. */
+static bool with_terms;
+
 /* Steps both trainers on the same batches; compares stats and embeddings. */
 static void step_both(uform_trainer_t *ram, uform_trainer_t *dev, unsigned first, unsigned steps,
                       const char *label) {
@@ -96,8 +64,7 @@ static void step_both(uform_trainer_t *ram, uform_trainer_t *dev, unsigned first
     for (unsigned s = first; s < first + steps; s++) {
         texts_t texts;
         texts_make(&texts, s);
-        uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape,
-                                       .bags = texts.bags, .temperature_groups = texts.groups};
+        uform_trainer_batch_t batch = batch_of(&texts, with_terms);
         uform_encoded_t ea, eb;
         uform_trainer_step_stats_t sa, sb;
         uform_status_t ra = uform_trainer_step(ram, &batch, arena_ram, UFORM_SCALAR_F32, &ea, &sa);
@@ -108,13 +75,16 @@ static void step_both(uform_trainer_t *ram, uform_trainer_t *dev, unsigned first
               "%s step %u: stats differ (loss %.9g against %.9g)", label, s, (double)sa.loss, (double)sb.loss);
         CHECK(ea.count == ITEMS && memcmp(ea.embeddings, eb.embeddings, ITEMS * ea.embedding_row_bytes) == 0,
               "%s step %u: embeddings differ", label, s);
+        CHECK(!with_terms || (sb.late_interaction_loss > 0 && sb.choices_loss > 0),
+              "%s step %u: the late-interaction and choices terms did not run (%g, %g)", label, s,
+              (double)sb.late_interaction_loss, (double)sb.choices_loss);
     }
     uform_arena_free(arena_ram);
     uform_arena_free(arena_dev);
 }
 
 static void test_objective(uform_executor_t *executor, uform_objective_t objective, uform_pair_loss_form_t form,
-                           const char *label) {
+                           bool terms, const char *label) {
     size_t widths[2] = {16, 64};
     uform_contrastive_t contrastive;
     memset(&contrastive, 0, sizeof(contrastive));
@@ -123,6 +93,17 @@ static void test_objective(uform_executor_t *executor, uform_objective_t objecti
     contrastive.matryoshka_dimensions = widths;
     contrastive.matryoshka_dimensions_count = 2;
     uform_trainer_options_t options = options_for(objective, &contrastive);
+    uform_late_interaction_t late;
+    memset(&late, 0, sizeof(late));
+    late.width = 8;
+    late.weight = 0.5f;
+    uform_choices_t choices = {0.5f, 2};
+    with_terms = terms;
+    if (terms) {
+        options.late_interaction = &late;
+        options.choices = &choices;
+        options.batch.max_choices_per_item = 4;
+    }
     uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
     guard_t *guard = guard_of(&device);
     uform_trainer_t *ram = NULL, *dev = NULL;
@@ -136,10 +117,12 @@ static void test_objective(uform_executor_t *executor, uform_objective_t objecti
         return;
     }
     static const char *const names[] = {"text.bytes", "blocks.0.attention.qkv.weight", "blocks.1.mlp.down.bias",
-                                        "norm.weight", "heads.embedding.weight"};
-    CHECK(same_state(ram, dev, names, 5), "%s: initial state differs", label);
+                                        "norm.weight", "heads.embedding.weight", "heads.tokens.weight",
+                                        "choices.log_temperature", "heads.bytes.bias"};
+    size_t named = terms ? 8 : 5;
+    CHECK(same_state(ram, dev, names, named), "%s: initial state differs", label);
     step_both(ram, dev, 0, 3, label);
-    CHECK(same_state(ram, dev, names, 5), "%s: state after 3 steps differs", label);
+    CHECK(same_state(ram, dev, names, named), "%s: state after 3 steps differs", label);
 
     char path_ram[] = "/tmp/uform-device-trainer-ram-XXXXXX", path_dev[] = "/tmp/uform-device-trainer-dev-XXXXXX";
     close(mkstemp(path_ram));
@@ -157,9 +140,9 @@ static void test_objective(uform_executor_t *executor, uform_objective_t objecti
               uform_trainer_init_on_device(executor, &options, &device, &dev) == UFORM_OK,
           "%s: resume %s", label, uform_last_error());
     if (ram && dev) {
-        CHECK(same_state(ram, dev, names, 5), "%s: resumed state differs", label);
+        CHECK(same_state(ram, dev, names, named), "%s: resumed state differs", label);
         step_both(ram, dev, 3, 2, label);
-        CHECK(same_state(ram, dev, names, 5), "%s: state after the resumed steps differs", label);
+        CHECK(same_state(ram, dev, names, named), "%s: state after the resumed steps differs", label);
     }
     uform_trainer_free(dev);
     uform_trainer_free(ram);
@@ -173,20 +156,20 @@ static void test_objective(uform_executor_t *executor, uform_objective_t objecti
     guard_free(guard);
 }
 
-/* What is not built on a device yet says so, and nothing leaks. */
+/* A backend without a term's loss: the trainer says so, and nothing leaks. */
 static void test_refusals(uform_executor_t *executor) {
     uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
     guard_t *guard = guard_of(&device);
-    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_JOINT, NULL);
-    uform_late_interaction_t late;
-    memset(&late, 0, sizeof(late));
-    late.width = 8;
-    late.weight = 1.0f;
-    options.late_interaction = &late;
+    uform_backend_ops_t without = guarded_ops;
+    without.choices_loss = NULL;
+    device.ops = &without;
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, NULL);
+    uform_choices_t choices = {0.5f, 1};
+    options.choices = &choices;
     uform_trainer_t *t = NULL;
     uform_status_t status = uform_trainer_init_on_device(executor, &options, &device, &t);
-    CHECK(status == UFORM_UNSUPPORTED && t == NULL && strstr(uform_last_error(), "late interaction"),
-          "late interaction on a device: %d %s", status, uform_last_error());
+    CHECK(status == UFORM_UNSUPPORTED && t == NULL && strstr(uform_last_error(), "choices loss"),
+          "choices without the loss: %d %s", status, uform_last_error());
     CHECK(guard->allocations == 0, "a refused init leaks %zu device buffers", guard->allocations);
     guard_free(guard);
 }
@@ -194,10 +177,11 @@ static void test_refusals(uform_executor_t *executor) {
 int main(void) {
     uform_executor_t *executor = NULL;
     if (uform_executor_for_ram(2, NULL, 0, &executor) != UFORM_OK) return 1;
-    test_objective(executor, UFORM_OBJECTIVE_MASKED, UFORM_PAIR_LOSS_DERIVED, "MASKED");
-    test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_BALANCED, "CONTRASTIVE balanced");
-    test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_SIGMOID, "CONTRASTIVE sigmoid");
-    test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_RANKED, "JOINT ranked");
+    test_objective(executor, UFORM_OBJECTIVE_MASKED, UFORM_PAIR_LOSS_DERIVED, false, "MASKED");
+    test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_BALANCED, false, "CONTRASTIVE balanced");
+    test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_SIGMOID, false, "CONTRASTIVE sigmoid");
+    test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_RANKED, false, "JOINT ranked");
+    test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_BALANCED, true, "JOINT + late interaction + choices");
     test_refusals(executor);
     uform_executor_free(executor);
     printf("%d passed, %d failed\n", passed, failed);

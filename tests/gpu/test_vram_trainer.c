@@ -1,5 +1,6 @@
-/* test_vram_trainer.c: Trainer.init_vram (MASKED, one GPU) against init_ram on
- * the same options and batches, and save/resume on the GPU. Prints one table
+/* test_vram_trainer.c: Trainer.init_vram (one GPU: MASKED, CONTRASTIVE, JOINT,
+ * with late interaction and choices)
+ * against init_ram on the same options and batches, and save/resume on the GPU. Prints one table
  * row per check and "N passed, M failed"; without a GPU (or without the CUDA
  * backend) it says why and exits 0 (make test-gpu).
  *
@@ -13,6 +14,7 @@
  * GPU against itself (a run of 5 steps, and 3 steps, save, resume, 2 steps)
  * must agree bit for bit: its kernels are deterministic (docs/gpu.md). */
 #include "check.h"
+#include "trainer_batches.h"
 
 #include "uform.h"
 
@@ -29,7 +31,6 @@ int main(void) {
 }
 #else
 
-#define ITEMS 8
 #define LOSS_TOLERANCE 1e-3
 
 static void row(const char *what, bool ok, const char *detail) {
@@ -37,28 +38,13 @@ static void row(const char *what, bool ok, const char *detail) {
     CHECK(ok, "%s: %s", what, detail);
 }
 
-typedef struct {
-    char data[ITEMS * 40];
-    size_t offsets[ITEMS + 1];
-    uint32_t modalities[ITEMS];
-    uform_tape_t tape;
-} texts_t;
-
-static void texts_make(texts_t *t, unsigned seed) {
-    t->offsets[0] = 0;
-    for (size_t i = 0; i < ITEMS; i++) {
-        size_t length = 1 + (seed * 31 + i * 17) % 40;
-        for (size_t k = 0; k < length; k++) t->data[t->offsets[i] + k] = (char)('a' + (seed + i * 7 + k * 3) % 26);
-        t->offsets[i + 1] = t->offsets[i] + length;
-        t->modalities[i] = UFORM_MODALITY_TEXT;
-    }
-    t->tape = (uform_tape_t){t->data, t->offsets[ITEMS], t->offsets, ITEMS};
-}
+/* Whether batches carry the shared choices "abcd" (runs with choices). */
+static bool with_choices;
 
 static bool step(uform_trainer_t *t, unsigned s, float *loss) {
     texts_t texts;
     texts_make(&texts, s);
-    uform_trainer_batch_t batch = {.modalities = texts.modalities, .contents = texts.tape};
+    uform_trainer_batch_t batch = batch_of(&texts, with_choices);
     uform_trainer_step_stats_t stats;
     bool ok = uform_trainer_step(t, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK;
     *loss = ok ? stats.loss : NAN;
@@ -94,16 +80,13 @@ int main(void) {
     row("Executor.for_vram([0])", status == UFORM_OK, uform_last_error());
     if (!gpu) return 1;
 
-    uform_trainer_options_t options;
-    memset(&options, 0, sizeof(options));
-    options.depth = 2;
-    options.hidden = 64;
-    options.objective = UFORM_OBJECTIVE_MASKED;
-    options.batch.max_rows_per_device = 2;
-    options.batch.max_columns_per_row = 32;
-    options.schedule.learning_rate = 3e-3f;
-    options.schedule.steps = 20;
-    options.seed = 11;
+    size_t widths[2] = {16, 64};
+    uform_contrastive_t contrastive;   /* two temperature groups: the batches name groups 0 and 1 */
+    memset(&contrastive, 0, sizeof(contrastive));
+    contrastive.temperature_groups = 2;
+    contrastive.matryoshka_dimensions = widths;
+    contrastive.matryoshka_dimensions_count = 2;
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, &contrastive);
     uform_trainer_t *ram = NULL, *vram = NULL;
     status = uform_trainer_init_ram(cpu, &options, &ram);
     row("init_ram (MASKED)", status == UFORM_OK, uform_last_error());
@@ -148,12 +131,38 @@ int main(void) {
     row("save, resume, 2 steps = 5 steps, bit for bit (VRAM)", same, "");
     free(a), free(b);
 
+    /* CONTRASTIVE, JOINT, and JOINT with late interaction and choices: their
+     * losses run on the host through the CPU's (cpu_backend.h: on_host), the
+     * rest on the GPU */
     options.resume = NULL;
-    options.objective = UFORM_OBJECTIVE_CONTRASTIVE;
-    uform_trainer_t *refused = NULL;
-    status = uform_trainer_init_vram(gpu, &options, &refused);
-    row("CONTRASTIVE on VRAM: UNSUPPORTED naming the loss",
-        status == UFORM_UNSUPPORTED && !refused && strstr(uform_last_error(), "contrastive loss"), uform_last_error());
+    uform_late_interaction_t late;
+    memset(&late, 0, sizeof(late));
+    late.width = 8;
+    late.weight = 0.5f;
+    uform_choices_t choices = {0.5f, 2};
+    static const char *const labels[3] = {"CONTRASTIVE", "JOINT", "JOINT + late interaction + choices"};
+    for (size_t o = 0; o < 3; o++) {
+        options.objective = o ? UFORM_OBJECTIVE_JOINT : UFORM_OBJECTIVE_CONTRASTIVE;
+        with_choices = o == 2;
+        options.late_interaction = o == 2 ? &late : NULL;
+        options.choices = o == 2 ? &choices : NULL;
+        options.batch.max_choices_per_item = o == 2 ? 4 : 0;
+        uform_trainer_t *r = NULL, *v = NULL;
+        bool ok = uform_trainer_init_ram(cpu, &options, &r) == UFORM_OK &&
+                  uform_trainer_init_vram(gpu, &options, &v) == UFORM_OK;
+        double worst = 0;
+        for (unsigned s = 0; s < 3 && ok; s++) {
+            float lr = NAN, lv = NAN;
+            ok = step(r, s, &lr) && step(v, s, &lv);
+            worst = fmax(worst, fabs((double)lv - lr) / fmax(fabs((double)lr), 1e-30));
+        }
+        char what[96], detail[96];
+        snprintf(what, sizeof(what), "%s: 3 steps, losses VRAM against RAM", labels[o]);
+        snprintf(detail, sizeof(detail), "largest relative difference %.1e (<= %.0e)", worst, LOSS_TOLERANCE);
+        row(what, ok && worst <= LOSS_TOLERANCE, ok ? detail : uform_last_error());
+        uform_trainer_free(v);
+        uform_trainer_free(r);
+    }
 
     uform_trainer_free(again);
     uform_trainer_free(vram);

@@ -121,6 +121,8 @@ uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_c
         uform_vram_devices_release(attachment);
         return status;
     }
+    /* operations the CUDA backend lends from the CPU's run on these threads */
+    for (size_t i = 0; i < count; i++) attachment->devices[i].backend.executor = executor;
     uform_executor_attach(executor, attachment, uform_vram_devices_release);
     *result = executor;
     return UFORM_OK;

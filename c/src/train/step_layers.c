@@ -136,13 +136,19 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
         if (kept[i] != SIZE_MAX && uform_has_choices(batch, i))
             n++, total += uform_item_choices(batch, i, &byte_begin, &target_begin);
     if (n == 0) return UFORM_OK;
-    float *states = uform_alloc(2 * n, h * sizeof(float), "choice states");
+    uform_backend_t *b = &t->backend;
+    bool on_host = b->ops->host_memory;
+    /* the MASK rows' states and their gradients, and the rows' indices, in the
+     * backend's memory; the choices themselves on the host (backend.h) */
+    float *states = uform_backend_alloc(b, 2 * n, h * sizeof(float), "choice states");
     float *targets = uform_alloc(total, sizeof(float), "choice targets");
     uint8_t *bytes = uform_alloc(total, 1, "choice bytes");
     size_t *starts = uform_alloc(2 * n + 1, sizeof(size_t), "choice items");
     uint32_t *groups = uform_alloc(n, sizeof(uint32_t), "choice groups");
-    if (!states || !targets || !bytes || !starts || !groups) {
-        free(states), free(targets), free(bytes), free(starts), free(groups);
+    size_t *rows_on_device = on_host || !starts ? NULL : uform_backend_alloc(b, n, sizeof(size_t), "choice rows");
+    if (!states || !targets || !bytes || !starts || !groups || (!on_host && !rows_on_device)) {
+        uform_backend_free(b, states), uform_backend_free(b, rows_on_device);
+        free(targets), free(bytes), free(starts), free(groups);
         return UFORM_OUT_OF_MEMORY;
     }
     float *d_states = states + n * h;
@@ -159,16 +165,20 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
         starts[c + 1] = starts[c] + length;
         c++;
     }
-    uform_backend_t *b = &t->backend;
-    b->ops->gather_rows(b, rep->w.states, h, mask_rows, n, states);
+    if (!on_host) b->ops->upload(b, rows_on_device, mask_rows, n * sizeof(size_t));
+    const size_t *rows = on_host ? mask_rows : rows_on_device;
+    b->ops->gather_rows(b, rep->w.states, h, rows, n, states);
     uform_choices_batch_t choices = {n, h, states, bytes, targets, starts, groups};
     float *p = t->parameters, *g = t->gradients;
     b->ops->choices_loss(b, &choices, p + t->bytes_table, p + t->bytes_bias,
                          p + t->choice_log_temperature, scale, loss_sum, d_states,
                          g + t->bytes_table, g + t->bytes_bias, g + t->choice_log_temperature);
-    b->ops->scatter_add_rows(b, d_states, h, mask_rows, n, rep->w.d_states);
-    free(states), free(targets), free(bytes), free(starts), free(groups);
-    return UFORM_OK;
+    b->ops->scatter_add_rows(b, d_states, h, rows, n, rep->w.d_states);
+    /* the loss sum is on the host now; a lent loss's failure is reported here */
+    uform_status_t status = on_host ? UFORM_OK : b->ops->synchronize(b);
+    uform_backend_free(b, states), uform_backend_free(b, rows_on_device);
+    free(targets), free(bytes), free(starts), free(groups);
+    return status;
 }
 
 /* Which rows of each kept item enter the late-interaction term: sides, the
@@ -219,20 +229,25 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
         rows += replica[r].rows;
     }
     size_t world_rows = wd->world_rows;
-    /* world vectors, their gradients, one replica's projection, this host's vectors */
-    float *vectors = uform_alloc_aligned(2 * world_rows + widest + rows, width * sizeof(float),
-                                         "token vectors");
-    float *norms = uform_alloc(world_rows + 1, sizeof(float), "token norms");
+    uform_backend_t *b = &t->backend;
+    /* In the backend's memory: world vectors, their gradients, one replica's
+     * projection, this host's vectors, and the norms. On the host: the items'
+     * layout (the loss's structures, backend.h) and the term's two scalars. */
+    float *vectors = uform_backend_alloc(b, 2 * world_rows + widest + rows, width * sizeof(float), "token vectors");
+    float *norms = vectors ? uform_backend_alloc(b, world_rows + 1, sizeof(float), "token norms") : NULL;
     size_t *layout = uform_alloc(3 * (world_items + items), sizeof(size_t), "late interaction items");
-    if (!vectors || !norms || !layout) {
-        uform_free_aligned(vectors), free(norms), free(layout);
-        return UFORM_OUT_OF_MEMORY;
+    float scalars[2] = {0, 0};   /* log inverse temperature, bias */
+    uform_status_t status = vectors && norms && layout ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    if (status == UFORM_OK)
+        status = uform_trainer_read(t, &scalars[0], t->parameters + t->late_log_inverse_temperature, sizeof(float));
+    if (status == UFORM_OK) status = uform_trainer_read(t, &scalars[1], t->parameters + t->late_bias, sizeof(float));
+    if (status != UFORM_OK) {
+        uform_backend_free(b, vectors), uform_backend_free(b, norms), free(layout);
+        return status;
     }
     float *d_vectors = vectors + world_rows * width, *projected = d_vectors + world_rows * width;
     float *own = projected + widest * width;
     size_t *own_layout = layout + 3 * world_items, base = wd->row_base;
-    const float *p = t->parameters;
-    uform_backend_t *b = &t->backend;
     uform_weight_t head = uform_dense(t, t->token_head, width, h);
     for (size_t r = 0; r < replicas; r++) {
         uform_replica_t *rep = &replica[r];
@@ -244,7 +259,8 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
     uform_late_admit(t, batch, replica, replicas, kept, index, first_row, own_layout,
                      own_layout + items, own_layout + 2 * items);
     for (size_t i = 0; i < items; i++) own_layout[i] += base;   /* rows among the world's */
-    uform_status_t status = uform_world_gather_rows(wd, own, width * sizeof(float), vectors);
+    if (wd->mesh) status = uform_world_gather_rows(wd, own, width * sizeof(float), vectors);
+    else b->ops->copy(b, vectors, own, world_rows * width * sizeof(float));   /* alone: this host's rows */
     for (size_t k = 0; k < 3 && status == UFORM_OK; k++)
         status = uform_world_gather_items(wd, own_layout + k * items, sizeof(size_t), layout + k * world_items);
     if (status == UFORM_OK) {
@@ -252,8 +268,8 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
         uform_late_batch_t late = {world_items, width, vectors, layout, layout + world_items,
                                    layout + 2 * world_items, bags, relations};
         status = b->ops->late_interaction_loss(
-            b, &t->contrastive, t->late_config.pair_loss, &late, p[t->late_log_inverse_temperature],
-            p[t->late_bias], t->late_config.weight, loss, d_vectors,
+            b, &t->contrastive, t->late_config.pair_loss, &late, scalars[0], scalars[1],
+            t->late_config.weight, loss, d_vectors,
             t->gradients + t->late_log_inverse_temperature, t->gradients + t->late_bias);
     }
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
@@ -266,6 +282,6 @@ uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *
         b->ops->linear_backward(b, &head, rep->w.states, projected, rep->rows,
                                 t->gradients + t->token_head, NULL, rep->w.d_states, true);
     }
-    uform_free_aligned(vectors), free(norms), free(layout);
+    uform_backend_free(b, vectors), uform_backend_free(b, norms), free(layout);
     return status;
 }

@@ -358,24 +358,21 @@ static uform_status_t uform_trainer_views(uform_trainer_t *t) {
     return UFORM_OK;
 }
 
-/* What a trainer on a device cannot run yet: the terms whose host code still
- * reads or writes the step's buffers in place (media rows, late interaction's
- * token vectors, the choices' states), the mesh's host-memory collectives,
- * and the contrastive term on a backend without its loss (CUDA, so far). */
+/* What a trainer on a device cannot run yet: media items (their rows' host
+ * code still works in place), the mesh's host-memory collectives, and a term
+ * whose loss the backend lacks. */
 static uform_status_t uform_trainer_device_check(const uform_trainer_t *t) {
-    if (t->backend.ops->host_memory) return UFORM_OK;
-    const char *missing = t->mesh ? "a mesh"
-                          : t->late ? "late interaction"
-                          : t->chooses ? "choices"
-                          : t->media[UFORM_MODALITY_IMAGE].width || t->media[UFORM_MODALITY_VIDEO].width ||
-                                  t->media[UFORM_MODALITY_AUDIO].width
-                              ? "media items"
-                              : NULL;
-    if (!missing && t->contrasts && !t->backend.ops->contrastive_loss)
-        missing = "the contrastive loss (objective CONTRASTIVE or JOINT; MASKED runs)";
+    const uform_backend_ops_t *ops = t->backend.ops;
+    if (ops->host_memory) return UFORM_OK;
+    bool media = t->media[UFORM_MODALITY_IMAGE].width || t->media[UFORM_MODALITY_VIDEO].width ||
+                 t->media[UFORM_MODALITY_AUDIO].width;
+    const char *missing = t->mesh ? "a mesh" : media ? "media items" : NULL;
+    if (!missing && t->contrasts && !ops->contrastive_loss) missing = "the contrastive loss";
+    if (!missing && t->late && !ops->late_interaction_loss) missing = "the late-interaction loss";
+    if (!missing && t->chooses && !ops->choices_loss) missing = "the choices loss";
     if (!missing) return UFORM_OK;
     return uform_fail(UFORM_UNSUPPORTED, "Trainer: %s on the %s backend is not built yet (docs/gpu.md)", missing,
-                      t->backend.ops->name);
+                      ops->name);
 }
 
 /* A trainer whose step runs on `device` (NULL: the CPU backend on the

@@ -24,4 +24,25 @@ UFORM_INTERNAL uint32_t uform_cpu_classes_runnable(void);
 UFORM_INTERNAL uform_backend_t uform_cpu_backend(uform_cpu_class_t cpu_class,
                                                  uform_executor_t *executor);
 
+/* Operations lent to device backends that have none of their own yet
+ * (on_host.c): the inputs downloaded through `b`'s table, the CPU backend's
+ * operation run on the threads of b->executor (which must be set), the outputs
+ * uploaded; the CPU backend's bits. The CUDA backend's losses until kernels
+ * replace them: their inputs are the world's embeddings (N x D floats), the
+ * choice items' MASK states with the byte table, and the world's token
+ * vectors. choices_loss records a failure of its own in b->failure. */
+UFORM_INTERNAL uform_status_t uform_contrastive_loss_on_host(
+    uform_backend_t *b, const uform_contrastive_config_t *config, const uform_contrastive_batch_t *batch,
+    const float *log_inverse_temperature, const float *bias, float *loss, float *d_embeddings,
+    float *d_log_inverse_temperature, float *d_bias);
+UFORM_INTERNAL void uform_choices_loss_on_host(uform_backend_t *b, const uform_choices_batch_t *batch,
+                                               const float *bytes_table, const float *bytes_bias,
+                                               const float *log_temperature, float scale, double *loss_sum,
+                                               float *d_states, float *d_bytes_table, float *d_bytes_bias,
+                                               float *d_log_temperature);
+UFORM_INTERNAL uform_status_t uform_late_interaction_loss_on_host(
+    uform_backend_t *b, const uform_contrastive_config_t *relations_config, uform_pair_loss_form_t form,
+    const uform_late_batch_t *batch, float log_inverse_temperature, float bias, float weight, float *loss,
+    float *d_vectors, float *d_log_inverse_temperature, float *d_bias);
+
 #endif /* UFORM_CPU_BACKEND_H */

@@ -1,0 +1,68 @@
+/* trainer_batches.h: the runs the device trainer tests compare
+ * (tests/c/test_device_trainer.c on the guarded backend,
+ * tests/gpu/test_vram_trainer.c on a GPU): small options and batches of
+ * ITEMS texts, with the shared choices "abcd" when asked. */
+#ifndef UFORM_TESTS_TRAINER_BATCHES_H
+#define UFORM_TESTS_TRAINER_BATCHES_H
+
+#include "uform.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#define ITEMS 8
+
+/* ITEMS texts of 1 to 40 bytes, two to a bag, two temperature groups. */
+typedef struct {
+    char data[ITEMS * 40];
+    size_t offsets[ITEMS + 1];
+    uint32_t modalities[ITEMS], bags[ITEMS], groups[ITEMS];
+    uform_tape_t tape;
+} texts_t;
+
+static inline void texts_make(texts_t *t, unsigned seed) {
+    t->offsets[0] = 0;
+    for (size_t i = 0; i < ITEMS; i++) {
+        size_t length = 1 + (seed * 31 + i * 17) % 40;
+        for (size_t k = 0; k < length; k++) t->data[t->offsets[i] + k] = (char)('a' + (seed + i * 7 + k * 3) % 26);
+        t->offsets[i + 1] = t->offsets[i] + length;
+        t->modalities[i] = UFORM_MODALITY_TEXT;
+        t->bags[i] = (uint32_t)(i / 2);
+        t->groups[i] = (uint32_t)(i % 2);
+    }
+    t->tape = (uform_tape_t){t->data, t->offsets[ITEMS], t->offsets, ITEMS};
+}
+
+/* The step batch of `texts`: bags and groups, and with `choices` every item
+ * choosing among "abcd" (the entry shared; item i's right one is i % 4). */
+static inline uform_trainer_batch_t batch_of(const texts_t *texts, bool choices) {
+    static const size_t choice_offsets[2] = {0, 4};
+    static float targets[ITEMS * 4];
+    for (size_t i = 0; i < ITEMS * 4; i++) targets[i] = i % 4 == (i / 4) % 4 ? 1.0f : 0.0f;
+    uform_trainer_batch_t batch = {.modalities = texts->modalities, .contents = texts->tape,
+                                   .bags = texts->bags, .temperature_groups = texts->groups};
+    if (choices) {
+        batch.choices = (uform_tape_t){"abcd", 4, choice_offsets, 1};
+        batch.choice_targets = targets;
+    }
+    return batch;
+}
+
+/* Depth 2, hidden 64; two rows of 32 columns per device, so the items spread
+ * over rows; a short schedule. */
+static inline uform_trainer_options_t options_for(uform_objective_t objective, uform_contrastive_t *contrastive) {
+    uform_trainer_options_t options;
+    memset(&options, 0, sizeof(options));
+    options.depth = 2;
+    options.hidden = 64;
+    options.objective = objective;
+    options.contrastive = contrastive;
+    options.batch.max_rows_per_device = 2;
+    options.batch.max_columns_per_row = 32;
+    options.schedule.learning_rate = 3e-3f;
+    options.schedule.steps = 20;
+    options.seed = 11;
+    return options;
+}
+
+#endif /* UFORM_TESTS_TRAINER_BATCHES_H */
