@@ -401,9 +401,8 @@ class Trainer:
                   progress_steps: int = 0) -> "Trainer":
         """Starts a run on the GPU of a VRAM executor (Executor.for_vram([gpu])).
 
-        So far one GPU and text items with every objective and term (the contrastive,
-        late-interaction and choices losses run on the host through the CPU's); media items,
-        several GPUs and a mesh raise UnsupportedError saying so. A build without the CUDA backend
+        So far one GPU, with every item kind, objective and term (the four losses run on the
+        host through the CPU's); several GPUs and a mesh raise UnsupportedError saying so. A build without the CUDA backend
         raises UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet run on a
         GPU (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):

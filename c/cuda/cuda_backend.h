@@ -10,12 +10,12 @@
  * Built so far: device discovery and classes, memory, FP32 products through
  * cuBLASLt (gemm, linear, linear_gelu, linear_backward on dense weights),
  * packed BF16 weights and their products, download_rows, acquire/release,
- * the choices head (choice_probabilities), the contrastive, late-interaction
- * and choices losses lent from the CPU backend (backend/cpu/on_host.c: on
- * the host, through transfers),
+ * the choices head (choice_probabilities), the contrastive, late-interaction,
+ * choices and reconstruction losses lent from the CPU backend
+ * (backend/cpu/on_host.c: on the host, through transfers),
  * the row-wise layers and their backwards, the heads' row operations,
  * attention forward and backward (a simple FP32 kernel), AdamW and the global
- * norm. Not yet: E4M3 weights, the reconstruction loss, MaxSim
+ * norm. Not yet: E4M3 weights, the losses' own kernels, MaxSim
  * (their table entries are NULL;
  * tests/gpu/test_cuda_ops.c lists what it checked). */
 #ifndef UFORM_CUDA_BACKEND_H

@@ -131,6 +131,7 @@ extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
     ops.contrastive_loss = uform_contrastive_loss_on_host;
     ops.late_interaction_loss = uform_late_interaction_loss_on_host;
     ops.choices_loss = uform_choices_loss_on_host;
+    ops.reconstruction_loss = uform_reconstruction_loss_on_host;
     ops.pack = uform_cuda_pack;
     ops.packed_free = uform_cuda_packed_free;
     ops.gemm = uform_cuda_gemm;

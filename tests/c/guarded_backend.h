@@ -315,8 +315,7 @@ GUARDED_RESULT(size_t, adamw_first_non_finite,
                (inner, parameters, gradients, gradient_scale, first_moment, second_moment, decay, count, step,
                 learning_rate))
 
-/* The inference operations and the text trainer's (media items are refused
- * on a device: their operations are NULL here). */
+/* The inference operations and the trainer's. */
 static uform_backend_ops_t guarded_ops = {
     .name = "guarded",
     .host_memory = false,
@@ -365,6 +364,7 @@ static uform_backend_ops_t guarded_ops = {
     .contrastive_loss = uform_contrastive_loss_on_host,
     .late_interaction_loss = uform_late_interaction_loss_on_host,
     .choices_loss = uform_choices_loss_on_host,
+    .reconstruction_loss = uform_reconstruction_loss_on_host,
     .sum_squares = guarded_sum_squares,
     .adamw = guarded_adamw,
     .adamw_first_non_finite = guarded_adamw_first_non_finite,

@@ -156,6 +156,48 @@ static void test_objective(uform_executor_t *executor, uform_objective_t objecti
     guard_free(guard);
 }
 
+/* ---- media items ---- */
+
+/* Text and audio items (masked audio rows, their reconstruction loss lent
+ * from the CPU) on both trainers, MASKED and JOINT: equal bit for bit. */
+static void test_media(uform_executor_t *executor) {
+    if (!(uform_media_formats() & UFORM_MEDIA_AUDIO)) {
+        printf("skip the media run: this build decodes no WAV (libsndfile missing)\n");
+        return;
+    }
+    for (int joint = 0; joint < 2; joint++) {
+        uform_trainer_options_t options = options_for(joint ? UFORM_OBJECTIVE_JOINT : UFORM_OBJECTIVE_MASKED, NULL);
+        options.batch.audio = (uform_audio_shape_t){32, 16000};
+        uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+        guard_t *guard = guard_of(&device);
+        uform_trainer_t *ram = NULL, *dev = NULL;
+        CHECK(uform_trainer_init_ram(executor, &options, &ram) == UFORM_OK &&
+                  uform_trainer_init_on_device(executor, &options, &device, &dev) == UFORM_OK,
+              "media: init %s", uform_last_error());
+        for (unsigned s = 0; s < 3 && ram && dev; s++) {
+            mixed_t items;
+            mixed_make(&items, s);
+            uform_trainer_batch_t batch = {.modalities = items.modalities, .contents = items.tape};
+            uform_trainer_step_stats_t sa, sb;
+            uform_status_t ra = uform_trainer_step(ram, &batch, NULL, UFORM_SCALAR_F32, NULL, &sa);
+            uform_status_t rb = uform_trainer_step(dev, &batch, NULL, UFORM_SCALAR_F32, NULL, &sb);
+            CHECK(ra == UFORM_OK && rb == UFORM_OK, "media step %u: %d/%d %s", s, ra, rb, uform_last_error());
+            CHECK(memcmp(&sa, &sb, sizeof(sa)) == 0 && sb.masked_audio_loss > 0,
+                  "media step %u: stats differ or no audio loss (%g against %g)", s, (double)sa.masked_audio_loss,
+                  (double)sb.masked_audio_loss);
+        }
+        static const char *const names[] = {"audio.chunk.weight", "audio.modality", "audio.mask",
+                                            "heads.audio.weight", "blocks.0.attention.qkv.weight"};
+        if (ram && dev) CHECK(same_state(ram, dev, names, 5), "media: state after 3 steps differs");
+        uform_trainer_free(dev);
+        uform_trainer_free(ram);
+        CHECK(guard->violations == 0, "media: %zu pointers on the wrong side, the first: %s", guard->violations,
+              guard->violation);
+        CHECK(guard->allocations == 0, "media: the device trainer leaks %zu device buffers", guard->allocations);
+        guard_free(guard);
+    }
+}
+
 /* A backend without a term's loss: the trainer says so, and nothing leaks. */
 static void test_refusals(uform_executor_t *executor) {
     uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
@@ -182,6 +224,7 @@ int main(void) {
     test_objective(executor, UFORM_OBJECTIVE_CONTRASTIVE, UFORM_PAIR_LOSS_SIGMOID, false, "CONTRASTIVE sigmoid");
     test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_RANKED, false, "JOINT ranked");
     test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_BALANCED, true, "JOINT + late interaction + choices");
+    test_media(executor);
     test_refusals(executor);
     uform_executor_free(executor);
     printf("%d passed, %d failed\n", passed, failed);

@@ -1,12 +1,14 @@
 /* trainer_batches.h: the runs the device trainer tests compare
  * (tests/c/test_device_trainer.c on the guarded backend,
  * tests/gpu/test_vram_trainer.c on a GPU): small options and batches of
- * ITEMS texts, with the shared choices "abcd" when asked. */
+ * ITEMS texts, with the shared choices "abcd" when asked, or of texts and WAV
+ * recordings. */
 #ifndef UFORM_TESTS_TRAINER_BATCHES_H
 #define UFORM_TESTS_TRAINER_BATCHES_H
 
 #include "uform.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -63,6 +65,47 @@ static inline uform_trainer_options_t options_for(uform_objective_t objective, u
     options.schedule.steps = 20;
     options.seed = 11;
     return options;
+}
+
+/* ITEMS items: texts at even indices, WAV recordings (16 kHz mono PCM16, 32 to
+ * 160 samples: 1 to 5 chunks of 32) at odd ones, in one tape. */
+typedef struct {
+    uint8_t data[ITEMS * 400];
+    size_t offsets[ITEMS + 1];
+    uint32_t modalities[ITEMS];
+    uform_tape_t tape;
+} mixed_t;
+
+static inline size_t wav_write(uint8_t *out, size_t samples, unsigned seed) {
+    static const uint8_t header[44] = {'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ',
+                                       16, 0, 0, 0, 1, 0, 1, 0, 0x80, 0x3e, 0, 0, 0, 0x7d, 0, 0,
+                                       2, 0, 16, 0, 'd', 'a', 't', 'a', 0, 0, 0, 0};
+    memcpy(out, header, 44);
+    uint32_t data = (uint32_t)(2 * samples), riff = 36 + data;
+    for (int k = 0; k < 4; k++) out[4 + k] = (uint8_t)(riff >> (8 * k)), out[40 + k] = (uint8_t)(data >> (8 * k));
+    for (size_t i = 0; i < samples; i++) {
+        int16_t value = (int16_t)(8000.0 * sin(0.05 * (double)(i * (seed + 3))));
+        out[44 + 2 * i] = (uint8_t)value, out[45 + 2 * i] = (uint8_t)((uint16_t)value >> 8);
+    }
+    return 44 + 2 * samples;
+}
+
+static inline void mixed_make(mixed_t *m, unsigned seed) {
+    m->offsets[0] = 0;
+    for (size_t i = 0; i < ITEMS; i++) {
+        uint8_t *at = m->data + m->offsets[i];
+        size_t size;
+        if (i % 2) {
+            size = wav_write(at, 32 * (1 + (seed + i) % 5), seed + (unsigned)i);
+            m->modalities[i] = UFORM_MODALITY_AUDIO;
+        } else {
+            size = 1 + (seed * 31 + i * 17) % 40;
+            for (size_t k = 0; k < size; k++) at[k] = (uint8_t)('a' + (seed + i * 7 + k * 3) % 26);
+            m->modalities[i] = UFORM_MODALITY_TEXT;
+        }
+        m->offsets[i + 1] = m->offsets[i] + size;
+    }
+    m->tape = (uform_tape_t){m->data, m->offsets[ITEMS], m->offsets, ITEMS};
 }
 
 #endif /* UFORM_TESTS_TRAINER_BATCHES_H */

@@ -1,5 +1,5 @@
 /* test_vram_trainer.c: Trainer.init_vram (one GPU: MASKED, CONTRASTIVE, JOINT,
- * with late interaction and choices)
+ * with late interaction and choices, and with audio items)
  * against init_ram on the same options and batches, and save/resume on the GPU. Prints one table
  * row per check and "N passed, M failed"; without a GPU (or without the CUDA
  * backend) it says why and exits 0 (make test-gpu).
@@ -160,6 +160,35 @@ int main(void) {
         snprintf(what, sizeof(what), "%s: 3 steps, losses VRAM against RAM", labels[o]);
         snprintf(detail, sizeof(detail), "largest relative difference %.1e (<= %.0e)", worst, LOSS_TOLERANCE);
         row(what, ok && worst <= LOSS_TOLERANCE, ok ? detail : uform_last_error());
+        uform_trainer_free(v);
+        uform_trainer_free(r);
+    }
+
+    /* text and audio items, MASKED: the audio rows on the GPU, their
+     * reconstruction loss lent from the CPU */
+    if (uform_media_formats() & UFORM_MEDIA_AUDIO) {
+        options.objective = UFORM_OBJECTIVE_MASKED;
+        options.late_interaction = NULL;
+        options.choices = NULL;
+        options.batch.max_choices_per_item = 0;
+        options.batch.audio = (uform_audio_shape_t){32, 16000};
+        uform_trainer_t *r = NULL, *v = NULL;
+        bool ok = uform_trainer_init_ram(cpu, &options, &r) == UFORM_OK &&
+                  uform_trainer_init_vram(gpu, &options, &v) == UFORM_OK;
+        double worst = 0;
+        for (unsigned s = 0; s < 3 && ok; s++) {
+            mixed_t items;
+            mixed_make(&items, s);
+            uform_trainer_batch_t batch = {.modalities = items.modalities, .contents = items.tape};
+            uform_trainer_step_stats_t sr, sv;
+            ok = uform_trainer_step(r, &batch, NULL, UFORM_SCALAR_F32, NULL, &sr) == UFORM_OK &&
+                 uform_trainer_step(v, &batch, NULL, UFORM_SCALAR_F32, NULL, &sv) == UFORM_OK;
+            if (ok) worst = fmax(worst, fabs((double)sv.loss - sr.loss) / fmax(fabs((double)sr.loss), 1e-30));
+        }
+        char detail[96];
+        snprintf(detail, sizeof(detail), "largest relative difference %.1e (<= %.0e)", worst, LOSS_TOLERANCE);
+        row("text + audio (MASKED): 3 steps, losses VRAM against RAM", ok && worst <= LOSS_TOLERANCE,
+            ok ? detail : uform_last_error());
         uform_trainer_free(v);
         uform_trainer_free(r);
     }

@@ -7,27 +7,57 @@
 
 #include <stdlib.h>
 
-uform_status_t uform_media_rows_alloc(uform_media_rows_t *r, size_t count, size_t masked_count,
-                                      size_t width) {
+/* The four host arrays; on host memory they are the rows themselves. */
+static uform_status_t uform_media_host_alloc(uform_media_rows_t *r, size_t count, size_t masked_count,
+                                             size_t width) {
+    r->host_rows = uform_alloc(count + 1, sizeof(size_t), "media rows");
+    r->host_masked_rows = uform_alloc(masked_count + 1, sizeof(size_t), "media rows");
+    r->host_inputs = uform_alloc_aligned(count + 1, width * sizeof(float), "media inputs");
+    r->host_targets = uform_alloc_aligned(masked_count + 1, width * sizeof(float), "media targets");
+    return r->host_rows && r->host_masked_rows && r->host_inputs && r->host_targets ? UFORM_OK
+                                                                                   : UFORM_OUT_OF_MEMORY;
+}
+
+uform_status_t uform_media_rows_alloc(uform_media_rows_t *r, uform_backend_t *b, size_t count,
+                                      size_t masked_count, size_t width) {
     memset(r, 0, sizeof(*r));
     r->count = count;
     r->masked_count = masked_count;
-    r->rows = uform_alloc(count + 1, sizeof(size_t), "media rows");
-    r->masked_rows = uform_alloc(masked_count + 1, sizeof(size_t), "media rows");
-    r->inputs = uform_alloc_aligned(count + 1, width * sizeof(float), "media inputs");
-    r->targets = uform_alloc_aligned(masked_count + 1, width * sizeof(float), "media targets");
-    if (!r->rows || !r->masked_rows || !r->inputs || !r->targets) {
-        uform_media_rows_free(r);
-        return UFORM_OUT_OF_MEMORY;
+    r->width = width;
+    uform_status_t status = uform_media_host_alloc(r, count, masked_count, width);
+    if (status == UFORM_OK && b->ops->host_memory) {
+        r->rows = r->host_rows, r->masked_rows = r->host_masked_rows;
+        r->inputs = r->host_inputs, r->targets = r->host_targets;
+    } else if (status == UFORM_OK) {
+        r->rows = uform_backend_alloc(b, count + 1, sizeof(size_t), "media rows");
+        r->masked_rows = uform_backend_alloc(b, masked_count + 1, sizeof(size_t), "media rows");
+        r->inputs = uform_backend_alloc(b, count + 1, width * sizeof(float), "media inputs");
+        r->targets = uform_backend_alloc(b, masked_count + 1, width * sizeof(float), "media targets");
+        if (!r->rows || !r->masked_rows || !r->inputs || !r->targets) status = UFORM_OUT_OF_MEMORY;
     }
-    return UFORM_OK;
+    if (status != UFORM_OK) uform_media_rows_free(r, b);
+    return status;
 }
 
-void uform_media_rows_free(uform_media_rows_t *r) {
-    free(r->rows);
-    free(r->masked_rows);
-    uform_free_aligned(r->inputs);
-    uform_free_aligned(r->targets);
+void uform_media_rows_upload(uform_media_rows_t *r, uform_backend_t *b) {
+    if (b->ops->host_memory) return;
+    b->ops->upload(b, r->rows, r->host_rows, r->count * sizeof(size_t));
+    b->ops->upload(b, r->masked_rows, r->host_masked_rows, r->masked_count * sizeof(size_t));
+    b->ops->upload(b, r->inputs, r->host_inputs, r->count * r->width * sizeof(float));
+    b->ops->upload(b, r->targets, r->host_targets, r->masked_count * r->width * sizeof(float));
+}
+
+void uform_media_rows_free(uform_media_rows_t *r, uform_backend_t *b) {
+    if (r->rows != r->host_rows || r->inputs != r->host_inputs) {   /* a device's copies */
+        uform_backend_free(b, r->rows);
+        uform_backend_free(b, r->masked_rows);
+        uform_backend_free(b, r->inputs);
+        uform_backend_free(b, r->targets);
+    }
+    free(r->host_rows);
+    free(r->host_masked_rows);
+    uform_free_aligned(r->host_inputs);
+    uform_free_aligned(r->host_targets);
     memset(r, 0, sizeof(*r));
 }
 

@@ -18,7 +18,9 @@ typedef struct {
     float *d_projection, *d_projection_bias, *d_modality, *d_mask, *d_head, *d_head_bias;
 } uform_media_parameters_t;
 
-/* One modality's rows of a replica. */
+/* One modality's rows of a replica, in the backend's memory; the host writes
+ * them into host_* (the same buffers on host memory, else uploaded by
+ * uform_media_rows_upload). */
 typedef struct {
     size_t count;           /* rows fed their projected tokens */
     size_t *rows;           /* [count] row indices within the replica */
@@ -26,11 +28,15 @@ typedef struct {
     size_t masked_count;    /* rows fed the mask vector */
     size_t *masked_rows;    /* [masked_count] */
     float *targets;         /* [masked_count, width] normalised token values */
+    size_t width;
+    size_t *host_rows, *host_masked_rows;
+    float *host_inputs, *host_targets;
 } uform_media_rows_t;
 
-UFORM_INTERNAL uform_status_t uform_media_rows_alloc(uform_media_rows_t *rows, size_t count,
-                                                     size_t masked_count, size_t width);
-UFORM_INTERNAL void uform_media_rows_free(uform_media_rows_t *rows);
+UFORM_INTERNAL uform_status_t uform_media_rows_alloc(uform_media_rows_t *rows, uform_backend_t *b,
+                                                     size_t count, size_t masked_count, size_t width);
+UFORM_INTERNAL void uform_media_rows_upload(uform_media_rows_t *rows, uform_backend_t *b);
+UFORM_INTERNAL void uform_media_rows_free(uform_media_rows_t *rows, uform_backend_t *b);
 
 /* x[row] = W token + b + modality for fed rows, mask + modality for masked
  * rows (x: the replica's input rows of H). */

@@ -420,7 +420,7 @@ done:
     free(first_row);
     free(masked);
     if (media_rows)
-        for (size_t k = 0; k < 4 * replicas; k++) uform_media_rows_free(&media_rows[k]);
+        for (size_t k = 0; k < 4 * replicas; k++) uform_media_rows_free(&media_rows[k], b);
     free(media_rows);
     uform_tokens_free(tokens, count);
     free(ids);

@@ -316,7 +316,8 @@ uform_status_t uform_replica_media(const uform_trainer_t *t, const uform_trainer
             else fed++;
         }
     }
-    UFORM_TRY(uform_media_rows_alloc(rows, fed, hidden, width));
+    uform_backend_t *b = (uform_backend_t *)&t->backend;   /* its memory, not the trainer, changes */
+    UFORM_TRY(uform_media_rows_alloc(rows, b, fed, hidden, width));
     fed = hidden = 0;
     for (size_t i = rep->first; i < rep->last; i++) {
         if (kept[i] == SIZE_MAX || batch->modalities[i] != m) continue;
@@ -324,15 +325,16 @@ uform_status_t uform_replica_media(const uform_trainer_t *t, const uform_trainer
             size_t row = first_row[i] + k;
             const float *values = tokens[i].inputs + k * width;
             if (masked[rep->world_row_first + row]) {
-                rows->masked_rows[hidden] = row;
-                uform_patch_targets(values, 1, width, rows->targets + hidden * width);
+                rows->host_masked_rows[hidden] = row;
+                uform_patch_targets(values, 1, width, rows->host_targets + hidden * width);
                 hidden++;
             } else {
-                rows->rows[fed] = row;
-                memcpy(rows->inputs + fed * width, values, width * sizeof(float));
+                rows->host_rows[fed] = row;
+                memcpy(rows->host_inputs + fed * width, values, width * sizeof(float));
                 fed++;
             }
         }
     }
+    uform_media_rows_upload(rows, b);
     return UFORM_OK;
 }

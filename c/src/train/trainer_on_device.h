@@ -7,10 +7,9 @@
 #include "backend/backend.h"
 
 /* As uform_trainer_init_ram, with the flat buffers and workspaces in the
- * memory of `device` and the step's math on its operations. So far text items
- * with every term (masked text, contrastive, late interaction, choices) on one
- * process: media items, a mesh, and a term whose loss the backend lacks
- * answer UFORM_UNSUPPORTED on a backend whose memory is not host memory. */
+ * memory of `device` and the step's math on its operations, every item kind
+ * and term, on one process: a mesh, or a term whose loss the backend lacks,
+ * answers UFORM_UNSUPPORTED on a backend whose memory is not host memory. */
 UFORM_INTERNAL uform_status_t uform_trainer_init_on_device(uform_executor_t *executor,
                                                            const uform_trainer_options_t *options,
                                                            const uform_backend_t *device,

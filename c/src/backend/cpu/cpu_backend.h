@@ -29,8 +29,9 @@ UFORM_INTERNAL uform_backend_t uform_cpu_backend(uform_cpu_class_t cpu_class,
  * operation run on the threads of b->executor (which must be set), the outputs
  * uploaded; the CPU backend's bits. The CUDA backend's losses until kernels
  * replace them: their inputs are the world's embeddings (N x D floats), the
- * choice items' MASK states with the byte table, and the world's token
- * vectors. choices_loss records a failure of its own in b->failure. */
+ * choice items' MASK states with the byte table, the world's token vectors,
+ * and a replica's masked media rows' predictions and targets. choices_loss
+ * records a failure of its own in b->failure. */
 UFORM_INTERNAL uform_status_t uform_contrastive_loss_on_host(
     uform_backend_t *b, const uform_contrastive_config_t *config, const uform_contrastive_batch_t *batch,
     const float *log_inverse_temperature, const float *bias, float *loss, float *d_embeddings,
@@ -44,5 +45,9 @@ UFORM_INTERNAL uform_status_t uform_late_interaction_loss_on_host(
     uform_backend_t *b, const uform_contrastive_config_t *relations_config, uform_pair_loss_form_t form,
     const uform_late_batch_t *batch, float log_inverse_temperature, float bias, float weight, float *loss,
     float *d_vectors, float *d_log_inverse_temperature, float *d_bias);
+/* NAN (and the failure in b->failure) when a transfer fails. */
+UFORM_INTERNAL double uform_reconstruction_loss_on_host(uform_backend_t *b, const float *predictions,
+                                                        const float *targets, size_t rows, size_t width,
+                                                        float scale, float *d_predictions);
 
 #endif /* UFORM_CPU_BACKEND_H */

@@ -6,6 +6,7 @@
  * them). */
 #include "backend/cpu/cpu_backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* `count` floats of device memory into host (nothing for a NULL source). */
@@ -153,4 +154,33 @@ uform_status_t uform_late_interaction_loss_on_host(uform_backend_t *b,
     }
     free(host);
     return status;
+}
+
+double uform_reconstruction_loss_on_host(uform_backend_t *b, const float *predictions, const float *targets,
+                                         size_t rows, size_t width, float scale, float *d_predictions) {
+    size_t floats;
+    if (!uform_mul_ok(rows, width, &floats) || floats > SIZE_MAX / 16) {
+        uform_on_host_failed(b, uform_fail(UFORM_INVALID_ARGUMENT, "reconstruction_loss: %zu x %zu overflow",
+                                           rows, width));
+        return NAN;
+    }
+    float *host = uform_alloc(3 * floats + 1, sizeof(float), "reconstruction loss (host copies)");
+    if (!host) {
+        uform_on_host_failed(b, UFORM_OUT_OF_MEMORY);
+        return NAN;
+    }
+    float *h_predictions = host, *h_targets = host + floats, *h_d_predictions = h_targets + floats;
+    uform_fetch(b, h_predictions, predictions, floats);
+    uform_fetch(b, h_targets, targets, floats);
+    uform_status_t status = b->ops->synchronize(b);
+    double loss = NAN;   /* a failed step reports a non-finite loss: nothing is applied */
+    if (status == UFORM_OK) {
+        uform_backend_t cpu = uform_cpu_backend(UFORM_CPU_CLASS_AUTO, b->executor);
+        loss = cpu.ops->reconstruction_loss(&cpu, h_predictions, h_targets, rows, width, scale, h_d_predictions);
+        uform_store(b, d_predictions, h_d_predictions, floats);
+        status = b->ops->synchronize(b);
+    }
+    uform_on_host_failed(b, status);
+    free(host);
+    return status == UFORM_OK ? loss : NAN;
 }
