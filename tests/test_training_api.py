@@ -183,6 +183,8 @@ def test_bad_configuration():
         uform.Trainer.init_ram(executor, resume="/nonexistent/run.safetensors")
     with pytest.raises(uform.InvalidArgumentError, match="executor"):
         uform.Trainer.init_ram("cpu")
+    with pytest.raises(uform.InvalidArgumentError, match="executor"):
+        uform.Trainer.init_vram("gpu")
 
 
 def test_two_replicas_step_like_one():
