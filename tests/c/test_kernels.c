@@ -24,6 +24,7 @@
  *   that rounds x to BF16 first the bound is the FP32 one, which checks that
  *   the kernel rounds exactly like uform_f32_to_bf16. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/e4m3_decode.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/rows.h"
@@ -605,10 +606,67 @@ static void test_gelu_vectors(void) {
     free(y);
 }
 
+#if defined(__x86_64__)
+/* The SAPPHIRE class's BF16 rounding of activations (bf16_avx512.h): one
+ * vcvtne2ps2bf16 per 32 floats, the integer rounding where a subnormal is
+ * among them. Both must give uform_f32_to_bf16's bits for every float:
+ * subnormals (which the instruction flushes), NaN payloads, infinities, ties,
+ * and the largest floats that round up to infinity. */
+static UFORM_SAPPHIRE_TARGET void bf16_convert_pairs(const float *x, uint16_t *pairs,
+                                                     uint16_t *interleaved) {
+    _mm512_storeu_si512(pairs, uform_bf16_pairs32(x));
+    /* interleave16: the first 16 floats with the next 16, as (a[i], b[i]) */
+    _mm512_storeu_si512(interleaved, uform_bf16_interleave16(_mm512_loadu_si512(x),
+                                                             _mm512_loadu_si512(x + 16)));
+}
+
+static void test_bf16_conversions(void) {
+    if (!uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)) {
+        printf("skip the AVX-512 BF16 conversions: not supported by this CPU\n");
+        return;
+    }
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu,
+        0x00408000u, 0x00018000u, 0x00800000u, 0x80800000u, 0x7f800000u, 0xff800000u,
+        0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fa00000u, 0xff812345u, 0x7f7fffffu,
+        0xff7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f807fffu,
+        0x3f800001u, 0xbf808000u, 0x40490fdbu, 0x00010000u};
+    enum { GROUPS = 64 };
+    size_t count = sizeof(special) / sizeof(special[0]), bad = 0;
+    for (size_t g = 0; g < GROUPS; g++) {
+        float x[32];
+        uint16_t pairs[32], interleaved[32];
+        for (size_t i = 0; i < 32; i++) {
+            /* groups 0-15: specials only where g says (the fast path in most);
+             * groups 16+: every lane special */
+            uint32_t bits = g < 16 && i != g && i != 31 - g
+                                ? (uint32_t)(rng_next() >> 32)
+                                : special[(g * 32 + i) % count];
+            if (g < 16 && i != g && i != 31 - g && (bits & 0x7f800000u) == 0) bits |= 0x3f000000u;
+            memcpy(&x[i], &bits, sizeof(bits));
+        }
+        bf16_convert_pairs(x, pairs, interleaved);
+        for (size_t i = 0; i < 32; i++) {
+            uint16_t expected = uform_f32_to_bf16(x[i]);
+            /* interleaved word i / 2: (x[i / 2], x[16 + i / 2]) */
+            uint16_t expected_interleaved = uform_f32_to_bf16(x[i % 2 * 16 + i / 2]);
+            if ((pairs[i] != expected || interleaved[i] != expected_interleaved) && bad++ < 3)
+                printf("  bf16 of %a (0x%08x): pairs 0x%04x, interleaved 0x%04x, expected 0x%04x / 0x%04x\n",
+                       (double)x[i], (unsigned)(((uint32_t *)x)[i]), pairs[i], interleaved[i], expected,
+                       expected_interleaved);
+        }
+    }
+    CHECK(bad == 0, "%zu AVX-512 BF16 conversions differ from uform_f32_to_bf16", bad);
+}
+#else
+static void test_bf16_conversions(void) {}
+#endif
+
 int main(int argc, char **argv) {
     test_detect();
     test_e4m3_decoders();
     test_gelu_vectors();
+    test_bf16_conversions();
     uform_executor_t *executors[3];
     for (size_t t = 0; t < 3; t++)
         if (uform_executor_for_ram(t + 1, NULL, 0, &executors[t]) != UFORM_OK) {

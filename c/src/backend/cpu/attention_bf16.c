@@ -44,41 +44,72 @@ uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded
             _mm512_store_ps(scores + r * padded + j0 + 16 * c, _mm512_mul_ps(acc[r][c], scale));
 }
 
-/* Softmax of one row of n scores (n <= padded); writes the probabilities as
- * BF16 pairs along j into `pairs` (padded / 2 words, zeros past n) and
- * returns 1 / sum of the FP32 exponentials. */
-static UFORM_BF16_TARGET float uform_bf16_softmax_row(const float *row, size_t n, size_t padded,
-                                                      uint32_t *pairs) {
-    __m512 top = _mm512_set1_ps(-INFINITY);
-    size_t full = n & ~(size_t)15;
+/* uform_fast_exp512 for x <= 0 or NaN (scores minus their maximum): the
+ * upper clamp can never apply, and p 2^n is one vscalefps. Bit for bit the
+ * same: for x >= -87, p 2^n is a normal float (n >= -126 and p >= 1/sqrt 2
+ * there), which a multiplication by the power of two rounds exactly as
+ * scalef does. */
+static inline __attribute__((always_inline)) UFORM_BF16_TARGET __m512
+uform_bf16_exp_nonpositive(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(UFORM_EXP_LOW));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(UFORM_EXP_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(UFORM_EXP_LN2_HIGH), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(UFORM_EXP_LN2_LOW), r);
+    __m512 p = _mm512_set1_ps(UFORM_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P5));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Softmax of `rows` rows of n scores (n <= padded), row r at scores + r *
+ * padded: writes each row's probabilities as BF16 pairs along j into
+ * pairs + r * half (zeros past n) and 1 / (sum of its FP32 exponentials) into
+ * inverse[r]. The exponentials are normal floats in (0, 1] (see above), which
+ * vcvtne2ps2bf16 rounds to nearest even exactly as uform_f32_to_bf16. Each
+ * row's sum is 16 lane partial sums added in lane order, the rows' chains side
+ * by side (a transpose puts lane l of every row in one vector). */
+static UFORM_BF16_TARGET void uform_bf16_softmax_tile(const float *scores, size_t rows, size_t n,
+                                                      size_t padded, uint32_t *pairs,
+                                                      float *inverse) {
+    size_t full = n & ~(size_t)15, half = padded / 2;
     __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
-    for (size_t j = 0; j < full; j += 16) top = _mm512_max_ps(top, _mm512_load_ps(row + j));
-    if (tail) top = _mm512_mask_max_ps(top, tail, top, _mm512_load_ps(row + full));
-    __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top));
-    __m512 total = _mm512_setzero_ps();
-    /* consecutive BF16 in memory are exactly the pairs along j: 32 values
-     * become one vector of pairs (one word permute), the last 16 alone */
-    size_t j = 0;
-    for (; j + 32 <= padded; j += 32) {
-        __m512 low = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
-        __m512 high = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j + 16), maximum));
-        if (j + 16 == full) high = _mm512_maskz_mov_ps(tail, high); /* past the item: 0 */
-        total = _mm512_add_ps(total, low);
-        total = _mm512_add_ps(total, high);
-        _mm512_storeu_si512(pairs + j / 2, uform_bf16_pairs_of(_mm512_castps_si512(low),
-                                                               _mm512_castps_si512(high)));
+    __m512i totals[16];
+    for (size_t r = 0; r < 16; r++) totals[r] = _mm512_setzero_si512();
+    for (size_t r = 0; r < rows; r++) {
+        const float *row = scores + r * padded;
+        uint32_t *out = pairs + r * half;
+        __m512 top = _mm512_set1_ps(-INFINITY);
+        for (size_t j = 0; j < full; j += 16) top = _mm512_max_ps(top, _mm512_load_ps(row + j));
+        if (tail) top = _mm512_mask_max_ps(top, tail, top, _mm512_load_ps(row + full));
+        __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+        __m512 total = _mm512_setzero_ps();
+        size_t j = 0;
+        for (; j + 32 <= padded; j += 32) {
+            __m512 low = uform_bf16_exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
+            __m512 high = uform_bf16_exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + j + 16), maximum));
+            if (j + 16 == full) high = _mm512_maskz_mov_ps(tail, high); /* past the item: 0 */
+            total = _mm512_add_ps(total, low);
+            total = _mm512_add_ps(total, high);
+            _mm512_storeu_si512(out + j / 2, (__m512i)_mm512_cvtne2ps_pbh(high, low));
+        }
+        if (j < padded) {
+            __m512 values = uform_bf16_exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
+            if (j == full) values = _mm512_maskz_mov_ps(tail, values);
+            total = _mm512_add_ps(total, values);
+            _mm256_storeu_si256((__m256i *)(out + j / 2), (__m256i)_mm512_cvtneps_pbh(values));
+        }
+        totals[r] = _mm512_castps_si512(total);
     }
-    if (j < padded) {
-        __m512 values = uform_fast_exp512(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
-        if (j == full) values = _mm512_maskz_mov_ps(tail, values);
-        total = _mm512_add_ps(total, values);
-        _mm256_storeu_si256((__m256i *)(pairs + j / 2), uform_bf16_round16(_mm512_castps_si512(values)));
-    }
-    float lanes[16];
-    _mm512_storeu_ps(lanes, total);
-    float sum = 0;
-    for (size_t l = 0; l < 16; l++) sum += lanes[l];
-    return 1.0f / sum;
+    uform_transpose16x16(totals); /* totals[l]: lane l of each row */
+    __m512 sum = _mm512_castsi512_ps(totals[0]);
+    for (size_t l = 1; l < 16; l++) sum = _mm512_add_ps(sum, _mm512_castsi512_ps(totals[l]));
+    __mmask16 used = (__mmask16)((1u << rows) - 1u);
+    _mm512_mask_storeu_ps(inverse, used, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
 }
 
 /* out rows of `rows` (<= 4) queries: sum over token pairs of p . v, times inverse[r]. */
@@ -161,8 +192,7 @@ UFORM_BF16_TARGET void uform_attention_bf16(const float *q, const float *k, cons
         size_t j0 = 0;
         for (; j0 + 32 <= padded; j0 += 32) uform_bf16_score_tile(queries, kp, padded, j0, 2, scores);
         if (j0 < padded) uform_bf16_score_tile(queries, kp, padded, j0, 1, scores);
-        for (size_t r = 0; r < rows; r++)
-            inverse[r] = uform_bf16_softmax_row(scores + r * padded, n, padded, probabilities + r * half);
+        uform_bf16_softmax_tile(scores, rows, n, padded, probabilities, inverse);
         for (size_t r = 0; r < rows; r += UFORM_VALUE_TILE) {
             size_t tile = rows - r < UFORM_VALUE_TILE ? rows - r : UFORM_VALUE_TILE;
             uform_bf16_value_tile(probabilities + r * half, half, tile, vp, inverse + r,
