@@ -65,30 +65,11 @@ uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const floa
 }
 
 /* pack_a: a[p * rows + r] = x[r, p], as uform_gemm_pack_a_f32, with the full
- * 6-row groups transposed 8 k-steps at a time in registers (the scalar copy
- * was 5% of an encode). Moves bits only. */
+ * 6-row groups transposed in registers (avx2_transpose.h). Moves bits only. */
 static UFORM_HASWELL void uform_haswell_pack_a(const float *x, size_t x_stride, size_t rows, size_t kc,
                                                void *a) {
-    if (rows != UFORM_HASWELL_MR) {
-        uform_gemm_pack_a_f32(x, x_stride, rows, kc, a);
-        return;
-    }
-    float *dst = a;
-    size_t p = 0;
-    for (; p + 8 <= kc; p += 8) {
-        __m256 m[8];
-        for (size_t r = 0; r < UFORM_HASWELL_MR; r++) m[r] = _mm256_loadu_ps(x + r * x_stride + p);
-        m[6] = m[7] = _mm256_setzero_ps();
-        uform_avx2_transpose8(m);
-        /* column c (6 rows) at dst + (p + c) * 6: 8-lane stores in order, each
-         * overwriting the previous one's 2 spare lanes; the last stores 6 */
-        for (size_t c = 0; c < 7; c++) _mm256_storeu_ps(dst + (p + c) * UFORM_HASWELL_MR, m[c]);
-        float *last = dst + (p + 7) * UFORM_HASWELL_MR;
-        _mm_storeu_ps(last, _mm256_castps256_ps128(m[7]));
-        _mm_storel_pi((__m64 *)(last + 4), _mm256_extractf128_ps(m[7], 1));
-    }
-    for (; p < kc; p++)
-        for (size_t r = 0; r < UFORM_HASWELL_MR; r++) dst[p * UFORM_HASWELL_MR + r] = x[r * x_stride + p];
+    if (rows == UFORM_HASWELL_MR) uform_avx2_pack6(x, x_stride, kc, a);
+    else uform_gemm_pack_a_f32(x, x_stride, rows, kc, a);
 }
 
 /* uform_haswell_kernel_RxP on BF16 panels, uform_haswell_f32_RxP on a decoded FP32 tile. */

@@ -176,19 +176,32 @@ static void uform_sgemm_pack_rows(const float *src, size_t stride, size_t rows, 
     }
 }
 
+/* dst[r] = src[r] for r < rows: a copy of constant size for the paths' full
+ * groups (6, 10 and 14 rows), which the compiler turns into a few vector
+ * moves; the element loop it replaces was ~11% of the weight gradient's time. */
+static inline void uform_sgemm_copy_run(float *dst, const float *src, size_t rows) {
+    switch (rows) {
+    case 6: memcpy(dst, src, 6 * sizeof(float)); return;
+    case 10: memcpy(dst, src, 10 * sizeof(float)); return;
+    case 14: memcpy(dst, src, 14 * sizeof(float)); return;
+    default:
+        for (size_t r = 0; r < rows; r++) dst[r] = src[r];
+    }
+}
+
 /* Packs op(a)[i0..i1, k0..k0 + kb) as groups of mr rows (the last may be
  * shorter), group g at dst + g * mr * kb, laid out dst[p * rows + r]. */
 static void uform_sgemm_pack_a(const uform_sgemm_kernels_t *ks, uform_matrix_t a, size_t i0,
                                size_t i1, size_t k0, size_t kb, float *dst) {
     size_t mr = ks->mr;
     if (a.transposed) {
-        /* op(a)[i, p] = a.data[p * stride + i]: one run of i1 - i0 floats per p */
+        /* op(a)[i, p] = a.data[p * stride + i]: one run of i1 - i0 floats per
+         * p, cut into the groups' runs of mr (the weight gradient's A) */
         for (size_t p = 0; p < kb; p++) {
             const float *src = a.data + (k0 + p) * a.stride + i0;
             for (size_t i = i0; i < i1; i += mr) {
                 size_t rows = uform_sgemm_min(mr, i1 - i);
-                float *group = dst + (i - i0) * kb + p * rows;
-                for (size_t r = 0; r < rows; r++) group[r] = src[i - i0 + r];
+                uform_sgemm_copy_run(dst + (i - i0) * kb + p * rows, src + (i - i0), rows);
             }
         }
         return;
