@@ -129,7 +129,8 @@ class Contender(NamedTuple):
 
 def bf16_products(cpu_class: Optional["uform.CPUClass"]) -> bool:
     """Whether a uform CPU class rounds its GEMMs' activations to BF16."""
-    return cpu_class in (uform.CPUClass.SAPPHIRE, uform.CPUClass.NEON_BF16, uform.CPUClass.SVE_BF16)
+    return cpu_class in (uform.CPUClass.SAPPHIRE, uform.CPUClass.AMX, uform.CPUClass.NEON_BF16,
+                         uform.CPUClass.SVE_BF16)
 
 
 def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["uform.CPUClass"],

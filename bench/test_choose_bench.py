@@ -63,7 +63,7 @@ def test_contenders_agree(choose_contenders):
     for contender in choose_contenders.values():
         got = contender.choose(texts, groups)
         bf16 = contender.key in ("torch-bf16",) or contender.uform_class in (
-            "SAPPHIRE", "NEON_BF16", "SVE_BF16")
+            "SAPPHIRE", "AMX", "NEON_BF16", "SVE_BF16")
         assert np.abs(got - baseline).max() <= (0.15 if bf16 else 1e-4), contender.label
 
 

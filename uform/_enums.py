@@ -65,8 +65,10 @@ class Scalar(IntEnum):
 class CPUClass(IntEnum):
     """Kernels a RAM model is packed for, chosen at load from what the CPU reports
     (cpuid on x86-64, the kernel's HWCAP words on aarch64). SERIAL runs everywhere;
-    HASWELL, SKYLAKE and SAPPHIRE only on x86-64, NEON, SVE, NEON_BF16 and SVE_BF16 only on
-    aarch64. SAPPHIRE, NEON_BF16 and SVE_BF16 round activations to BF16 for their products."""
+    HASWELL, SKYLAKE, SAPPHIRE and AMX only on x86-64, NEON, SVE, NEON_BF16 and SVE_BF16 only on
+    aarch64. SAPPHIRE, AMX, NEON_BF16 and SVE_BF16 round activations to BF16 for their products.
+    AMX (SAPPHIRE with its GEMMs on AMX tiles) is compiled but has never run on an AMX machine:
+    the automatic choice never picks it, only cpu_class=CPUClass.AMX does."""
 
     SERIAL = 1
     HASWELL = 2
@@ -76,6 +78,7 @@ class CPUClass(IntEnum):
     SVE = 6
     NEON_BF16 = 7
     SVE_BF16 = 8
+    AMX = 9
 
 
 class GPUClass(IntEnum):

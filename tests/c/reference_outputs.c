@@ -8,7 +8,7 @@
  * (its docstring documents the layout: manifest.txt plus raw little-endian arrays).
  * The program loads DIR's checkpoint pinned to each CPU class in turn (SERIAL ..
  * SVE_BF16, or only the named ones: serial, haswell, skylake, sapphire, neon, sve,
- * neon_bf16, sve_bf16, with or without a "cpu/" prefix), encodes every stored text, image (as pixels) and recording (as
+ * neon_bf16, sve_bf16, amx, with or without a "cpu/" prefix), encodes every stored text, image (as pixels) and recording (as
  * samples) with the public API only, and compares embeddings and token vectors with
  * the reference, component by component. It also checks the determinism contract: a
  * batch equals each item encoded alone, bit for bit.
@@ -45,7 +45,7 @@
  * below that. On unit vectors that stays below 2e-5 per component (this fixture has
  * depth 2). */
 #define FP32_TOLERANCE 2e-5
-/* SAPPHIRE, NEON_BF16 and SVE_BF16 round GEMM inputs (pixels and samples included) to
+/* SAPPHIRE, AMX, NEON_BF16 and SVE_BF16 round GEMM inputs (pixels and samples included) to
  * BF16, 2^-9 relative per input, so they agree to about 1e-2 per component: 3e-2 absolute, plus a cosine with
  * the reference above 0.999 for every item that has tokens. */
 #define BF16_TOLERANCE 3e-2
@@ -62,8 +62,9 @@ static const char *const CLASS_NAMES[] = {
     [UFORM_CPU_CLASS_SKYLAKE] = "skylake",   [UFORM_CPU_CLASS_SAPPHIRE] = "sapphire",
     [UFORM_CPU_CLASS_NEON] = "neon",         [UFORM_CPU_CLASS_SVE] = "sve",
     [UFORM_CPU_CLASS_NEON_BF16] = "neon_bf16", [UFORM_CPU_CLASS_SVE_BF16] = "sve_bf16",
+    [UFORM_CPU_CLASS_AMX] = "amx",
 };
-#define LAST_CLASS UFORM_CPU_CLASS_SVE_BF16
+#define LAST_CLASS UFORM_CPU_CLASS_AMX
 
 /* ---- the fixture ------------------------------------------------------------------- */
 
@@ -455,8 +456,8 @@ static int check_class(uform_executor_t *executor, const fixture_t *fixture,
                 ? CLASS_NAMES[description.cpu_class]
                 : "?");
     if (ok) {
-        int bf16 = cpu_class == UFORM_CPU_CLASS_SAPPHIRE || cpu_class == UFORM_CPU_CLASS_NEON_BF16 ||
-                   cpu_class == UFORM_CPU_CLASS_SVE_BF16;
+        int bf16 = cpu_class == UFORM_CPU_CLASS_SAPPHIRE || cpu_class == UFORM_CPU_CLASS_AMX ||
+                   cpu_class == UFORM_CPU_CLASS_NEON_BF16 || cpu_class == UFORM_CPU_CLASS_SVE_BF16;
         double tolerance = bf16 ? BF16_TOLERANCE : FP32_TOLERANCE;
         uint64_t digest = 0xcbf29ce484222325ull;
         for (int m = 0; m < MODALITIES; m++)
@@ -474,7 +475,7 @@ int main(int argc, char **argv) {
     (void)rng_next; /* check.h's generator: this program draws nothing */
     if (argc < 2) {
         fprintf(stderr, "usage: %s DIR [CLASS ...] (serial, haswell, skylake, sapphire, neon, sve, "
-                        "neon_bf16, sve_bf16)\n", argv[0]);
+                        "neon_bf16, sve_bf16, amx)\n", argv[0]);
         return 2;
     }
     bool named[LAST_CLASS + 1] = {false}, any_named = argc > 2;

@@ -660,7 +660,8 @@ static int cpu_runs(uform_cpu_class_t cpu_class) {
 #elif defined(__x86_64__)
     case UFORM_CPU_CLASS_HASWELL:
     case UFORM_CPU_CLASS_SKYLAKE:
-    case UFORM_CPU_CLASS_SAPPHIRE: return -1; /* unknown: accept either */
+    case UFORM_CPU_CLASS_SAPPHIRE:
+    case UFORM_CPU_CLASS_AMX: return -1; /* unknown: accept either */
 #elif defined(__aarch64__)
     /* Linux always has Advanced SIMD on aarch64; SVE where the kernel says so. */
     case UFORM_CPU_CLASS_NEON: return 1;
@@ -677,9 +678,9 @@ static void test_cpu_classes(void) {
     static const uform_cpu_class_t classes[] = {
         UFORM_CPU_CLASS_SERIAL,   UFORM_CPU_CLASS_HASWELL, UFORM_CPU_CLASS_SKYLAKE,
         UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_NEON,    UFORM_CPU_CLASS_SVE,
-        UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16};
-    static const char *names[] = {"serial", "haswell", "skylake",   "sapphire",
-                                  "neon",   "sve",     "neon_bf16", "sve_bf16"};
+        UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16, UFORM_CPU_CLASS_AMX};
+    static const char *names[] = {"serial", "haswell", "skylake",   "sapphire", "neon",
+                                  "sve",    "neon_bf16", "sve_bf16", "amx"};
     enum { CLASSES = sizeof(classes) / sizeof(classes[0]) };
     texts_t few = texts_slice(&texts_a, 0, 40);
     output_t serial = {0};
@@ -704,7 +705,7 @@ static void test_cpu_classes(void) {
             checks_failed++;
             continue;
         }
-        best = classes[c];
+        if (classes[c] != UFORM_CPU_CLASS_AMX) best = classes[c]; /* AUTO never picks AMX */
         check_description(model, &spec_a, classes[c]);
         CHECK_OK(encode(model, NULL, &few, BOTH, UFORM_SCALAR_F32, &by_class[c]));
         uform_model_free(model);
@@ -865,7 +866,7 @@ static void test_capabilities(void) {
     static const uform_cpu_class_t classes[] = {
         UFORM_CPU_CLASS_SERIAL,   UFORM_CPU_CLASS_HASWELL, UFORM_CPU_CLASS_SKYLAKE,
         UFORM_CPU_CLASS_SAPPHIRE, UFORM_CPU_CLASS_NEON,    UFORM_CPU_CLASS_SVE,
-        UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16};
+        UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16, UFORM_CPU_CLASS_AMX};
     EXPECT_FAIL(uform_capabilities(NULL), UFORM_INVALID_ARGUMENT, "capabilities");
     /* A successful call leaves the last failure's message alone. */
     char before[256];
@@ -887,9 +888,9 @@ static void test_capabilities(void) {
 
     CHECK(caps.cpu_classes & 1u << UFORM_CPU_CLASS_SERIAL);
     CHECK(!(caps.cpu_classes & 1u << UFORM_CPU_CLASS_AUTO));
-    CHECK(caps.cpu_classes >> (UFORM_CPU_CLASS_SVE_BF16 + 1) == 0);
+    CHECK(caps.cpu_classes >> (UFORM_CPU_CLASS_AMX + 1) == 0);
     CHECK(caps.best_cpu_class != UFORM_CPU_CLASS_AUTO);
-    CHECK((unsigned)caps.best_cpu_class <= UFORM_CPU_CLASS_SVE_BF16 &&
+    CHECK((unsigned)caps.best_cpu_class <= UFORM_CPU_CLASS_SVE_BF16 && /* never AMX */
           (caps.cpu_classes & 1u << caps.best_cpu_class));
     for (size_t c = 0; c < sizeof(classes) / sizeof(classes[0]); c++) {
         bool listed = (caps.cpu_classes & 1u << classes[c]) != 0;

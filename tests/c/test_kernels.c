@@ -125,6 +125,7 @@ static void test_accuracy(const uform_cpu_kernels_t *kernels, uform_executor_t *
     /* BF16 activations; BFDOT's round-to-odd sums stay inside the same bound
      * (one rounding per pair of products and one per pair added, each under 2u). */
     bool bf16_x = kernels->cpu_class == UFORM_CPU_CLASS_SAPPHIRE ||
+                  kernels->cpu_class == UFORM_CPU_CLASS_AMX ||
                   kernels->cpu_class == UFORM_CPU_CLASS_NEON_BF16 ||
                   kernels->cpu_class == UFORM_CPU_CLASS_SVE_BF16;
     size_t variant = 0;
@@ -662,6 +663,52 @@ static void test_bf16_conversions(void) {
 static void test_bf16_conversions(void) {}
 #endif
 
+#if defined(__x86_64__)
+/* The AMX class (amx.c) with its four tile instructions modelled in C
+ * (amx_kernel.h, UFORM_AMX_EMULATE): its packing, tile layouts, partial tiles,
+ * k padding and the driver's hooks run here on any AVX-512 BF16 machine; only
+ * the instructions themselves need an AMX one. */
+#define UFORM_AMX_EMULATE
+#include "backend/cpu/amx_kernel.h"
+
+static const uform_gemm_class_t amx_emulated_gemm = UFORM_AMX_GEMM_CLASS(NULL, NULL);
+
+static uform_status_t amx_emulated_pack(const uint16_t *weights, size_t n, size_t k,
+                                        uform_packed_t *packed) {
+    return uform_gemm_pack(&amx_emulated_gemm, weights, n, k, packed);
+}
+
+static uform_status_t amx_emulated_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                             size_t k, uform_packed_t *packed) {
+    return uform_cpu_kernels_amx.pack_e4m3(codes, scales, n, k, packed);
+}
+
+static void amx_emulated_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
+                                  const float *x, size_t x_stride, size_t m, const float *bias,
+                                  uform_gemm_epilogue_t epilogue, float *y, size_t y_stride) {
+    if (w->scalar == UFORM_SCALAR_E4M3)
+        uform_cpu_kernels_amx.gemm(executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
+    else
+        uform_gemm_run(&amx_emulated_gemm, executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
+}
+
+static const uform_cpu_kernels_t amx_emulated = {
+    .cpu_class = UFORM_CPU_CLASS_AMX,
+    .name = "amx (emulated tiles)",
+    .pack = amx_emulated_pack,
+    .pack_e4m3 = amx_emulated_pack_e4m3,
+    .gemm = amx_emulated_gemm_run,
+    .attention = uform_attention_bf16,
+};
+
+/* The class's table: never the automatic choice (it has not run on AMX). */
+static void test_amx_table(void) {
+    const uform_cpu_kernels_t *amx = uform_cpu_kernels_for(UFORM_CPU_CLASS_AMX);
+    CHECK(amx == &uform_cpu_kernels_amx && strcmp(amx->name, "amx") == 0, "the AMX table");
+    CHECK(uform_cpu_class_best() != UFORM_CPU_CLASS_AMX, "AMX chosen automatically");
+}
+#endif
+
 int main(int argc, char **argv) {
     test_detect();
     test_e4m3_decoders();
@@ -676,7 +723,8 @@ int main(int argc, char **argv) {
     static const uform_cpu_class_t classes[] = {UFORM_CPU_CLASS_SERIAL, UFORM_CPU_CLASS_HASWELL,
                                                 UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE,
                                                 UFORM_CPU_CLASS_NEON, UFORM_CPU_CLASS_SVE,
-                                                UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16};
+                                                UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16,
+                                                UFORM_CPU_CLASS_AMX};
     uint64_t fma_digest = 0, bfdot_digest = 0;
     const char *fma_first = NULL, *bfdot_first = NULL;
     for (size_t c = 0; c < sizeof(classes) / sizeof(classes[0]); c++) {
@@ -716,6 +764,22 @@ int main(int argc, char **argv) {
         }
         printf("%s: %s\n", name, failed == before ? "ok" : "FAILED");
     }
+#if defined(__x86_64__)
+    test_amx_table();
+    bool wanted_amx = argc < 2;
+    for (int a = 1; a < argc; a++) wanted_amx |= strcmp(argv[a], "amx") == 0;
+    if (wanted_amx && !uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)) {
+        printf("skip amx (emulated tiles): its packing needs AVX-512 BF16\n");
+    } else if (wanted_amx) {
+        int before = failed;
+        test_accuracy(&amx_emulated, executors[1]);
+        test_determinism(&amx_emulated, executors, 3);
+        /* no test_e4m3: the class runs E4M3 matrices on SAPPHIRE's kernels (amx.c),
+         * whose sums round differently from the tiles' (tested as SAPPHIRE's) */
+        test_gelu_epilogue(&amx_emulated, executors, 3);
+        printf("amx (emulated tiles): %s\n", failed == before ? "ok" : "FAILED");
+    }
+#endif
     for (size_t t = 0; t < 3; t++) uform_executor_free(executors[t]);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -211,8 +211,8 @@ static void packed_weight_free(uform_backend_t *b, packed_weight_t *w) {
     if (is_cpu(b)) uform_packed_free(&w->cpu);
 }
 
-/* SAPPHIRE rounds x (and attention's q, k, p, v) to BF16, nearest even, before
- * its products (sapphire.c, attention_bf16.c); NEON_BF16 and SVE_BF16 round the
+/* SAPPHIRE and AMX round x (and attention's q, k, p, v) to BF16, nearest even, before
+ * their products (sapphire.c, amx.c, attention_bf16.c); NEON_BF16 and SVE_BF16 round the
  * GEMMs' x the same way (their attention is FP32, within the looser bound too);
  * the other classes are FP32. BFDOT's sums round to odd (error under 2u where
  * nearest is under u) but take one rounding per pair of products plus one per
@@ -220,8 +220,8 @@ static void packed_weight_free(uform_backend_t *b, packed_weight_t *w) {
 static bool bf16_activations(const uform_backend_t *b) {
     if (!is_cpu(b)) return false;
     uform_cpu_class_t cpu_class = ((const uform_cpu_kernels_t *)b->device)->cpu_class;
-    return cpu_class == UFORM_CPU_CLASS_SAPPHIRE || cpu_class == UFORM_CPU_CLASS_NEON_BF16 ||
-           cpu_class == UFORM_CPU_CLASS_SVE_BF16;
+    return cpu_class == UFORM_CPU_CLASS_SAPPHIRE || cpu_class == UFORM_CPU_CLASS_AMX ||
+           cpu_class == UFORM_CPU_CLASS_NEON_BF16 || cpu_class == UFORM_CPU_CLASS_SVE_BF16;
 }
 
 /* ---- comparisons ------------------------------------------------------------ */
@@ -3070,7 +3070,7 @@ int main(int argc, char **argv) {
             printf("executor: %s\n", uform_last_error());
             return 2;
         }
-    for (int c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_SVE_BF16; c++) {
+    for (int c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_AMX; c++) {
         uform_cpu_class_t cpu_class = (uform_cpu_class_t)c;
         const char *name = uform_cpu_class_name(cpu_class);
         bool wanted = argc < 2;

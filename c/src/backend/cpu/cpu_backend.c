@@ -442,7 +442,7 @@ const uform_backend_ops_t uform_cpu_backend_ops = {
 #endif
 
 uform_status_t uform_cpu_class_resolve(uform_cpu_class_t requested, uform_cpu_class_t *resolved) {
-    if ((unsigned)requested > UFORM_CPU_CLASS_SVE_BF16)
+    if ((unsigned)requested > UFORM_CPU_CLASS_AMX)
         return uform_fail(UFORM_INVALID_ARGUMENT, "cpu_class: %d is not a CPU class", (int)requested);
     uform_cpu_class_t cpu_class = requested == UFORM_CPU_CLASS_AUTO ? uform_cpu_class_best() : requested;
     const uform_cpu_kernels_t *kernels = uform_cpu_kernels_for(cpu_class);
@@ -458,7 +458,7 @@ uform_status_t uform_cpu_class_resolve(uform_cpu_class_t requested, uform_cpu_cl
 
 uint32_t uform_cpu_classes_runnable(void) {
     uint32_t classes = 0; /* the two conditions of uform_cpu_class_resolve, without its errors */
-    for (unsigned c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_SVE_BF16; c++)
+    for (unsigned c = UFORM_CPU_CLASS_SERIAL; c <= UFORM_CPU_CLASS_AMX; c++)
         if (uform_cpu_kernels_for((uform_cpu_class_t)c) && uform_cpu_class_supported((uform_cpu_class_t)c))
             classes |= 1u << c;
     return classes;

@@ -27,11 +27,18 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Linux: a process asks once for the right to use AMX's tile data. */
+#define UFORM_ARCH_REQ_XCOMP_PERM 0x1023
+#define UFORM_XFEATURE_XTILEDATA 18
 
 typedef struct {
     bool avx2_fma;     /* AVX, AVX2, FMA, F16C (every AVX2 CPU has it), and the OS saves YMM */
     bool avx512;       /* AVX512F, and the OS saves ZMM and the mask registers */
     bool avx512_bf16;  /* + AVX512BW, AVX512VL, AVX512_BF16 */
+    bool amx;          /* + AMX-TILE, AMX-BF16, and the OS saves the tile state */
 } uform_x86_features_t;
 
 static uint64_t uform_xgetbv0(void) {
@@ -41,7 +48,7 @@ static uint64_t uform_xgetbv0(void) {
 }
 
 static uform_x86_features_t uform_x86_features(void) {
-    uform_x86_features_t features = {false, false, false};
+    uform_x86_features_t features = {false, false, false, false};
     unsigned eax, ebx, ecx, edx;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return features;
     bool fma = ecx >> 12 & 1, osxsave = ecx >> 27 & 1, avx = ecx >> 28 & 1, f16c = ecx >> 29 & 1;
@@ -55,6 +62,8 @@ static uform_x86_features_t uform_x86_features(void) {
     unsigned max_subleaf = eax;
     bool avx2 = ebx >> 5 & 1, avx512f = ebx >> 16 & 1, avx512bw = ebx >> 30 & 1,
          avx512vl = ebx >> 31 & 1;
+    bool amx_bf16 = edx >> 22 & 1, amx_tile = edx >> 24 & 1;
+    bool os_tiles = (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
     bool bf16 = false;
     if (max_subleaf >= 1) {
         __cpuid_count(7, 1, eax, ebx, ecx, edx);
@@ -63,6 +72,7 @@ static uform_x86_features_t uform_x86_features(void) {
     features.avx2_fma = os_ymm && avx2 && fma && f16c;
     features.avx512 = features.avx2_fma && os_zmm && avx512f;
     features.avx512_bf16 = features.avx512 && avx512bw && avx512vl && bf16;
+    features.amx = features.avx512_bf16 && amx_bf16 && amx_tile && os_tiles;
     return features;
 }
 #endif
@@ -75,6 +85,10 @@ bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_HASWELL: return features.avx2_fma;
     case UFORM_CPU_CLASS_SKYLAKE: return features.avx512;
     case UFORM_CPU_CLASS_SAPPHIRE: return features.avx512_bf16;
+    case UFORM_CPU_CLASS_AMX:
+        /* the permission is per process and asking again is harmless */
+        return features.amx &&
+               syscall(SYS_arch_prctl, UFORM_ARCH_REQ_XCOMP_PERM, UFORM_XFEATURE_XTILEDATA) == 0;
     default: return false;
     }
 #elif defined(__aarch64__)
@@ -96,7 +110,8 @@ bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
 uform_cpu_class_t uform_cpu_class_best(void) {
     /* BF16 products first where the CPU has them (as SAPPHIRE on x86); on Arm
      * SVE before NEON: at 128 bits as fast, wider where the machine has more,
-     * and the same bits (neon.c, neon_bf16.c). */
+     * and the same bits (neon.c, neon_bf16.c). AMX is not in the list: it has
+     * never run on an AMX machine (amx.c), so only a pin chooses it. */
     static const uform_cpu_class_t order[] = {
         UFORM_CPU_CLASS_SAPPHIRE,  UFORM_CPU_CLASS_SKYLAKE,   UFORM_CPU_CLASS_HASWELL,
         UFORM_CPU_CLASS_SVE_BF16,  UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE,
@@ -113,6 +128,7 @@ const uform_cpu_kernels_t *uform_cpu_kernels_for(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_HASWELL: return &uform_cpu_kernels_haswell;
     case UFORM_CPU_CLASS_SKYLAKE: return &uform_cpu_kernels_skylake;
     case UFORM_CPU_CLASS_SAPPHIRE: return &uform_cpu_kernels_sapphire;
+    case UFORM_CPU_CLASS_AMX: return &uform_cpu_kernels_amx;
 #endif
 #if defined(__aarch64__)
     case UFORM_CPU_CLASS_NEON: return &uform_cpu_kernels_neon;
@@ -135,6 +151,7 @@ const char *uform_cpu_class_name(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_SVE: return "sve";
     case UFORM_CPU_CLASS_NEON_BF16: return "neon_bf16";
     case UFORM_CPU_CLASS_SVE_BF16: return "sve_bf16";
+    case UFORM_CPU_CLASS_AMX: return "amx";
     }
     return "unknown";
 }

@@ -26,6 +26,12 @@ static size_t uform_gemm_padded_k(uform_gemm_layout_t layout, size_t k) {
     return layout == UFORM_GEMM_PAIRS ? k + (k & 1) : k;
 }
 
+/* k as a class packs its BF16 weights: the layout's padding, or k_align's. */
+static size_t uform_gemm_class_k(const uform_gemm_class_t *gemm_class, size_t k) {
+    return gemm_class->k_align ? uform_round_up(k, gemm_class->k_align)
+                               : uform_gemm_padded_k(gemm_class->layout, k);
+}
+
 /* The layout an E4M3 matrix takes for a class: codes are decoded into a tile
  * before the kernels see them, PLAIN for the FP32 classes. */
 static uform_gemm_layout_t uform_gemm_e4m3_layout(const uform_gemm_class_t *gemm_class) {
@@ -79,7 +85,7 @@ uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class, const uint1
     UFORM_TRY(uform_gemm_check(gemm_class, n, k, packed, &panels));
     if (!weights) return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the weights are NULL");
     uform_gemm_layout_t layout = gemm_class->layout;
-    size_t kp = uform_gemm_padded_k(layout, k);
+    size_t kp = uform_gemm_class_k(gemm_class, k);
     UFORM_TRY(uform_gemm_allocate(packed, panels * nr * kp * sizeof(uint16_t)));
     uint16_t *data = packed->data;
     for (size_t panel = 0; panel < panels; panel++) {
@@ -295,9 +301,10 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
     const uform_gemm_job_t *job = context;
     const uform_gemm_class_t *gc = job->gemm_class;
     size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
-    size_t kp = uform_gemm_padded_k(gc->layout, k);
+    size_t kp = uform_gemm_class_k(gc, k);
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float)); /* the part the kernel reads */
+    if (gc->tasks_begin) gc->tasks_begin();
 
     for (size_t task = begin; task < end; task++) {
         size_t i0, i1, q0, q1;
@@ -310,6 +317,7 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
             uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
+    if (gc->tasks_end) gc->tasks_end();
 }
 
 /* E4M3 tasks: for each k block, the task's panels are decoded once into the

@@ -83,6 +83,14 @@ typedef struct {
     /* The E4M3 tile decoder (e4m3_decode.h): FP32 out for the FP32 classes,
      * BF16 for PAIRS; NULL: the portable one. */
     uform_e4m3_decode_fn_t decode_e4m3;
+    /* BF16 weights are packed with k padded with zeros to a multiple of this
+     * (0: what the layout needs, 2 for PAIRS): AMX reads whole tile steps. */
+    size_t k_align;
+    /* Per-thread state the kernels need (AMX: the tile configuration), set up
+     * before a thread runs its tasks of a product and released after; NULL:
+     * none. Not called for E4M3 matrices. */
+    void (*tasks_begin)(void);
+    void (*tasks_end)(void);
 } uform_gemm_class_t;
 
 /* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */

@@ -97,6 +97,7 @@ UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_serial;
 UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_haswell;
 UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_skylake;
 UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_sapphire;
+UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_amx;
 #endif
 #if defined(__aarch64__)
 UFORM_INTERNAL extern const uform_cpu_kernels_t uform_cpu_kernels_neon;

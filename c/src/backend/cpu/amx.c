@@ -1,0 +1,72 @@
+/* amx.c: the AMX class: SAPPHIRE's arithmetic (BF16 products of activations
+ * rounded to nearest even, FP32 sums) with the GEMMs on AMX tiles
+ * (TDPBF16PS, amx_kernel.h); attention and everything else as SAPPHIRE.
+ *
+ * Compiled, never run on an AMX machine: no machine this project was built on
+ * had one. Its packing, layouts and edges run in test_kernels under a C model
+ * of the four tile instructions (UFORM_AMX_EMULATE); the instructions, the
+ * tile configuration and the speed wait for an AMX machine. So the class is
+ * never chosen automatically: only a pinned cpu_class=AMX uses it.
+ *
+ * Each thread loads the tile configuration before its tasks of a product and
+ * releases the tiles after (uform_gemm_class_t's hooks): one LDTILECFG per
+ * thread and product, not one per kernel call. E4M3 matrices run SAPPHIRE's
+ * E4M3 kernels. */
+#include "backend/cpu/amx_kernel.h"
+#include "backend/cpu/kernels.h"
+
+#if defined(__x86_64__)
+
+/* LDTILECFG's 64 bytes: palette 1, every tile 16 rows of 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} uform_amx_config_t;
+
+static UFORM_AMX_TARGET void uform_amx_tasks_begin(void) {
+    _Alignas(64) uform_amx_config_t config;
+    memset(&config, 0, sizeof(config));
+    config.palette = 1;
+    for (size_t t = 0; t <= UFORM_AMX_B1_TILE; t++) {
+        config.rows[t] = UFORM_AMX_MR;
+        config.bytes_per_row[t] = UFORM_AMX_TILE_BYTES;
+    }
+    _tile_loadconfig(&config);
+}
+
+static UFORM_AMX_TARGET void uform_amx_tasks_end(void) { _tile_release(); }
+
+static const uform_gemm_class_t uform_amx_gemm =
+    UFORM_AMX_GEMM_CLASS(uform_amx_tasks_begin, uform_amx_tasks_end);
+
+static uform_status_t uform_amx_pack(const uint16_t *weights, size_t n, size_t k,
+                                     uform_packed_t *packed) {
+    return uform_gemm_pack(&uform_amx_gemm, weights, n, k, packed);
+}
+
+static uform_status_t uform_amx_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
+                                          size_t k, uform_packed_t *packed) {
+    return uform_cpu_kernels_sapphire.pack_e4m3(codes, scales, n, k, packed);
+}
+
+static void uform_amx_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
+                               const float *x, size_t x_stride, size_t m, const float *bias,
+                               uform_gemm_epilogue_t epilogue, float *y, size_t y_stride) {
+    if (w->scalar == UFORM_SCALAR_E4M3)
+        uform_cpu_kernels_sapphire.gemm(executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
+    else
+        uform_gemm_run(&uform_amx_gemm, executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
+}
+
+const uform_cpu_kernels_t uform_cpu_kernels_amx = {
+    .cpu_class = UFORM_CPU_CLASS_AMX,
+    .name = "amx",
+    .pack = uform_amx_pack,
+    .pack_e4m3 = uform_amx_pack_e4m3,
+    .gemm = uform_amx_gemm_run,
+    .attention = uform_attention_bf16,
+};
+
+#endif /* __x86_64__ */

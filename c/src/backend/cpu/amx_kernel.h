@@ -1,0 +1,257 @@
+/* amx_kernel.h: the AMX class's GEMM pieces (amx.c): the activation packing,
+ * the tile kernels and the gemm class of the shared driver (gemm.h).
+ *
+ * Written once over four tile operations, so the same source builds twice:
+ * amx.c with the instructions (tileloadd, tilestored, tilezero, tdpbf16ps)
+ * and tests/c/test_kernels.c with UFORM_AMX_EMULATE defined, where they are
+ * C functions over a thread-local tile file. The emulated build runs the
+ * class's packing, layouts, edges and the driver's tiling on any AVX-512 BF16
+ * machine; only the four instructions themselves need an AMX machine.
+ *
+ * Layouts. W is packed as SAPPHIRE packs it (PAIRS, 32 columns per panel: row
+ * p2 of a panel holds the pairs (W[c][2 p2], W[c][2 p2 + 1]) of its 32
+ * columns, 128 bytes), k padded with zeros to a multiple of 32: 16 pair rows
+ * of a panel's first or last 16 columns are exactly one B tile (16 rows of 64
+ * bytes, 128 bytes apart). A is packed row-major, as an A tile wants it: up to
+ * 16 rows, each the row's BF16 pairs along k (rounded as uform_f32_to_bf16),
+ * zero-padded to a multiple of 32 k and to 16 rows.
+ *
+ * Arithmetic. TDPBF16PS adds to each FP32 sum, pair after pair of k in order,
+ * the two products of a pair (each product of two BF16 is exact in FP32):
+ * every output is one chain over k in order whatever its row's slot in a
+ * tile, stored and reloaded between k blocks (exact), the bias added once at
+ * the end, so the determinism contract of kernels.h holds. The instructions
+ * treat subnormal inputs and results as zero, which SAPPHIRE does not: the two
+ * classes agree within the BF16 tolerance, not bit for bit. */
+#ifndef UFORM_CPU_AMX_KERNEL_H
+#define UFORM_CPU_AMX_KERNEL_H
+
+#if defined(__x86_64__)
+#include "backend/cpu/bf16_avx512.h"
+#include "backend/cpu/gemm.h"
+
+#include <immintrin.h>
+
+#define UFORM_AMX_MR 16          /* rows of a tile */
+#define UFORM_AMX_NR 32          /* columns per W panel: two 16-column C tiles */
+#define UFORM_AMX_K_STEP 32      /* k per tile step: 16 pairs, 64 bytes of a tile row */
+#define UFORM_AMX_WIDE 2         /* panels per wide kernel call: 4 C tiles */
+#define UFORM_AMX_TILE_BYTES 64  /* bytes per tile row (every tile: 16 rows of 64 bytes) */
+
+/* Tiles: 0-3 the sums (two per panel), 4 the A step, 5 and 6 a panel's B step. */
+#define UFORM_AMX_A_TILE 4
+#define UFORM_AMX_B0_TILE 5
+#define UFORM_AMX_B1_TILE 6
+
+#if defined(UFORM_AMX_EMULATE)
+/* ---- the tile instructions in C (tests only) ----------------------------- */
+
+#include <math.h>
+#include <string.h>
+
+#define UFORM_AMX_TARGET UFORM_SAPPHIRE_TARGET
+static _Thread_local unsigned char uform_amx_tile_file[8][UFORM_AMX_MR][UFORM_AMX_TILE_BYTES];
+
+static void uform_amx_emulated_zero(int t) { memset(uform_amx_tile_file[t], 0, sizeof(uform_amx_tile_file[t])); }
+static void uform_amx_emulated_load(int t, const void *base, size_t stride) {
+    for (size_t r = 0; r < UFORM_AMX_MR; r++)
+        memcpy(uform_amx_tile_file[t][r], (const unsigned char *)base + r * stride, UFORM_AMX_TILE_BYTES);
+}
+static void uform_amx_emulated_store(int t, void *base, size_t stride) {
+    for (size_t r = 0; r < UFORM_AMX_MR; r++)
+        memcpy((unsigned char *)base + r * stride, uform_amx_tile_file[t][r], UFORM_AMX_TILE_BYTES);
+}
+static float uform_amx_emulated_bf16(const unsigned char *row, size_t index) {
+    uint16_t bits;
+    memcpy(&bits, row + 2 * index, sizeof(bits));
+    return uform_bf16_to_f32(bits);
+}
+/* The SDM's TDPBF16PS: for each row m, pair k in order, column n:
+ * c[m][n] += a[m][2k] b[k][2n], then += a[m][2k + 1] b[k][2n + 1]. */
+static void uform_amx_emulated_dp(int c, int a, int b) {
+    for (size_t m = 0; m < UFORM_AMX_MR; m++) {
+        float sums[16];
+        memcpy(sums, uform_amx_tile_file[c][m], sizeof(sums));
+        for (size_t k = 0; k < 16; k++)
+            for (size_t n = 0; n < 16; n++) {
+                float a0 = uform_amx_emulated_bf16(uform_amx_tile_file[a][m], 2 * k);
+                float a1 = uform_amx_emulated_bf16(uform_amx_tile_file[a][m], 2 * k + 1);
+                float b0 = uform_amx_emulated_bf16(uform_amx_tile_file[b][k], 2 * n);
+                float b1 = uform_amx_emulated_bf16(uform_amx_tile_file[b][k], 2 * n + 1);
+                sums[n] = fmaf(a0, b0, sums[n]);
+                sums[n] = fmaf(a1, b1, sums[n]);
+            }
+        memcpy(uform_amx_tile_file[c][m], sums, sizeof(sums));
+    }
+}
+#define UFORM_AMX_ZERO(t) uform_amx_emulated_zero(t)
+#define UFORM_AMX_LOAD(t, base, stride) uform_amx_emulated_load(t, base, stride)
+#define UFORM_AMX_STORE(t, base, stride) uform_amx_emulated_store(t, base, stride)
+#define UFORM_AMX_DP(c, a, b) uform_amx_emulated_dp(c, a, b)
+#else
+/* ---- the instructions ------------------------------------------------------ */
+
+#define UFORM_AMX_TARGET \
+    __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+#define UFORM_AMX_ZERO(t) _tile_zero(t)
+#define UFORM_AMX_LOAD(t, base, stride) _tile_loadd(t, base, (long)(stride))
+#define UFORM_AMX_STORE(t, base, stride) _tile_stored(t, base, (long)(stride))
+#define UFORM_AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+#endif
+
+/* GCC's tileloadd is an asm statement that does not say it reads memory:
+ * this orders the stores that fill a buffer before the loads that read it. */
+#define UFORM_AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
+
+/* k rounded up to whole tile steps. */
+static inline size_t uform_amx_padded_k(size_t kc) {
+    return (kc + UFORM_AMX_K_STEP - 1) / UFORM_AMX_K_STEP * UFORM_AMX_K_STEP;
+}
+
+/* a[r * padded / 2 + p2] = bf16(x[r, 2 p2]) | bf16(x[r, 2 p2 + 1]) << 16 for
+ * r < 16 and k padded to whole steps; rows past `rows` and k past kc zero. */
+static UFORM_SAPPHIRE_TARGET void uform_amx_pack_a(const float *x, size_t x_stride, size_t rows,
+                                                   size_t kc, void *a) {
+    size_t words = uform_amx_padded_k(kc) / 2;
+    uint32_t *dst = a;
+    for (size_t r = 0; r < UFORM_AMX_MR; r++) {
+        uint32_t *row = dst + r * words;
+        if (r >= rows) {
+            memset(row, 0, words * sizeof(uint32_t));
+            continue;
+        }
+        const float *source = x + r * x_stride;
+        size_t p = 0;
+        for (; p + 32 <= kc; p += 32) _mm512_storeu_si512(row + p / 2, uform_bf16_pairs32(source + p));
+        for (; p < 2 * words; p += 2) {
+            uint32_t low = p < kc ? uform_f32_to_bf16(source[p]) : 0;
+            uint32_t high = p + 1 < kc ? uform_f32_to_bf16(source[p + 1]) : 0;
+            row[p / 2] = low | high << 16;
+        }
+    }
+}
+
+/* One panel's tile step s: its two B tiles (columns 0-15 and 16-31 of 16 pair
+ * rows) against the A tile, into sum tiles C0 and C1 (literal numbers: the
+ * instructions name their tiles in the asm text). */
+#define UFORM_AMX_PANEL_STEP(panel, s, C0, C1)                                                  \
+    do {                                                                                        \
+        const uint16_t *step_b = (panel) + (s) * 16 * 2 * UFORM_AMX_NR;                        \
+        UFORM_AMX_LOAD(UFORM_AMX_B0_TILE, step_b, 2 * UFORM_AMX_NR * sizeof(uint16_t));       \
+        UFORM_AMX_LOAD(UFORM_AMX_B1_TILE, step_b + UFORM_AMX_NR, 2 * UFORM_AMX_NR * sizeof(uint16_t)); \
+        UFORM_AMX_DP(C0, UFORM_AMX_A_TILE, UFORM_AMX_B0_TILE);                                  \
+        UFORM_AMX_DP(C1, UFORM_AMX_A_TILE, UFORM_AMX_B1_TILE);                              \
+    } while (0)
+
+/* c[rows, 32 panels] = (first ? 0 : c) + a . b over kc (whole steps: the
+ * padding adds zeros), then + bias. Full tiles of 16 rows load and store c in
+ * place; fewer rows go through a 16-row buffer. The tile configuration is the
+ * driver's (amx.c, uform_amx_tasks_begin). */
+static inline __attribute__((always_inline)) UFORM_AMX_TARGET void
+uform_amx_kernel(size_t rows, size_t panels, size_t kc, const void *a_panel, const void *b_panel,
+                 size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
+    const unsigned char *a = a_panel;
+    const uint16_t *b = b_panel;
+    size_t steps = uform_amx_padded_k(kc) / UFORM_AMX_K_STEP, a_row_bytes = steps * UFORM_AMX_TILE_BYTES;
+    size_t cols = UFORM_AMX_NR * panels, tiles = 2 * panels;
+    _Alignas(64) float buffer[UFORM_AMX_MR * UFORM_AMX_NR * UFORM_AMX_WIDE];
+    bool in_place = rows == UFORM_AMX_MR;
+    float *out = in_place ? c : buffer;
+    size_t out_stride = in_place ? c_stride : UFORM_AMX_NR * UFORM_AMX_WIDE;
+    if (!in_place)
+        for (size_t r = 0; r < UFORM_AMX_MR; r++)
+            for (size_t j = 0; j < cols; j++)
+                buffer[r * out_stride + j] = !first && r < rows ? c[r * c_stride + j] : 0.0f;
+    UFORM_AMX_MEMORY_BARRIER();
+    if (in_place && first) {
+        UFORM_AMX_ZERO(0);
+        UFORM_AMX_ZERO(1);
+        if (tiles > 2) {
+            UFORM_AMX_ZERO(2);
+            UFORM_AMX_ZERO(3);
+        }
+    } else {
+        size_t row_bytes = out_stride * sizeof(float);
+        UFORM_AMX_LOAD(0, out, row_bytes);
+        UFORM_AMX_LOAD(1, out + 16, row_bytes);
+        if (tiles > 2) {
+            UFORM_AMX_LOAD(2, out + 32, row_bytes);
+            UFORM_AMX_LOAD(3, out + 48, row_bytes);
+        }
+    }
+    for (size_t s = 0; s < steps; s++) {
+        UFORM_AMX_LOAD(UFORM_AMX_A_TILE, a + s * UFORM_AMX_TILE_BYTES, a_row_bytes);
+        UFORM_AMX_PANEL_STEP(b, s, 0, 1);
+        if (tiles > 2) UFORM_AMX_PANEL_STEP(b + b_stride, s, 2, 3);
+    }
+    size_t row_bytes = out_stride * sizeof(float);
+    UFORM_AMX_STORE(0, out, row_bytes);
+    UFORM_AMX_STORE(1, out + 16, row_bytes);
+    if (tiles > 2) {
+        UFORM_AMX_STORE(2, out + 32, row_bytes);
+        UFORM_AMX_STORE(3, out + 48, row_bytes);
+    }
+    UFORM_AMX_MEMORY_BARRIER();
+    size_t kept = in_place ? UFORM_AMX_MR : rows;
+    if (bias)
+        for (size_t r = 0; r < kept; r++)
+            for (size_t j = 0; j < cols; j++) out[r * out_stride + j] += bias[j];
+    if (!in_place)
+        for (size_t r = 0; r < rows; r++)
+            memcpy(c + r * c_stride, buffer + r * out_stride, cols * sizeof(float));
+}
+
+#define UFORM_AMX_KERNEL(R, P)                                                                  \
+    static UFORM_AMX_TARGET void uform_amx_kernel_##R##x##P(                                    \
+        size_t kc, const void *a, const void *b, size_t b_stride, float *c, size_t c_stride,    \
+        int first, const float *bias) {                                                         \
+        uform_amx_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);                   \
+    }
+#define UFORM_AMX_KERNELS(R) UFORM_AMX_KERNEL(R, 1) UFORM_AMX_KERNEL(R, 2)
+UFORM_AMX_KERNELS(1)
+UFORM_AMX_KERNELS(2)
+UFORM_AMX_KERNELS(3)
+UFORM_AMX_KERNELS(4)
+UFORM_AMX_KERNELS(5)
+UFORM_AMX_KERNELS(6)
+UFORM_AMX_KERNELS(7)
+UFORM_AMX_KERNELS(8)
+UFORM_AMX_KERNELS(9)
+UFORM_AMX_KERNELS(10)
+UFORM_AMX_KERNELS(11)
+UFORM_AMX_KERNELS(12)
+UFORM_AMX_KERNELS(13)
+UFORM_AMX_KERNELS(14)
+UFORM_AMX_KERNELS(15)
+UFORM_AMX_KERNELS(16)
+
+/* The driver's view of the class, less the tile configuration hooks (amx.c
+ * sets them; the emulation needs none). */
+#define UFORM_AMX_GEMM_CLASS(BEGIN, END)                                                        \
+    {                                                                                           \
+        .mr = UFORM_AMX_MR,                                                                     \
+        .nr = UFORM_AMX_NR,                                                                     \
+        .kc = 512, /* 16 rows x 512 k of BF16: the 16 KiB A panel of gemm.h */                  \
+        .a_bytes = 2,                                                                           \
+        .layout = UFORM_GEMM_PAIRS,                                                             \
+        .k_align = UFORM_AMX_K_STEP,                                                            \
+        .pack_a = uform_amx_pack_a,                                                             \
+        .kernels = {NULL, uform_amx_kernel_1x1, uform_amx_kernel_2x1, uform_amx_kernel_3x1,     \
+                    uform_amx_kernel_4x1, uform_amx_kernel_5x1, uform_amx_kernel_6x1,           \
+                    uform_amx_kernel_7x1, uform_amx_kernel_8x1, uform_amx_kernel_9x1,           \
+                    uform_amx_kernel_10x1, uform_amx_kernel_11x1, uform_amx_kernel_12x1,        \
+                    uform_amx_kernel_13x1, uform_amx_kernel_14x1, uform_amx_kernel_15x1,        \
+                    uform_amx_kernel_16x1},                                                     \
+        .wide_panels = UFORM_AMX_WIDE,                                                          \
+        .wide = {NULL, uform_amx_kernel_1x2, uform_amx_kernel_2x2, uform_amx_kernel_3x2,        \
+                 uform_amx_kernel_4x2, uform_amx_kernel_5x2, uform_amx_kernel_6x2,              \
+                 uform_amx_kernel_7x2, uform_amx_kernel_8x2, uform_amx_kernel_9x2,              \
+                 uform_amx_kernel_10x2, uform_amx_kernel_11x2, uform_amx_kernel_12x2,           \
+                 uform_amx_kernel_13x2, uform_amx_kernel_14x2, uform_amx_kernel_15x2,           \
+                 uform_amx_kernel_16x2},                                                        \
+        .tasks_begin = BEGIN,                                                                   \
+        .tasks_end = END,                                                                       \
+    }
+
+#endif /* __x86_64__ */
+#endif /* UFORM_CPU_AMX_KERNEL_H */
