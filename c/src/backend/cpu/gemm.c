@@ -408,20 +408,25 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
     /* Waking the pool costs about as much as 1M multiply-adds (tens of us):
      * smaller products run on the calling thread alone. */
     double macs = (double)m * (double)w->n * (double)w->k;
-    if (!(executor && threads > 1 && macs >= 1048576.0)) {
-        task(&job, 0, tasks, 0);
-        return;
-    }
-    /* Tasks side by side across n would each pack the same rows of A (4 to 8
-     * times for one text's up projection): pack every panel once first, in
-     * parallel, where that buffer is small. If it cannot be had, the tasks
-     * pack their own; the panels and so the results are the same. */
+    bool parallel = executor && threads > 1 && macs >= 1048576.0;
+    /* Tasks side by side across n would each pack the same rows of A (3 to 8
+     * times for one text's projections, on one thread as on several): pack
+     * every panel once first, in parallel when the pool runs the product,
+     * where that buffer is small and the product is not. If it cannot be had,
+     * the tasks pack their own; the panels and so the results are the same. */
     job.k_blocks = (w->k + job.kc - 1) / job.kc;
     size_t slots = (m + mr - 1) / mr * job.k_blocks;
-    if (job.n_blocks > 1 && slots <= UFORM_GEMM_PACKED_A_MAX / UFORM_GEMM_A_BYTES) {
+    if (job.n_blocks > 1 && macs >= 1048576.0 &&
+        slots <= UFORM_GEMM_PACKED_A_MAX / UFORM_GEMM_A_BYTES) {
         job.packed_a = aligned_alloc(64, slots * UFORM_GEMM_A_BYTES);
-        if (job.packed_a) uform_parallel_for(executor, slots, 1, uform_gemm_pack_task, &job);
+        if (job.packed_a && parallel)
+            uform_parallel_for(executor, slots, 1, uform_gemm_pack_task, &job);
+        else if (job.packed_a)
+            uform_gemm_pack_task(&job, 0, slots, 0);
     }
-    uform_parallel_for(executor, tasks, 1, task, &job);
+    if (parallel)
+        uform_parallel_for(executor, tasks, 1, task, &job);
+    else
+        task(&job, 0, tasks, 0);
     free(job.packed_a);
 }
