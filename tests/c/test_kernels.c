@@ -673,31 +673,14 @@ static void test_bf16_conversions(void) {}
 
 static const uform_gemm_class_t amx_emulated_gemm = UFORM_AMX_GEMM_CLASS(NULL, NULL);
 
-static uform_status_t amx_emulated_pack(const uint16_t *weights, size_t n, size_t k,
-                                        uform_packed_t *packed) {
-    return uform_gemm_pack(&amx_emulated_gemm, weights, n, k, packed);
-}
-
-static uform_status_t amx_emulated_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
-                                             size_t k, uform_packed_t *packed) {
-    return uform_cpu_kernels_amx.pack_e4m3(codes, scales, n, k, packed);
-}
-
-static void amx_emulated_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
-                                  const float *x, size_t x_stride, size_t m, const float *bias,
-                                  uform_gemm_epilogue_t epilogue, float *y, size_t y_stride) {
-    if (w->scalar == UFORM_SCALAR_E4M3)
-        uform_cpu_kernels_amx.gemm(executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
-    else
-        uform_gemm_run(&amx_emulated_gemm, executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
-}
+UFORM_AMX_TABLE_FUNCTIONS(amx_emulated_gemm)
 
 static const uform_cpu_kernels_t amx_emulated = {
     .cpu_class = UFORM_CPU_CLASS_AMX,
     .name = "amx (emulated tiles)",
-    .pack = amx_emulated_pack,
-    .pack_e4m3 = amx_emulated_pack_e4m3,
-    .gemm = amx_emulated_gemm_run,
+    .pack = uform_amx_pack,
+    .pack_e4m3 = uform_amx_pack_e4m3,
+    .gemm = uform_amx_gemm_run,
     .attention = uform_attention_bf16,
 };
 

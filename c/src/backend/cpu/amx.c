@@ -41,24 +41,7 @@ static UFORM_AMX_TARGET void uform_amx_tasks_end(void) { _tile_release(); }
 static const uform_gemm_class_t uform_amx_gemm =
     UFORM_AMX_GEMM_CLASS(uform_amx_tasks_begin, uform_amx_tasks_end);
 
-static uform_status_t uform_amx_pack(const uint16_t *weights, size_t n, size_t k,
-                                     uform_packed_t *packed) {
-    return uform_gemm_pack(&uform_amx_gemm, weights, n, k, packed);
-}
-
-static uform_status_t uform_amx_pack_e4m3(const uint8_t *codes, const float *scales, size_t n,
-                                          size_t k, uform_packed_t *packed) {
-    return uform_cpu_kernels_sapphire.pack_e4m3(codes, scales, n, k, packed);
-}
-
-static void uform_amx_gemm_run(uform_executor_t *executor, const uform_packed_t *w,
-                               const float *x, size_t x_stride, size_t m, const float *bias,
-                               uform_gemm_epilogue_t epilogue, float *y, size_t y_stride) {
-    if (w->scalar == UFORM_SCALAR_E4M3)
-        uform_cpu_kernels_sapphire.gemm(executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
-    else
-        uform_gemm_run(&uform_amx_gemm, executor, w, x, x_stride, m, bias, epilogue, y, y_stride);
-}
+UFORM_AMX_TABLE_FUNCTIONS(uform_amx_gemm)
 
 const uform_cpu_kernels_t uform_cpu_kernels_amx = {
     .cpu_class = UFORM_CPU_CLASS_AMX,

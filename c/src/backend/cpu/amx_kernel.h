@@ -253,5 +253,29 @@ UFORM_AMX_KERNELS(16)
         .tasks_end = END,                                                                       \
     }
 
+/* The class table's pack, pack_e4m3 and gemm over a gemm class (amx.c's, or
+ * the test's emulated one): BF16 matrices on the tiles, E4M3 matrices packed
+ * for and run on SAPPHIRE's kernels. */
+#define UFORM_AMX_TABLE_FUNCTIONS(GEMM_CLASS)                                                   \
+    static uform_status_t uform_amx_pack(const uint16_t *weights, size_t n, size_t k,           \
+                                         uform_packed_t *packed) {                              \
+        return uform_gemm_pack(&(GEMM_CLASS), weights, n, k, packed);                           \
+    }                                                                                           \
+    static uform_status_t uform_amx_pack_e4m3(const uint8_t *codes, const float *scales,        \
+                                              size_t n, size_t k, uform_packed_t *packed) {     \
+        return uform_cpu_kernels_sapphire.pack_e4m3(codes, scales, n, k, packed);               \
+    }                                                                                           \
+    static void uform_amx_gemm_run(uform_executor_t *executor, const uform_packed_t *w,         \
+                                   const float *x, size_t x_stride, size_t m,                   \
+                                   const float *bias, uform_gemm_epilogue_t epilogue, float *y, \
+                                   size_t y_stride) {                                           \
+        if (w->scalar == UFORM_SCALAR_E4M3)                                                     \
+            uform_cpu_kernels_sapphire.gemm(executor, w, x, x_stride, m, bias, epilogue, y,     \
+                                            y_stride);                                          \
+        else                                                                                    \
+            uform_gemm_run(&(GEMM_CLASS), executor, w, x, x_stride, m, bias, epilogue, y,       \
+                           y_stride);                                                           \
+    }
+
 #endif /* __x86_64__ */
 #endif /* UFORM_CPU_AMX_KERNEL_H */

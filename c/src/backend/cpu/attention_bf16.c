@@ -51,18 +51,8 @@ uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded
  * scalef does. */
 static inline __attribute__((always_inline)) UFORM_BF16_TARGET __m512
 uform_bf16_exp_nonpositive(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(UFORM_EXP_LOW));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(UFORM_EXP_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(UFORM_EXP_LN2_HIGH), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(UFORM_EXP_LN2_LOW), r);
-    __m512 p = _mm512_set1_ps(UFORM_EXP_P0);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P5));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 n;
+    __m512 p = uform_fast_exp512_parts(_mm512_max_ps(x, _mm512_set1_ps(UFORM_EXP_LOW)), &n);
     return _mm512_scalef_ps(p, n);
 }
 
