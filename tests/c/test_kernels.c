@@ -607,6 +607,61 @@ static void test_gelu_vectors(void) {
     free(y);
 }
 
+/* Layer norm (rows.c) against its chain written out in scalar steps: 16 lane
+ * partial sums (lane l: elements l, l + 16, ... in order) added in lane order,
+ * mean = sum / width, the squares' lanes the same way, 1 / sqrt(variance +
+ * 1e-5), y = (x - mean) * inverse * weight + bias; bit for bit, for widths of
+ * whole vectors (the AVX-512 path where the CPU has it) and others, on 1 and 3
+ * threads, for row counts around the 16-row blocks. */
+static void oracle_layer_norm_row(const float *x, size_t width, const float *weight,
+                                  const float *bias, float *y, float *mean_out, float *rstd_out) {
+    float partial[16] = {0}, squares[16] = {0}, sum = 0, variance = 0;
+    for (size_t i = 0; i < width; i++) partial[i % 16] += x[i];
+    for (size_t l = 0; l < 16; l++) sum += partial[l];
+    float mean = sum / (float)width;
+    for (size_t i = 0; i < width; i++) {
+        float d = x[i] - mean;
+        squares[i % 16] += d * d;
+    }
+    for (size_t l = 0; l < 16; l++) variance += squares[l];
+    variance /= (float)width;
+    float inverse = 1.0f / sqrtf(variance + 1e-5f);
+    for (size_t i = 0; i < width; i++) y[i] = (x[i] - mean) * inverse * weight[i] + bias[i];
+    *mean_out = mean;
+    *rstd_out = inverse;
+}
+
+static void test_layer_norm_bits(uform_executor_t **executors) {
+    static const size_t widths[] = {16, 48, 512, 50, 7};
+    static const size_t row_counts[] = {1, 15, 16, 17, 40, 100};
+    for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++)
+        for (size_t c = 0; c < sizeof(row_counts) / sizeof(row_counts[0]); c++) {
+            size_t width = widths[w], rows = row_counts[c];
+            float *x = xmalloc(rows * width * sizeof(float)), *y = xmalloc(rows * width * sizeof(float));
+            float *expected = xmalloc(rows * width * sizeof(float));
+            float *weight = xmalloc(width * sizeof(float)), *bias = xmalloc(width * sizeof(float));
+            float mean[100], rstd[100], expected_mean[100], expected_rstd[100];
+            for (size_t i = 0; i < rows * width; i++)
+                x[i] = rng_float() * (i % 7 == 0 ? 100.0f : 1.0f) + (i % 5 == 0 ? 3.0f : 0.0f);
+            for (size_t i = 0; i < width; i++) {
+                weight[i] = 1.0f + rng_float();
+                bias[i] = rng_float();
+            }
+            for (size_t r = 0; r < rows; r++)
+                oracle_layer_norm_row(x + r * width, width, weight, bias, expected + r * width,
+                                      &expected_mean[r], &expected_rstd[r]);
+            for (size_t e = 0; e < 3; e += 2) {
+                uform_layer_norm_forward(executors[e], x, rows, width, weight, bias, y, mean, rstd);
+                CHECK(memcmp(y, expected, rows * width * sizeof(float)) == 0 &&
+                          memcmp(mean, expected_mean, rows * sizeof(float)) == 0 &&
+                          memcmp(rstd, expected_rstd, rows * sizeof(float)) == 0,
+                      "layer norm of %zu rows of %zu on %zu threads differs from its chain", rows,
+                      width, e + 1);
+            }
+            free(x), free(y), free(expected), free(weight), free(bias);
+        }
+}
+
 #if defined(__x86_64__)
 /* The SAPPHIRE class's BF16 rounding of activations (bf16_avx512.h): one
  * vcvtne2ps2bf16 per 32 floats, the integer rounding where a subnormal is
@@ -703,6 +758,7 @@ int main(int argc, char **argv) {
             printf("executor: %s\n", uform_last_error());
             return 1;
         }
+    test_layer_norm_bits(executors);
     static const uform_cpu_class_t classes[] = {UFORM_CPU_CLASS_SERIAL, UFORM_CPU_CLASS_HASWELL,
                                                 UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE,
                                                 UFORM_CPU_CLASS_NEON, UFORM_CPU_CLASS_SVE,
