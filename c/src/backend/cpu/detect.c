@@ -27,12 +27,14 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
 
 /* Linux: a process asks once for the right to use AMX's tile data. */
 #define UFORM_ARCH_REQ_XCOMP_PERM 0x1023
 #define UFORM_XFEATURE_XTILEDATA 18
+#endif
 
 typedef struct {
     bool avx2_fma;     /* AVX, AVX2, FMA, F16C (every AVX2 CPU has it), and the OS saves YMM */
@@ -86,9 +88,13 @@ bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
     case UFORM_CPU_CLASS_SKYLAKE: return features.avx512;
     case UFORM_CPU_CLASS_SAPPHIRE: return features.avx512_bf16;
     case UFORM_CPU_CLASS_AMX:
+#if defined(__linux__)
         /* the permission is per process and asking again is harmless */
         return features.amx &&
                syscall(SYS_arch_prctl, UFORM_ARCH_REQ_XCOMP_PERM, UFORM_XFEATURE_XTILEDATA) == 0;
+#else
+        return false; /* how another OS grants the tile state is not written yet */
+#endif
     default: return false;
     }
 #elif defined(__aarch64__)
