@@ -3,6 +3,13 @@
 Used by bench/conftest.py + bench/test_text_encode_bench.py (pytest-benchmark) and by
 bench/report.py (writes docs/benchmarks.md). UFORM_BENCH_QUICK=1 shrinks everything for
 a smoke run; UFORM_BENCH_ROUNDS overrides the number of timed rounds.
+
+UFORM_BENCH_ISA=avx2 runs an AVX-512 machine as an AVX2 one, both sides limited to AVX2 + FMA:
+torch through ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2
+(set here, before torch is imported), uform by pinning the HASWELL class (Model.load_ram and
+Trainer.init_ram's cpu_class), torch BF16 autocast off. A proxy, not an AVX2 machine: the core,
+its caches and memory stay what they are, and uform's row functions (layer norm, GELU's
+backward, rotary) choose their vectors by the CPU, not by the pin.
 """
 from __future__ import annotations
 
@@ -16,6 +23,13 @@ ROOT = os.path.dirname(BENCH)
 for _path in (os.path.join(ROOT, "tests"), ROOT, BENCH):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+AVX2_PROXY = os.environ.get("UFORM_BENCH_ISA", "").lower() == "avx2"
+AVX2_PROXY_TORCH = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+if AVX2_PROXY:
+    for _name, _value in AVX2_PROXY_TORCH.items():
+        os.environ.setdefault(_name, _value)   # read when torch and its libraries load
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -59,11 +73,26 @@ def native_bf16() -> bool:
 # torch BF16 autocast runs where the CPU has BF16 arithmetic; elsewhere it emulates BF16,
 # is far slower than FP32 (over 20 minutes of a `make bench` on a 2-core AVX2 EPYC) and is
 # no one's choice, so FP32 is torch's fastest mode there. UFORM_BENCH_TORCH_BF16=1 forces it.
-TORCH_BF16 = native_bf16() or os.environ.get("UFORM_BENCH_TORCH_BF16", "") not in ("", "0")
+TORCH_BF16 = ((native_bf16() and not AVX2_PROXY)
+              or os.environ.get("UFORM_BENCH_TORCH_BF16", "") not in ("", "0"))
 TORCH_BF16_SKIPPED = ("" if TORCH_BF16 else
                       "torch BF16 autocast is not run: this CPU has no BF16 arithmetic (no "
-                      "avx512_bf16, amx_bf16 or Arm bf16), where torch's fastest CPU mode is FP32 "
+                      "avx512_bf16, amx_bf16 or Arm bf16)" + (" in the AVX2 proxy" if AVX2_PROXY else "")
+                      + ", where torch's fastest CPU mode is FP32 "
                       "(UFORM_BENCH_TORCH_BF16=1 runs it anyway)")
+# The class uform runs when the benchmarks leave the choice to it: HASWELL in the AVX2 proxy.
+UFORM_AUTO_CLASS = uform.CPUClass.HASWELL if AVX2_PROXY else None
+
+
+def proxy_note() -> str:
+    """The report's setup line for UFORM_BENCH_ISA=avx2, empty otherwise."""
+    if not AVX2_PROXY:
+        return ""
+    limits = ", ".join(f"{k}={os.environ.get(k)}" for k in AVX2_PROXY_TORCH)
+    return ("- **AVX2 proxy** (`UFORM_BENCH_ISA=avx2`): this CPU's AVX-512 left unused by both sides: "
+            f"torch with {limits}, BF16 autocast off; uform pinned to HASWELL (AVX2 + FMA). The core, "
+            "its caches and memory are this machine's, not an AVX2 server's, and uform's layer norm, "
+            "GELU backward and rotary still pick AVX-512 by the CPU (a few percent of the work).")
 
 
 class Workload(NamedTuple):
@@ -158,8 +187,8 @@ def contenders(path: str, threads: int) -> list[Contender]:
     """uform auto (SAPPHIRE here), uform pinned SKYLAKE (FP32), torch BF16 autocast, torch FP32."""
     executor = uform.Executor.for_ram(threads)
     assert executor.threads == threads, (executor.threads, threads)
-    found = [uform_contender(path, executor, None, "uform-auto")]
-    if found[0] is not None and found[0].uform_class != "SKYLAKE":
+    found = [uform_contender(path, executor, UFORM_AUTO_CLASS, "uform-auto")]
+    if found[0] is not None and found[0].uform_class not in ("SKYLAKE", "HASWELL"):
         found.append(uform_contender(path, executor, uform.CPUClass.SKYLAKE, "uform-skylake"))
     torch_model = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=TORCH_MINI_BATCH)
     if TORCH_BF16:

@@ -225,6 +225,8 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
     out("## Setup\n")
     out(f"- Machine: {cpu_model()}; {os.cpu_count()} logical CPUs, this process may use {THREADS}; "
         f"flags: {', '.join(cpu_flags()) or 'n/a'}.")
+    if harness.proxy_note():
+        out(harness.proxy_note())
     out(f"- Python {platform.python_version()}, torch {torch.__version__} ({torch_backends()}), "
         f"numpy {np.__version__}.")
     out(f"- Threads: {THREADS} for both: uform `Executor.for_ram({THREADS})`, torch "
@@ -344,15 +346,16 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
     out("## Share of the machine's GEMM peak\n")
     bf16_peak = peaks.get("all", {}).get("bf16") if peaks else None
     fp32_peak = peaks.get("all", {}).get("fp32") if peaks else None
-    if peaks and not bf16_peak:
-        # an AVX2 machine (HASWELL): no BF16 arithmetic, the FP32 peak is the ymm FMA loop's
+    if peaks and (not bf16_peak or harness.AVX2_PROXY):
+        # an AVX2 machine (HASWELL) or the AVX2 proxy: the FP32 peak is the ymm FMA loop's
         one = peaks["one"]
         fp32_peak = peaks["all"].get("avx2")
         out(f"Peak from `bench/gemm_bench.c` ({peak_source}): a register-only loop of 12 independent "
             f"`vfmadd` on ymm registers (FP32, 16 flops each), no loads. One core alone: "
             f"{one.get('avx2', float('nan')):.1f} GFLOP/s; {THREADS} copies at once (the cores we use, "
-            f"summed): **FP32 {fp32_peak or float('nan'):.1f} GFLOP/s**, the peak used below. This CPU "
-            f"has no BF16 arithmetic, so there is no BF16 peak.\n")
+            f"summed): **FP32 {fp32_peak or float('nan'):.1f} GFLOP/s**, the peak used below. "
+            + ("The AVX2 proxy leaves BF16 arithmetic unused, so there is no BF16 peak.\n"
+               if harness.AVX2_PROXY else "This CPU has no BF16 arithmetic, so there is no BF16 peak.\n"))
     elif peaks:
         one = peaks["one"]
         out(f"Peaks from `bench/gemm_bench.c` ({peak_source}): register-only loops of independent "

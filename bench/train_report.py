@@ -4,6 +4,9 @@
     python3 bench/train_report.py                              # writes docs/benchmarks-training.md
     python3 bench/train_report.py --output -                   # prints the page instead
     UFORM_BENCH_QUICK=1 python3 bench/train_report.py          # smoke run, prints, writes nothing
+    UFORM_BENCH_ISA=avx2 python3 bench/train_report.py --output docs/benchmarks-training-avx2-proxy.md
+                                                               # an AVX-512 machine run as an AVX2 one
+                                                               # (bench/harness.py says how)
 
 The issue's workload: a depth-4, hidden-256 model, the JOINT objective (masked text +
 BALANCED contrastive over bags), 64 texts of 256 bytes = 64 rows x 256 columns per step.
@@ -87,7 +90,7 @@ def new_uform_trainer(threads: int) -> "uform.Trainer":
     executor = uform.Executor.for_ram(threads)
     assert executor.threads == threads, (executor.threads, threads)
     return uform.Trainer.init_ram(executor, objective=uform.Objective.JOINT, batch=batch_shape(),
-                                  seed=TRAINER_SEED, **SHAPE)
+                                  seed=TRAINER_SEED, cpu_class=harness.UFORM_AUTO_CLASS, **SHAPE)
 
 
 def prepared_batches(count: int, context: int) -> list[TrainingBatch]:
@@ -121,7 +124,8 @@ def contenders(directory: str, threads: int, steps: int, keys=("uform", "torch-f
         def uform_step() -> StepLosses:
             trainer.step(modalities, data, bags=pairs, stats=stats)
             return StepLosses(stats.loss, stats.masked_text_loss, stats.contrastive_loss, stats.learning_rate)
-        found.append(Contender("uform", "uform Trainer.init_ram (FP32)", uform_step))
+        pin = f", {harness.UFORM_AUTO_CLASS.name}" if harness.UFORM_AUTO_CLASS else ""
+        found.append(Contender("uform", f"uform Trainer.init_ram (FP32{pin})", uform_step))
 
     def torch_contender(key: str, label: str, autocast: bool) -> Contender:
         model = BatchedTrainingModel.from_trainer_save(path)
@@ -185,6 +189,8 @@ def write_report(found: list[Contender], results: dict, facts: dict, warmup: int
     out("## Setup\n")
     out(f"- Machine: {cpu_model()}; {os.cpu_count()} logical CPUs, this process may use {THREADS}; "
         f"flags: {', '.join(cpu_flags()) or 'n/a'}.")
+    if harness.proxy_note():
+        out(harness.proxy_note())
     out(f"- Python {platform.python_version()}, torch {torch.__version__} ({torch_backends()}), "
         f"numpy {np.__version__}.")
     out(f"- Threads: {THREADS} for both: uform `Executor.for_ram({THREADS})`, torch "

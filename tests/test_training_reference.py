@@ -121,6 +121,68 @@ def test_loss_and_gradients_match_autograd(tmp_path, name, objective, contrastiv
     assert compared >= 2 * 12 + 5
 
 
+# Classes a trainer pins its kernels to (Trainer.init_ram(cpu_class=...)): every one this
+# machine runs, for training is FP32 on all of them.
+from conftest import CPU_CLASSES  # noqa: E402
+
+# FP32 products on the FMA paths: AVX2 (HASWELL), AVX-512 (SKYLAKE, SAPPHIRE, AMX), NEON, SVE.
+FMA_CLASSES = [c for c in CPU_CLASSES if c != uform.CPUClass.SERIAL]
+
+
+def pinned_step(cpu_class, tmp_path):
+    """One JOINT step of a trainer pinned to cpu_class: (stats, {name: gradients}, reference)."""
+    trainer = uform.Trainer.init_ram(
+        uform.Executor.for_ram(2), depth=2, hidden=64, objective=uform.Objective.JOINT,
+        contrastive=uform.Contrastive(matryoshka_dimensions=[16, 64]),
+        batch=uform.BatchShape(max_rows_per_device=8, max_columns_per_row=16), seed=SEED,
+        cpu_class=cpu_class)
+    tmp_path.mkdir()
+    model = reference_from(trainer, tmp_path)
+    stats = uform.TrainerStepStats()
+    trainer.step([TEXT] * len(TEXTS), TEXTS, bags=BAGS, stats=stats)
+    names = [n.replace("__", ".") for n, _ in model.named_parameters() if not n.startswith("train__")]
+    return stats, {n: trainer.tensor(n, "gradients") for n in names}, model
+
+
+@pytest.mark.parametrize("cpu_class", CPU_CLASSES, ids=lambda c: c.name)
+def test_pinned_class_matches_autograd(tmp_path, cpu_class):
+    """A trainer pinned to a class computes the float64 reference's loss and gradients within
+    FP32 rounding (the tolerances of test_loss_and_gradients_match_autograd), and every FMA
+    class gives AUTO's bits exactly (sgemm.h: one FMA chain per element on every path)."""
+    contrastive = uform.Contrastive(matryoshka_dimensions=[16, 64])
+    stats, gradients, model = pinned_step(cpu_class, tmp_path / "pinned")
+    total, masked, contrast = reference_loss(model, step=1, objective=uform.Objective.JOINT,
+                                             contrastive=contrastive, relations_kw={})
+    assert stats.loss == pytest.approx(total.item(), rel=1e-5, abs=1e-6)
+    total.backward()
+    for name, parameter in model.named_parameters():
+        name = name.replace("__", ".")
+        if name not in gradients:
+            continue
+        expected = (parameter.grad if parameter.grad is not None
+                    else torch.zeros_like(parameter)).numpy()
+        scale = max(np.abs(expected).max(), 1e-8)
+        np.testing.assert_allclose(gradients[name].reshape(expected.shape), expected,
+                                   atol=2e-4 * scale, rtol=0, err_msg=f"{cpu_class.name}: {name}")
+    _, automatic, _ = pinned_step(None, tmp_path / "auto")
+    same = all(np.array_equal(gradients[n].view(np.uint32), automatic[n].view(np.uint32))
+               for n in gradients)
+    if cpu_class in FMA_CLASSES:
+        assert same, f"{cpu_class.name}: gradients differ from AUTO's bits"
+    else:  # SERIAL multiplies, then adds: the pin really ran other kernels
+        assert not same, "SERIAL: gradients equal AUTO's bits: the pin was not applied"
+
+
+def test_pinned_class_errors():
+    executor = uform.Executor.for_ram(1)
+    with pytest.raises(uform.InvalidArgumentError, match="cpu_class: 42"):
+        uform.Trainer.init_ram(executor, depth=1, hidden=64, cpu_class=42)
+    missing = [c for c in uform.CPUClass if c not in CPU_CLASSES]
+    for cpu_class in missing:
+        with pytest.raises(uform.UnsupportedError, match="cpu_class"):
+            uform.Trainer.init_ram(executor, depth=1, hidden=64, cpu_class=cpu_class)
+
+
 def test_five_adamw_steps_match_torch(tmp_path):
     """The update rule alone: the trainer's own gradients of each step drive
     torch.optim.AdamW (float32, foreach=False) with the reference schedule and clipping,

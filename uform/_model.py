@@ -16,7 +16,7 @@ from ._enums import CPUClass, GPUClass, Outputs, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor, _words
 from ._media import AudioEncodeStats, ImageEncodeStats, VideoEncodeStats, _Files
-from ._native import Progress, ProgressBridge, check, ffi, lib
+from ._native import Progress, ProgressBridge, check, cpu_class_value, ffi, lib
 
 T = TypeVar("T")
 
@@ -192,13 +192,7 @@ def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | No
     domains, domains_count, domains_keep = _words(memory_domains, "memory_domains")
     options.memory_domains = domains
     options.memory_domains_count = domains_count
-    if cpu_class is None:
-        options.cpu_class = 0
-    else:
-        try:
-            options.cpu_class = CPUClass(cpu_class)
-        except ValueError:
-            raise InvalidArgumentError(f"cpu_class: {cpu_class!r} is not a uform.CPUClass") from None
+    options.cpu_class = cpu_class_value(cpu_class)
     if executor is not None and not isinstance(executor, Executor):
         raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
     options.executor = executor._executor if executor is not None else ffi.NULL

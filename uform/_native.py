@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ._enums import CPUClass
 from ._errors import InvalidArgumentError, raise_status
 
 try:
@@ -75,3 +76,13 @@ def as_count(value: Any, name: str) -> int:
     if value < 0 or value >= 1 << 63:
         raise InvalidArgumentError(f"{name}: {value} is out of range")
     return value
+
+
+def cpu_class_value(cpu_class: Any) -> int:
+    """A cpu_class pin as the C enum: None is AUTO (0); else a uform.CPUClass."""
+    if cpu_class is None:
+        return 0
+    try:
+        return int(CPUClass(cpu_class))
+    except ValueError:
+        raise InvalidArgumentError(f"cpu_class: {cpu_class!r} is not a uform.CPUClass") from None

@@ -14,11 +14,11 @@ import numpy as np
 from ._buffers import (Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape,
                        words_buffer)
 from ._choices import choice_targets_buffer, step_choices
-from ._enums import LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
+from ._enums import CPUClass, LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor
 from ._mesh import Mesh
-from ._native import Progress, ProgressBridge, as_count, check, ffi, lib
+from ._native import Progress, ProgressBridge, as_count, check, cpu_class_value, ffi, lib
 
 _Words = Union[Buffer, Sequence[int]]
 
@@ -284,7 +284,7 @@ class Trainer:
                  batch: Optional[BatchShape], objective: Objective, masking: Optional[Masking],
                  contrastive: Optional[Contrastive], late_interaction: Optional[LateInteraction],
                  choices: Optional[Choices], schedule: Optional[Schedule], seed: int,
-                 bridge: ProgressBridge) -> tuple:
+                 cpu_class: Optional[CPUClass], bridge: ProgressBridge) -> tuple:
         options = ffi.new("uform_trainer_options_t *")
         keep: list = [options]
         if mesh is not None:
@@ -359,6 +359,7 @@ class Trainer:
             options.schedule.warmup_steps = schedule.warmup_steps
             options.schedule.steps = schedule.steps
         options.seed = as_count(seed, "seed")
+        options.cpu_class = cpu_class_value(cpu_class)
         bridge.fill(options.progress)
         return options, keep
 
@@ -369,12 +370,19 @@ class Trainer:
                  contrastive: Optional[Contrastive] = None,
                  late_interaction: Optional[LateInteraction] = None, choices: Optional[Choices] = None,
                  schedule: Optional[Schedule] = None, seed: int = 0, progress: Optional[Progress] = None,
-                 progress_steps: int = 0) -> "Trainer":
-        """Starts a run on the CPU cores of a RAM executor, with the math of init_vram in FP32."""
+                 progress_steps: int = 0, cpu_class: Optional[CPUClass] = None) -> "Trainer":
+        """Starts a run on the CPU cores of a RAM executor, with the math of init_vram in FP32.
+
+        cpu_class pins the kernels of the step's FP32 products, as Model.load_ram's pin does for
+        inference: SERIAL the portable C (multiply, then add), HASWELL AVX2 + FMA, SKYLAKE,
+        SAPPHIRE and AMX AVX-512 (training is FP32: no BF16 or AMX products), NEON and SVE on
+        Arm; None, the best this CPU runs. Every FMA path gives the same bits (SERIAL rounds
+        differently); a class this CPU cannot run raises UnsupportedError."""
         if not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
         return cls._start(lib.uform_trainer_init_ram, executor, mesh, progress, progress_steps, resume, depth,
-                          hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule, seed)
+                          hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule, seed,
+                          cpu_class)
 
     @classmethod
     def _start(cls, init: Any, executor: Optional[Executor], mesh: Optional[Mesh], progress: Optional[Progress],
@@ -408,7 +416,8 @@ class Trainer:
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
         return cls._start(lib.uform_trainer_init_vram, executor, mesh, progress, progress_steps, resume, depth,
-                          hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule, seed)
+                          hidden, batch, objective, masking, contrastive, late_interaction, choices, schedule, seed,
+                          None)
 
     def on(self, executor: Executor, /) -> "Trainer":
         """A receiver whose verbs block on executor: the trainer's own executor only."""

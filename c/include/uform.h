@@ -599,6 +599,10 @@ typedef struct {
                                                     (it must outlive the trainer; one trainer
                                                     per mesh at a time): every step is one
                                                     update over the items of every host */
+    uform_cpu_class_t cpu_class;                 /* init_ram: the class whose FP32 GEMMs the
+                                                    step runs (SERIAL portable, HASWELL AVX2,
+                                                    SKYLAKE/SAPPHIRE/AMX AVX-512, NEON, SVE);
+                                                    AUTO: the best. init_vram: AUTO only */
 } uform_trainer_options_t;
 
 /* One edge set as compressed sparse rows over a step's items: anchor i's

@@ -535,9 +535,10 @@ static void test_attention(size_t hidden, float scale, const uform_segment_t *se
         out[e] = xmalloc(rows * hidden, sizeof(float));
         lse[e] = xmalloc(rows * heads, sizeof(float));
         dqkv[e] = xmalloc(n, sizeof(float));
-        uform_attention_forward(executors[e], qkv, hidden, segments, count, out[e], lse[e]);
-        uform_attention_backward(executors[e], qkv, out[e], g, lse[e], hidden, segments, count,
-                                 dqkv[e]);
+        uform_attention_forward(executors[e], UFORM_SGEMM_AUTO, qkv, hidden, segments, count,
+                                out[e], lse[e]);
+        uform_attention_backward(executors[e], UFORM_SGEMM_AUTO, qkv, out[e], g, lse[e], hidden,
+                                 segments, count, dqkv[e]);
     }
     int written = snprintf(what, sizeof(what), "attention H=%zu scale %g, lengths", hidden, scale);
     for (size_t s = 0; s < count && written > 0 && (size_t)written < sizeof(what) - 8; s++)
@@ -547,7 +548,8 @@ static void test_attention(size_t hidden, float scale, const uform_segment_t *se
           "%s: forward differs between 1 and 3 threads", what);
     CHECK(same_bits(dqkv[0], dqkv[1], n), "%s: backward differs between 1 and 3 threads", what);
     float *dqkv2 = copy_floats(dqkv[0], n);
-    uform_attention_backward(executors[1], qkv, out[0], g, lse[0], hidden, segments, count, dqkv2);
+    uform_attention_backward(executors[1], UFORM_SGEMM_AUTO, qkv, out[0], g, lse[0], hidden,
+                             segments, count, dqkv2);
     CHECK(doubled(dqkv2, dqkv[0], n), "%s: a second backward does not double dqkv", what);
 
     double *qd = to_double(qkv, n), *gd = to_double(g, rows * hidden);

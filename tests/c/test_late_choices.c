@@ -29,7 +29,7 @@ static float late_loss(uform_executor_t *executor, const uform_contrastive_confi
                        float *d_vectors, float *d_tau, float *d_bias) {
     uform_late_batch_t batch = {ITEMS, WIDTH, vectors, first, queries, documents, bags, NULL};
     float loss = 0;
-    uform_status_t status = uform_late_interaction_loss(executor, config, form, &batch, tau, bias, 1.0f,
+    uform_status_t status = uform_late_interaction_loss(executor, UFORM_SGEMM_AUTO, config, form, &batch, tau, bias, 1.0f,
                                                         &loss, d_vectors, d_tau, d_bias);
     CHECK(status == UFORM_OK, "late interaction loss: status %d (%s)", status, uform_last_error());
     return loss;

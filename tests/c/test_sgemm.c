@@ -316,6 +316,30 @@ static void test_auto(void) {
     problem_free(&p);
 }
 
+/* The path of each class (a trainer's pin): the class's own vectors where this
+ * machine runs them, AUTO where it does not. */
+static void test_class_paths(void) {
+    static const struct {
+        uform_cpu_class_t cpu_class;
+        uform_sgemm_path_t path;
+    } expected[] = {
+        {UFORM_CPU_CLASS_AUTO, UFORM_SGEMM_AUTO},       {UFORM_CPU_CLASS_SERIAL, UFORM_SGEMM_PORTABLE},
+        {UFORM_CPU_CLASS_HASWELL, UFORM_SGEMM_AVX2},    {UFORM_CPU_CLASS_SKYLAKE, UFORM_SGEMM_AVX512},
+        {UFORM_CPU_CLASS_SAPPHIRE, UFORM_SGEMM_AVX512}, {UFORM_CPU_CLASS_AMX, UFORM_SGEMM_AVX512},
+        {UFORM_CPU_CLASS_NEON, UFORM_SGEMM_NEON},       {UFORM_CPU_CLASS_NEON_BF16, UFORM_SGEMM_NEON},
+    };
+    for (size_t i = 0; i < sizeof(expected) / sizeof(expected[0]); i++) {
+        uform_sgemm_path_t want =
+            uform_sgemm_path_supported(expected[i].path) ? expected[i].path : UFORM_SGEMM_AUTO;
+        uform_sgemm_path_t got = uform_sgemm_path_of_class(expected[i].cpu_class);
+        CHECK(got == want, "class %d: path %s, expected %s", (int)expected[i].cpu_class,
+              path_name(got), path_name(want));
+    }
+    uform_sgemm_path_t sve = uform_sgemm_path_of_class(UFORM_CPU_CLASS_SVE);
+    CHECK(sve == UFORM_SGEMM_AUTO || sve == UFORM_SGEMM_SVE || sve == UFORM_SGEMM_NEON,
+          "class SVE: path %s", path_name(sve));
+}
+
 int main(void) {
     paths[paths_count++] = UFORM_SGEMM_PORTABLE;
     if (uform_sgemm_path_supported(UFORM_SGEMM_AVX2)) paths[paths_count++] = UFORM_SGEMM_AVX2;
@@ -337,6 +361,7 @@ int main(void) {
     test_empty();
     test_determinism(executors);
     test_auto();
+    test_class_paths();
 
     for (size_t t = 0; t < 3; t++) uform_executor_free(executors[t]);
     printf("%d passed, %d failed\n", passed, failed);

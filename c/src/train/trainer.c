@@ -383,6 +383,12 @@ static uform_status_t uform_trainer_build(uform_executor_t *executor, const ufor
     *result = NULL;
     if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
     if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
+    /* The class pins the CPU kernels; a GPU trainer's products are the GPU's. */
+    uform_cpu_class_t cpu_class = UFORM_CPU_CLASS_AUTO;
+    if (device && options->cpu_class != UFORM_CPU_CLASS_AUTO)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "cpu_class: a GPU trainer takes none (AUTO); it pins a RAM trainer's kernels");
+    if (!device) UFORM_TRY(uform_cpu_class_resolve(options->cpu_class, &cpu_class));
     /* A mesh is taken first: a trainer that cannot take it joins no collective. */
     if (options->mesh) UFORM_TRY(uform_mesh_take(options->mesh, executor));
     uform_trainer_t *t = uform_alloc_zeroed(1, sizeof(*t), "trainer");
@@ -395,7 +401,7 @@ static uform_status_t uform_trainer_build(uform_executor_t *executor, const ufor
     atomic_flag_clear(&t->busy);
     t->executor = executor;
     t->mesh = options->mesh;
-    t->backend = device ? *device : uform_cpu_backend(UFORM_CPU_CLASS_AUTO, executor);
+    t->backend = device ? *device : uform_cpu_backend(cpu_class, executor);
     uform_trainer_hold(t);   /* let go below */
     float initial_log_temperature = 0, initial_bias = 0;
     uform_trainer_options_t resolved = *options;

@@ -22,6 +22,7 @@ typedef struct {
     const float *qkv, *out, *dout, *logsumexp;
     float *result, *lse_out;   /* out and lse (forward) or dqkv (backward) */
     size_t hidden, heads;
+    uform_sgemm_path_t path;   /* of every product */
     const uform_segment_t *segments;
     float *scratch;            /* [threads][2 n^2] */
     size_t scratch_per_thread;
@@ -31,10 +32,17 @@ static uform_matrix_t uform_view(const float *data, size_t stride, bool transpos
     return (uform_matrix_t){data, stride, transposed};
 }
 
+/* c[m, n] = op(a) op(b) on the job's path, on the calling thread. */
+static void uform_product(const uform_attention_job_t *job, size_t m, size_t n, size_t k,
+                          uform_matrix_t a, uform_matrix_t b, float *c, size_t c_stride) {
+    uform_sgemm_path(job->path, false, NULL, m, n, k, a, b, NULL, false, c, c_stride);
+}
+
 /* S = Q K^T / 8 for one item and head, into scores [n x n]. */
-static void uform_scores(const float *q, const float *k, size_t stride, size_t n, float *scores) {
-    uform_sgemm(NULL, n, n, UFORM_HEAD_WIDTH, uform_view(q, stride, false), uform_view(k, stride, true),
-                NULL, false, scores, n);
+static void uform_scores(const uform_attention_job_t *job, const float *q, const float *k,
+                         size_t stride, size_t n, float *scores) {
+    uform_product(job, n, n, UFORM_HEAD_WIDTH, uform_view(q, stride, false), uform_view(k, stride, true),
+                  scores, n);
     for (size_t i = 0; i < n * n; i++) scores[i] *= 0.125f;
 }
 
@@ -47,7 +55,7 @@ static void uform_attention_forward_tasks(void *context, size_t begin, size_t en
         size_t head = t % job->heads, n = segment->length;
         if (n == 0) continue;
         const float *q = job->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
-        uform_scores(q, q + hidden, stride, n, scores);
+        uform_scores(job, q, q + hidden, stride, n, scores);
         for (size_t i = 0; i < n; i++) {
             float *row = scores + i * n, top = -INFINITY, sum = 0;
             for (size_t j = 0; j < n; j++) top = row[j] > top ? row[j] : top;
@@ -59,9 +67,9 @@ static void uform_attention_forward_tasks(void *context, size_t begin, size_t en
             for (size_t j = 0; j < n; j++) row[j] *= inverse;
             job->lse_out[(segment->begin + i) * job->heads + head] = top + logf(sum);
         }
-        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(scores, n, false),
-                    uform_view(q + 2 * hidden, stride, false), NULL, false,
-                    job->result + segment->begin * hidden + head * UFORM_HEAD_WIDTH, hidden);
+        uform_product(job, n, UFORM_HEAD_WIDTH, n, uform_view(scores, n, false),
+                      uform_view(q + 2 * hidden, stride, false),
+                      job->result + segment->begin * hidden + head * UFORM_HEAD_WIDTH, hidden);
     }
 }
 
@@ -79,9 +87,9 @@ static void uform_attention_backward_tasks(void *context, size_t begin, size_t e
         const float *o = job->out + segment->begin * hidden + offset;
         const float *dout = job->dout + segment->begin * hidden + offset;
         float *dq = job->result + segment->begin * stride + offset, *dk = dq + hidden, *dv = dq + 2 * hidden;
-        uform_scores(q, k, stride, n, p);
-        uform_sgemm(NULL, n, n, UFORM_HEAD_WIDTH, uform_view(dout, hidden, false),
-                    uform_view(v, stride, true), NULL, false, ds, n);
+        uform_scores(job, q, k, stride, n, p);
+        uform_product(job, n, n, UFORM_HEAD_WIDTH, uform_view(dout, hidden, false),
+                      uform_view(v, stride, true), ds, n);
         for (size_t i = 0; i < n; i++) {
             float lse = job->logsumexp[(segment->begin + i) * job->heads + head], delta = 0;
             for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) delta += dout[i * hidden + d] * o[i * hidden + d];
@@ -92,12 +100,13 @@ static void uform_attention_backward_tasks(void *context, size_t begin, size_t e
             }
         }
         float *local = ds + n * n; /* [3][n][64]: dq, dk, dv of this item and head */
-        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, false), uform_view(k, stride, false),
-                    NULL, false, local, UFORM_HEAD_WIDTH);
-        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, true), uform_view(q, stride, false),
-                    NULL, false, local + n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
-        uform_sgemm(NULL, n, UFORM_HEAD_WIDTH, n, uform_view(p, n, true), uform_view(dout, hidden, false),
-                    NULL, false, local + 2 * n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
+        uform_product(job, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, false),
+                      uform_view(k, stride, false), local, UFORM_HEAD_WIDTH);
+        uform_product(job, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, true),
+                      uform_view(q, stride, false), local + n * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH);
+        uform_product(job, n, UFORM_HEAD_WIDTH, n, uform_view(p, n, true),
+                      uform_view(dout, hidden, false), local + 2 * n * UFORM_HEAD_WIDTH,
+                      UFORM_HEAD_WIDTH);
         float *targets[3] = {dq, dk, dv};
         for (size_t part = 0; part < 3; part++)
             for (size_t i = 0; i < n; i++)
@@ -122,12 +131,13 @@ static float *uform_attention_scratch(uform_executor_t *executor, const uform_se
     return aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
 }
 
-void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_t hidden,
-                             const uform_segment_t *segments, size_t count, float *out,
-                             float *logsumexp) {
+void uform_attention_forward(uform_executor_t *executor, uform_sgemm_path_t path, const float *qkv,
+                             size_t hidden, const uform_segment_t *segments, size_t count,
+                             float *out, float *logsumexp) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_job_t job = {.qkv = qkv, .result = out, .lse_out = logsumexp, .hidden = hidden,
-                                 .heads = hidden / UFORM_HEAD_WIDTH, .segments = segments};
+                                 .heads = hidden / UFORM_HEAD_WIDTH, .path = path,
+                                 .segments = segments};
     job.scratch = uform_attention_scratch(executor, segments, count, &job.scratch_per_thread);
     if (!job.scratch) {
         uform_attention_forward_tiled(executor, qkv, hidden, segments, count, out, logsumexp);
@@ -138,13 +148,14 @@ void uform_attention_forward(uform_executor_t *executor, const float *qkv, size_
     free(job.scratch);
 }
 
-void uform_attention_backward(uform_executor_t *executor, const float *qkv, const float *out,
-                              const float *dout, const float *logsumexp, size_t hidden,
+void uform_attention_backward(uform_executor_t *executor, uform_sgemm_path_t path,
+                              const float *qkv, const float *out, const float *dout,
+                              const float *logsumexp, size_t hidden,
                               const uform_segment_t *segments, size_t count, float *dqkv) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;
     uform_attention_job_t job = {.qkv = qkv, .out = out, .dout = dout, .logsumexp = logsumexp,
                                  .result = dqkv, .hidden = hidden, .heads = hidden / UFORM_HEAD_WIDTH,
-                                 .segments = segments};
+                                 .path = path, .segments = segments};
     job.scratch = uform_attention_scratch(executor, segments, count, &job.scratch_per_thread);
     if (!job.scratch) {
         uform_attention_backward_tiled(executor, qkv, out, dout, logsumexp, hidden, segments, count, dqkv);

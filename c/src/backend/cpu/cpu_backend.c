@@ -20,6 +20,11 @@
 #define UFORM_ROWS_PER_TASK 16
 
 static const uform_cpu_kernels_t *uform_class_of(const uform_backend_t *b) { return b->device; }
+/* The FP32 GEMM path of the backend's class: a trainer pinned to HASWELL
+ * multiplies with AVX2 even where AVX-512 is there. */
+static uform_sgemm_path_t uform_path_of(const uform_backend_t *b) {
+    return uform_sgemm_path_of_class(uform_class_of(b)->cpu_class);
+}
 
 /* ---- memory ------------------------------------------------------------------ */
 
@@ -71,7 +76,8 @@ static void uform_cpu_packed_free(uform_backend_t *b, uform_packed_t *packed) {
 static void uform_cpu_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a,
                            uform_matrix_t bm, const float *bias, bool accumulate, float *c,
                            size_t c_stride) {
-    uform_sgemm(b->executor, m, n, k, a, bm, bias, accumulate, c, c_stride);
+    uform_sgemm_path(uform_path_of(b), false, b->executor, m, n, k, a, bm, bias, accumulate, c,
+                     c_stride);
 }
 
 static void uform_cpu_linear(uform_backend_t *b, const uform_weight_t *w, const float *x,
@@ -82,7 +88,8 @@ static void uform_cpu_linear(uform_backend_t *b, const uform_weight_t *w, const 
                                 accumulate ? UFORM_GEMM_ACCUMULATE : UFORM_GEMM_STORE, y, y_stride);
         return;
     }
-    uform_sgemm(b->executor, rows, w->n, w->k, (uform_matrix_t){x, x_stride, false},
+    uform_sgemm_path(uform_path_of(b), false, b->executor, rows, w->n, w->k,
+                     (uform_matrix_t){x, x_stride, false},
                 (uform_matrix_t){w->dense, w->k, true}, bias, accumulate, y, y_stride);
 }
 
@@ -119,14 +126,16 @@ static void uform_cpu_linear_backward(uform_backend_t *b, const uform_weight_t *
                                       float *dx, bool accumulate_dx) {
     size_t n = w->n, k = w->k;
     if (dweight)
-        uform_sgemm(b->executor, n, k, rows, (uform_matrix_t){dy, n, true},
+        uform_sgemm_path(uform_path_of(b), false, b->executor, n, k, rows,
+                         (uform_matrix_t){dy, n, true},
                     (uform_matrix_t){x, k, false}, NULL, true, dweight, k);
     if (dbias) {
         uform_column_task_t task = {dy, rows, n, dbias};
         uform_parallel_for(b->executor, n, 64, uform_column_sums_range, &task);
     }
     if (dx)
-        uform_sgemm(b->executor, rows, k, n, (uform_matrix_t){dy, n, false},
+        uform_sgemm_path(uform_path_of(b), false, b->executor, rows, k, n,
+                         (uform_matrix_t){dy, n, false},
                     (uform_matrix_t){w->dense, k, false}, NULL, accumulate_dx, dx, k);
 }
 
@@ -188,7 +197,8 @@ static void uform_cpu_attention_forward(uform_backend_t *b, const float *qkv, si
                                         const uform_segment_t *segments, size_t count, float *out,
                                         float *logsumexp, void *scratch) {
     if (logsumexp)
-        uform_attention_forward(b->executor, qkv, hidden, segments, count, out, logsumexp);
+        uform_attention_forward(b->executor, uform_path_of(b), qkv, hidden, segments, count, out,
+                                logsumexp);
     else
         uform_attention_inference(uform_class_of(b), b->executor, qkv, hidden, segments, count,
                                   out, scratch);
@@ -198,7 +208,8 @@ static void uform_cpu_attention_backward(uform_backend_t *b, const float *qkv, c
                                          const float *dout, const float *logsumexp, size_t hidden,
                                          const uform_segment_t *segments, size_t count,
                                          float *dqkv) {
-    uform_attention_backward(b->executor, qkv, out, dout, logsumexp, hidden, segments, count, dqkv);
+    uform_attention_backward(b->executor, uform_path_of(b), qkv, out, dout, logsumexp, hidden,
+                             segments, count, dqkv);
 }
 
 /* ---- heads ------------------------------------------------------------------------ */
@@ -337,7 +348,7 @@ static uform_status_t uform_cpu_late_interaction_loss(
     uform_pair_loss_form_t form, const uform_late_batch_t *batch, float log_inverse_temperature,
     float bias, float weight, float *loss, float *d_vectors, float *d_log_inverse_temperature,
     float *d_bias) {
-    return uform_late_interaction_loss(b->executor, relations_config, form, batch,
+    return uform_late_interaction_loss(b->executor, uform_path_of(b), relations_config, form, batch,
                                        log_inverse_temperature, bias, weight, loss, d_vectors,
                                        d_log_inverse_temperature, d_bias);
 }

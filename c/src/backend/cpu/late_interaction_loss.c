@@ -20,6 +20,7 @@
 #define UFORM_LATE_BLOCK_ROWS 2048
 
 typedef struct {
+    uform_sgemm_path_t path;      /* of the dot products (sgemm.h) */
     const uform_late_batch_t *batch;
     size_t n, width;
     const size_t *anchors;        /* [A] item ids of the query anchors */
@@ -51,8 +52,9 @@ static void uform_late_forward(void *context, size_t begin, size_t end, size_t t
         for (size_t block = 0; block < job->blocks; block++) {
             const size_t k0 = job->block_first[block], k1 = job->block_first[block + 1];
             const size_t base = job->packed_first[k0], rows = job->packed_first[k1] - base;
-            uform_sgemm(NULL, q, rows, w, (uform_matrix_t){queries, w, false},
-                        (uform_matrix_t){job->packed + base * w, w, true}, NULL, false, s, rows);
+            uform_sgemm_path(job->path, false, NULL, q, rows, w, (uform_matrix_t){queries, w, false},
+                             (uform_matrix_t){job->packed + base * w, w, true}, NULL, false, s,
+                             rows);
             for (size_t k = k0; k < k1; k++) {
                 const size_t j = job->documents[k];
                 const size_t start = job->packed_first[k] - base;
@@ -122,7 +124,7 @@ static void uform_late_run(uform_executor_t *executor, size_t count, uform_range
         fn(job, 0, count, 0);
 }
 
-uform_status_t uform_late_interaction_loss(uform_executor_t *executor,
+uform_status_t uform_late_interaction_loss(uform_executor_t *executor, uform_sgemm_path_t path,
                                            const uform_contrastive_config_t *relations_config,
                                            uform_pair_loss_form_t form, const uform_late_batch_t *b,
                                            float log_inverse_temperature, float bias, float weight,
@@ -199,7 +201,7 @@ uform_status_t uform_late_interaction_loss(uform_executor_t *executor,
     memset(d_packed, 0, (document_rows + 1) * w * sizeof(float));
 
     uform_late_job_t job = {
-        .batch = b, .n = n, .width = w, .anchors = anchors, .anchors_count = anchors_count,
+        .path = path, .batch = b, .n = n, .width = w, .anchors = anchors, .anchors_count = anchors_count,
         .query_offset = query_offset, .documents = documents, .documents_count = documents_count,
         .packed_first = packed_first, .packed = packed, .block_first = block_first,
         .blocks = blocks, .winners = winner_rows, .maxsim = maxsim, .scratch = scratch,

@@ -5,6 +5,7 @@
 #define UFORM_CPU_LOSSES_H
 
 #include "backend/losses.h"
+#include "backend/cpu/sgemm.h"
 
 /* The contrastive term of docs/training.md section 3, forward and backward.
  *
@@ -74,9 +75,11 @@ UFORM_INTERNAL uform_status_t uform_pair_losses(uform_executor_t *executor,
  * goes to the first document row reaching it), s_ij = m_ij exp(tau) + (SIGMOID
  * ? bias : 0), relations and pair forms as uform_pair_losses. BALANCED and
  * RANKED average over scored query anchors, SIGMOID over every query anchor; 0
- * without any. Results do not depend on the executor's thread count. */
+ * without any. Results do not depend on the executor's thread count. The dot
+ * products run on the FP32 GEMM's `path` (sgemm.h; AUTO: the best). */
 UFORM_INTERNAL uform_status_t uform_late_interaction_loss(
-    uform_executor_t *executor, const uform_contrastive_config_t *relations_config,
+    uform_executor_t *executor, uform_sgemm_path_t path,
+    const uform_contrastive_config_t *relations_config,
     uform_pair_loss_form_t form, const uform_late_batch_t *batch, float log_inverse_temperature,
     float bias, float weight, float *loss, float *d_vectors, float *d_log_inverse_temperature,
     float *d_bias);

@@ -15,6 +15,7 @@
 #define UFORM_CPU_ROWS_H
 
 #include "backend/backend.h"
+#include "backend/cpu/sgemm.h"
 
 /* Sum of a[i] * b[i] over i < n in 16 lane partials, lanes added in order: the
  * one order of every row-wise dot product (norms, choice scores). */
@@ -64,16 +65,18 @@ UFORM_INTERNAL void uform_rope_backward(uform_executor_t *executor, float *dqkv,
  * qkv [rows, 3H] (rotary applied); out [rows, H]; logsumexp [rows][heads]
  * saved: log sum_j exp(score_ij) per query row and head, so backward
  * recomputes the probabilities instead of storing [n x n] per head.
- * segments: `count` items of (begin, length) rows; every row belongs to one. */
-UFORM_INTERNAL void uform_attention_forward(uform_executor_t *executor, const float *qkv,
-                                            size_t hidden, const uform_segment_t *segments,
-                                            size_t count, float *out, float *logsumexp);
+ * segments: `count` items of (begin, length) rows; every row belongs to one.
+ * Products run on the FP32 GEMM's `path` (sgemm.h; AUTO: the best). */
+UFORM_INTERNAL void uform_attention_forward(uform_executor_t *executor, uform_sgemm_path_t path,
+                                            const float *qkv, size_t hidden,
+                                            const uform_segment_t *segments, size_t count,
+                                            float *out, float *logsumexp);
 /* dqkv [rows, 3H] += gradients of q, k, v given dout [rows, H]. */
-UFORM_INTERNAL void uform_attention_backward(uform_executor_t *executor, const float *qkv,
-                                             const float *out, const float *dout,
-                                             const float *logsumexp, size_t hidden,
-                                             const uform_segment_t *segments, size_t count,
-                                             float *dqkv);
+UFORM_INTERNAL void uform_attention_backward(uform_executor_t *executor, uform_sgemm_path_t path,
+                                             const float *qkv, const float *out,
+                                             const float *dout, const float *logsumexp,
+                                             size_t hidden, const uform_segment_t *segments,
+                                             size_t count, float *dqkv);
 
 /* The same two functions computed in register tiles with no scratch memory
  * (attention_tiled.c): what attention_train.c falls back to when it cannot allocate its

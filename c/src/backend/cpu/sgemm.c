@@ -146,6 +146,25 @@ uform_sgemm_path_t uform_sgemm_best_path(void) {
     return (uform_sgemm_path_t)path;
 }
 
+uform_sgemm_path_t uform_sgemm_path_of_class(uform_cpu_class_t cpu_class) {
+    uform_sgemm_path_t path = UFORM_SGEMM_AUTO;
+    switch (cpu_class) {
+    case UFORM_CPU_CLASS_SERIAL: path = UFORM_SGEMM_PORTABLE; break;
+    case UFORM_CPU_CLASS_HASWELL: path = UFORM_SGEMM_AVX2; break;
+    case UFORM_CPU_CLASS_SKYLAKE:
+    case UFORM_CPU_CLASS_SAPPHIRE:
+    case UFORM_CPU_CLASS_AMX: path = UFORM_SGEMM_AVX512; break;
+    case UFORM_CPU_CLASS_NEON:
+    case UFORM_CPU_CLASS_NEON_BF16: path = UFORM_SGEMM_NEON; break;
+    case UFORM_CPU_CLASS_SVE:
+    case UFORM_CPU_CLASS_SVE_BF16:
+        path = uform_sgemm_path_supported(UFORM_SGEMM_SVE) ? UFORM_SGEMM_SVE : UFORM_SGEMM_NEON;
+        break;
+    default: break;
+    }
+    return uform_sgemm_path_supported(path) ? path : UFORM_SGEMM_AUTO;
+}
+
 static const uform_sgemm_kernels_t *uform_sgemm_kernels_for(uform_sgemm_path_t path) {
     /* AUTO uses the cached choice: cpuid traps to the hypervisor in a VM */
     if (path == UFORM_SGEMM_AUTO) path = uform_sgemm_best_path();

@@ -49,6 +49,11 @@ typedef enum {
 UFORM_INTERNAL bool uform_sgemm_path_supported(uform_sgemm_path_t path);
 /* The path AUTO resolves to on this machine (chosen once, then cached). */
 UFORM_INTERNAL uform_sgemm_path_t uform_sgemm_best_path(void);
+/* The path a CPU class's FP32 products take (a trainer pinned to the class):
+ * SERIAL the portable one, HASWELL AVX2, SKYLAKE, SAPPHIRE and AMX AVX-512,
+ * NEON and NEON_BF16 NEON, SVE and SVE_BF16 SVE (NEON where the vectors are
+ * wider than its tiles); AUTO (or a path this machine lacks) the best one. */
+UFORM_INTERNAL uform_sgemm_path_t uform_sgemm_path_of_class(uform_cpu_class_t cpu_class);
 /* uform_sgemm on a given path (an unsupported one runs as PORTABLE).
  * small_blocks skips the per-call workspace and uses the small stack blocks of
  * the fallback taken when that allocation fails: the same bits, slower. */
