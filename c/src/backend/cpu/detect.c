@@ -4,6 +4,7 @@
  * sets only for what it also saves and restores (SVE included). */
 #include "backend/cpu/kernels.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #if defined(__aarch64__)
@@ -77,12 +78,28 @@ static uform_x86_features_t uform_x86_features(void) {
     features.amx = features.avx512_bf16 && amx_bf16 && amx_tile && os_tiles;
     return features;
 }
+
+/* The features, asked once: cpuid and xgetbv trap to the hypervisor in a
+ * virtual machine (microseconds each), and a pinned class is checked on every
+ * product (sgemm.c). Bit 0 says the word is filled; the answer is the same in
+ * every thread, so a race only asks twice. */
+static uform_x86_features_t uform_x86_features_once(void) {
+    static atomic_uint cached;
+    unsigned word = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!word) {
+        uform_x86_features_t f = uform_x86_features();
+        word = 1u | (unsigned)f.avx2_fma << 1 | (unsigned)f.avx512 << 2 |
+               (unsigned)f.avx512_bf16 << 3 | (unsigned)f.amx << 4;
+        atomic_store_explicit(&cached, word, memory_order_relaxed);
+    }
+    return (uform_x86_features_t){word >> 1 & 1, word >> 2 & 1, word >> 3 & 1, word >> 4 & 1};
+}
 #endif
 
 bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
     if (cpu_class == UFORM_CPU_CLASS_SERIAL) return true;
 #if defined(__x86_64__)
-    uform_x86_features_t features = uform_x86_features();
+    uform_x86_features_t features = uform_x86_features_once();
     switch (cpu_class) {
     case UFORM_CPU_CLASS_HASWELL: return features.avx2_fma;
     case UFORM_CPU_CLASS_SKYLAKE: return features.avx512;
