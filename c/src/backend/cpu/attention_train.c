@@ -46,6 +46,40 @@ static void uform_scores(const uform_attention_job_t *job, const float *q, const
     for (size_t i = 0; i < n * n; i++) scores[i] *= 0.125f;
 }
 
+/* Row i of scores [n x n] becomes its softmax; lse[i * lse_stride] = its
+ * log-sum-exp. The max and the sum are chains in j order; the exponentials
+ * and the scaling are elementwise, so the AVX2 and AVX-512 clones give the
+ * same bits as the baseline. */
+static UFORM_VECTOR_CLONES void uform_softmax_rows(float *scores, size_t n, float *lse,
+                                                   size_t lse_stride) {
+    for (size_t i = 0; i < n; i++) {
+        float *row = scores + i * n, top = -INFINITY, sum = 0;
+        for (size_t j = 0; j < n; j++) top = row[j] > top ? row[j] : top;
+        for (size_t j = 0; j < n; j++) row[j] = uform_fast_exp(row[j] - top);
+        for (size_t j = 0; j < n; j++) sum += row[j];
+        float inverse = 1.0f / sum;
+        for (size_t j = 0; j < n; j++) row[j] *= inverse;
+        lse[i * lse_stride] = top + logf(sum);
+    }
+}
+
+/* p [n x n] holds scores: p = exp(scores - lse_i), ds = p (ds - D_i) / 8 with
+ * D_i = dO_i . O_i (a chain over d in order); elementwise otherwise. */
+static UFORM_VECTOR_CLONES void uform_softmax_backward_rows(float *p, float *ds, size_t n,
+                                                            const float *lse, size_t lse_stride,
+                                                            const float *dout, const float *o,
+                                                            size_t stride) {
+    for (size_t i = 0; i < n; i++) {
+        float row_lse = lse[i * lse_stride], delta = 0;
+        for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) delta += dout[i * stride + d] * o[i * stride + d];
+        float *p_row = p + i * n, *ds_row = ds + i * n;
+        for (size_t j = 0; j < n; j++) {
+            p_row[j] = uform_fast_exp(p_row[j] - row_lse);
+            ds_row[j] = p_row[j] * (ds_row[j] - delta) * 0.125f;
+        }
+    }
+}
+
 static void uform_attention_forward_tasks(void *context, size_t begin, size_t end, size_t thread) {
     const uform_attention_job_t *job = context;
     size_t hidden = job->hidden, stride = 3 * hidden;
@@ -56,17 +90,7 @@ static void uform_attention_forward_tasks(void *context, size_t begin, size_t en
         if (n == 0) continue;
         const float *q = job->qkv + segment->begin * stride + head * UFORM_HEAD_WIDTH;
         uform_scores(job, q, q + hidden, stride, n, scores);
-        for (size_t i = 0; i < n; i++) {
-            float *row = scores + i * n, top = -INFINITY, sum = 0;
-            for (size_t j = 0; j < n; j++) top = row[j] > top ? row[j] : top;
-            for (size_t j = 0; j < n; j++) {
-                row[j] = uform_fast_exp(row[j] - top);
-                sum += row[j];
-            }
-            float inverse = 1.0f / sum;
-            for (size_t j = 0; j < n; j++) row[j] *= inverse;
-            job->lse_out[(segment->begin + i) * job->heads + head] = top + logf(sum);
-        }
+        uform_softmax_rows(scores, n, job->lse_out + segment->begin * job->heads + head, job->heads);
         uform_product(job, n, UFORM_HEAD_WIDTH, n, uform_view(scores, n, false),
                       uform_view(q + 2 * hidden, stride, false),
                       job->result + segment->begin * hidden + head * UFORM_HEAD_WIDTH, hidden);
@@ -90,15 +114,8 @@ static void uform_attention_backward_tasks(void *context, size_t begin, size_t e
         uform_scores(job, q, k, stride, n, p);
         uform_product(job, n, n, UFORM_HEAD_WIDTH, uform_view(dout, hidden, false),
                       uform_view(v, stride, true), ds, n);
-        for (size_t i = 0; i < n; i++) {
-            float lse = job->logsumexp[(segment->begin + i) * job->heads + head], delta = 0;
-            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) delta += dout[i * hidden + d] * o[i * hidden + d];
-            float *p_row = p + i * n, *ds_row = ds + i * n;
-            for (size_t j = 0; j < n; j++) {
-                p_row[j] = uform_fast_exp(p_row[j] - lse);
-                ds_row[j] = p_row[j] * (ds_row[j] - delta) * 0.125f;
-            }
-        }
+        uform_softmax_backward_rows(p, ds, n, job->logsumexp + segment->begin * job->heads + head,
+                                    job->heads, dout, o, hidden);
         float *local = ds + n * n; /* [3][n][64]: dq, dk, dv of this item and head */
         uform_product(job, n, UFORM_HEAD_WIDTH, n, uform_view(ds, n, false),
                       uform_view(k, stride, false), local, UFORM_HEAD_WIDTH);
