@@ -9,7 +9,8 @@ torch through ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_I
 (set here, before torch is imported), uform by pinning the HASWELL class (Model.load_ram and
 Trainer.init_ram's cpu_class), torch BF16 autocast off. A proxy, not an AVX2 machine: the core,
 its caches and memory stay what they are, and uform's row functions (layer norm, GELU's
-backward, rotary) choose their vectors by the CPU, not by the pin.
+backward, rotary) choose their vectors by the CPU, not by the pin. It covers text_encode
+(bench/report.py runs only that section under it) and the training step (bench/train_report.py).
 """
 from __future__ import annotations
 
@@ -76,9 +77,11 @@ def native_bf16() -> bool:
 TORCH_BF16 = ((native_bf16() and not AVX2_PROXY)
               or os.environ.get("UFORM_BENCH_TORCH_BF16", "") not in ("", "0"))
 TORCH_BF16_SKIPPED = ("" if TORCH_BF16 else
-                      "torch BF16 autocast is not run: this CPU has no BF16 arithmetic (no "
-                      "avx512_bf16, amx_bf16 or Arm bf16)" + (" in the AVX2 proxy" if AVX2_PROXY else "")
-                      + ", where torch's fastest CPU mode is FP32 "
+                      ("torch BF16 autocast is not run: the AVX2 proxy leaves BF16 arithmetic unused"
+                       if AVX2_PROXY else
+                       "torch BF16 autocast is not run: this CPU has no BF16 arithmetic (no "
+                       "avx512_bf16, amx_bf16 or Arm bf16)")
+                      + ", and without it torch's fastest CPU mode is FP32 "
                       "(UFORM_BENCH_TORCH_BF16=1 runs it anyway)")
 # The class uform runs when the benchmarks leave the choice to it: HASWELL in the AVX2 proxy.
 UFORM_AUTO_CLASS = uform.CPUClass.HASWELL if AVX2_PROXY else None

@@ -441,6 +441,11 @@ def main() -> None:
     arguments = parser.parse_args()
     output = arguments.output or ("-" if harness.QUICK else os.path.join(ROOT, "docs", "benchmarks.md"))
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    if harness.AVX2_PROXY and not arguments.text_only:
+        # the proxy pins text_encode's class; text_choose, MaxSim and image_encode would
+        # still run this CPU's AVX-512 kernels
+        log("UFORM_BENCH_ISA=avx2: the text_encode comparison only (--text-only)")
+        arguments.text_only = True
 
     started = time.perf_counter()
     load_before = os.getloadavg()[0]

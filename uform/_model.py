@@ -16,7 +16,7 @@ from ._enums import CPUClass, GPUClass, Outputs, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor, _words
 from ._media import AudioEncodeStats, ImageEncodeStats, VideoEncodeStats, _Files
-from ._native import Progress, ProgressBridge, check, cpu_class_value, ffi, lib
+from ._native import Progress, ProgressBridge, check, class_pin, cpu_class_value, ffi, lib
 
 T = TypeVar("T")
 
@@ -178,12 +178,7 @@ def _checkpoint_bytes(buffer: Buffer, path_verb: str) -> Any:
 
 
 def _gpu_class(gpu_class: GPUClass | None) -> int:
-    if gpu_class is None:
-        return 0
-    try:
-        return int(GPUClass(gpu_class))
-    except ValueError:
-        raise InvalidArgumentError(f"gpu_class: {gpu_class!r} is not a uform.GPUClass") from None
+    return class_pin(GPUClass, gpu_class, "gpu_class")
 
 
 def _load_options(memory_domains: Sequence[int] | None, cpu_class: CPUClass | None,

@@ -78,11 +78,16 @@ def as_count(value: Any, name: str) -> int:
     return value
 
 
-def cpu_class_value(cpu_class: Any) -> int:
-    """A cpu_class pin as the C enum: None is AUTO (0); else a uform.CPUClass."""
-    if cpu_class is None:
+def class_pin(kind: type, value: Any, name: str) -> int:
+    """A cpu_class or gpu_class pin as the C enum: None is AUTO (0); else a member of kind."""
+    if value is None:
         return 0
     try:
-        return int(CPUClass(cpu_class))
+        return int(kind(value))
     except ValueError:
-        raise InvalidArgumentError(f"cpu_class: {cpu_class!r} is not a uform.CPUClass") from None
+        raise InvalidArgumentError(f"{name}: {value!r} is not a uform.{kind.__name__}") from None
+
+
+def cpu_class_value(cpu_class: Any) -> int:
+    """A cpu_class pin as the C enum: None is AUTO (0); else a uform.CPUClass."""
+    return class_pin(CPUClass, cpu_class, "cpu_class")
