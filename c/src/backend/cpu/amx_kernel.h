@@ -143,6 +143,19 @@ static UFORM_SAPPHIRE_TARGET void uform_amx_pack_a(const float *x, size_t x_stri
         UFORM_AMX_DP(C1, UFORM_AMX_A_TILE, UFORM_AMX_B1_TILE);                              \
     } while (0)
 
+/* OP(tile, column) for each accumulator tile of c: tiles 0 and 1 (columns 0
+ * and 16), then 2 and 3 (columns 32 and 48) when the kernel is 4 tiles wide.
+ * The tile numbers stay literals: the instructions take them as immediates. */
+#define UFORM_AMX_EACH_C_TILE(tiles, OP)                                                        \
+    do {                                                                                        \
+        OP(0, 0);                                                                               \
+        OP(1, 16);                                                                              \
+        if ((tiles) > 2) {                                                                      \
+            OP(2, 32);                                                                          \
+            OP(3, 48);                                                                          \
+        }                                                                                       \
+    } while (0)
+
 /* c[rows, 32 panels] = (first ? 0 : c) + a . b over kc (whole steps: the
  * padding adds zeros), then + bias. Full tiles of 16 rows load and store c in
  * place; fewer rows go through a 16-row buffer. The tile configuration is the
@@ -163,34 +176,21 @@ uform_amx_kernel(size_t rows, size_t panels, size_t kc, const void *a_panel, con
             for (size_t j = 0; j < cols; j++)
                 buffer[r * out_stride + j] = !first && r < rows ? c[r * c_stride + j] : 0.0f;
     UFORM_AMX_MEMORY_BARRIER();
-    if (in_place && first) {
-        UFORM_AMX_ZERO(0);
-        UFORM_AMX_ZERO(1);
-        if (tiles > 2) {
-            UFORM_AMX_ZERO(2);
-            UFORM_AMX_ZERO(3);
-        }
-    } else {
-        size_t row_bytes = out_stride * sizeof(float);
-        UFORM_AMX_LOAD(0, out, row_bytes);
-        UFORM_AMX_LOAD(1, out + 16, row_bytes);
-        if (tiles > 2) {
-            UFORM_AMX_LOAD(2, out + 32, row_bytes);
-            UFORM_AMX_LOAD(3, out + 48, row_bytes);
-        }
-    }
+    size_t row_bytes = out_stride * sizeof(float);
+#define UFORM_AMX_ZERO_C(tile, column) UFORM_AMX_ZERO(tile)
+#define UFORM_AMX_LOAD_C(tile, column) UFORM_AMX_LOAD(tile, out + (column), row_bytes)
+#define UFORM_AMX_STORE_C(tile, column) UFORM_AMX_STORE(tile, out + (column), row_bytes)
+    if (in_place && first) UFORM_AMX_EACH_C_TILE(tiles, UFORM_AMX_ZERO_C);
+    else UFORM_AMX_EACH_C_TILE(tiles, UFORM_AMX_LOAD_C);
     for (size_t s = 0; s < steps; s++) {
         UFORM_AMX_LOAD(UFORM_AMX_A_TILE, a + s * UFORM_AMX_TILE_BYTES, a_row_bytes);
         UFORM_AMX_PANEL_STEP(b, s, 0, 1);
         if (tiles > 2) UFORM_AMX_PANEL_STEP(b + b_stride, s, 2, 3);
     }
-    size_t row_bytes = out_stride * sizeof(float);
-    UFORM_AMX_STORE(0, out, row_bytes);
-    UFORM_AMX_STORE(1, out + 16, row_bytes);
-    if (tiles > 2) {
-        UFORM_AMX_STORE(2, out + 32, row_bytes);
-        UFORM_AMX_STORE(3, out + 48, row_bytes);
-    }
+    UFORM_AMX_EACH_C_TILE(tiles, UFORM_AMX_STORE_C);
+#undef UFORM_AMX_ZERO_C
+#undef UFORM_AMX_LOAD_C
+#undef UFORM_AMX_STORE_C
     UFORM_AMX_MEMORY_BARRIER();
     size_t kept = in_place ? UFORM_AMX_MR : rows;
     if (bias)
