@@ -424,7 +424,9 @@ def write_report(contenders, results, peaks, peak_source, gemm_output, torch_pea
         "make bench-pytest   # make all, then the same comparison under pytest-benchmark\n"
         "UFORM_BENCH_QUICK=1 python3 bench/report.py   # smoke run: depth 2, hidden 128, batch 32; "
         "prints the page, writes nothing\n"
-        "python3 bench/image_harness.py   # the image_encode comparison alone: prints its section\n```\n")
+        "python3 bench/image_harness.py   # the image_encode comparison alone: prints its section\n"
+        "UFORM_BENCH_ISA=avx2 python3 bench/report.py --text-only --output docs/benchmarks-avx2-proxy.md"
+        "   # AVX-512 machine as an AVX2 one\n```\n")
     out("Run it on an otherwise idle machine: both contenders use every core this process may use.")
     return "\n".join(lines) + "\n"
 
