@@ -500,19 +500,33 @@ static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **exe
                     bool accumulate = variant % 4 == 1;
                     uform_executor_t *executor = executors[variant % executors_count];
                     float *expected = output_make(&p), *got = output_make(&p);
+                    float *y_start = xmalloc(m * n * sizeof(float)); /* what accumulation starts from */
                     if (accumulate)
                         for (size_t i = 0; i < m; i++)
                             for (size_t j = 0; j < n; j++)
-                                expected[i * p.y_stride + j] = got[i * p.y_stride + j] = rng_float();
+                                expected[i * p.y_stride + j] = got[i * p.y_stride + j] =
+                                    y_start[i * n + j] = rng_float();
                     uform_gemm_epilogue_t epilogue =
                         accumulate ? UFORM_GEMM_ACCUMULATE : UFORM_GEMM_STORE;
                     kernels->gemm(executor, &bf16, p.x, p.x_stride, m, p.bias, epilogue, expected,
                                   p.y_stride);
-                    kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, epilogue, got,
-                                  p.y_stride);
-                    CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
-                          "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d differs from BF16",
-                          kernels->name, m, n, k, p.bias != NULL, accumulate);
+                    /* the panels decoded in one pass, in passes of a few panels (or
+                     * one), and the stack tiles where not one panel fits */
+                    static const size_t decoded_limits[] = {UFORM_GEMM_DECODED_MAX, 24576, 1};
+                    for (size_t l = 0; l < sizeof(decoded_limits) / sizeof(decoded_limits[0]); l++) {
+                        if (l > 0 && accumulate)
+                            for (size_t i = 0; i < m; i++)
+                                memcpy(got + i * p.y_stride, y_start + i * n, n * sizeof(float));
+                        uform_gemm_decoded_max = decoded_limits[l];
+                        kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, epilogue, got,
+                                      p.y_stride);
+                        CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
+                              "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d decoded at most %zu "
+                              "bytes: differs from BF16",
+                              kernels->name, m, n, k, p.bias != NULL, accumulate, decoded_limits[l]);
+                    }
+                    uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
+                    free(y_start);
                     free(expected);
                     free(got);
                     uform_packed_free(&e4m3);

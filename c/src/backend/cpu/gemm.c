@@ -172,6 +172,24 @@ void uform_gemm_pack_a_bf16_pairs(const float *x, size_t x_stride, size_t rows, 
     }
 }
 
+/* The panels a sweep reads: panel q at base + (q - first) * stride elements of
+ * `size` bytes, read by `kernels` and `wide`. */
+typedef struct {
+    const unsigned char *base;
+    size_t first, stride, size;
+    const uform_microkernel_fn_t *kernels, *wide;
+} uform_gemm_panels_t;
+
+/* An E4M3 matrix's codes and how one of its panels decodes (gemm.h): `rows`
+ * rows of `slots` codes (pairs of k for PAIRS), a scale per slot. */
+typedef struct {
+    const uint8_t *codes;
+    const float *slot_scales;
+    size_t kp, slots, rows;
+    size_t size; /* bytes per decoded weight: 2 BF16 (PAIRS), 4 FP32 */
+    uform_e4m3_decode_fn_t decode;
+} uform_gemm_codes_t;
+
 typedef struct {
     const uform_gemm_class_t *gemm_class;
     const uform_packed_t *w;
@@ -186,19 +204,20 @@ typedef struct {
     size_t nc_panels;   /* W panels per task */
     size_t n_blocks;    /* tasks across n */
     size_t kc;          /* k per block */
+    /* W as the kernels read it, from k = 0: the BF16 packing, or the E4M3
+     * panels of this pass decoded before its tasks. */
+    uform_gemm_panels_t b;
+    size_t q_begin, q_end; /* the panels of this pass */
     /* Every A panel packed once before the tasks (NULL: each task packs its
      * own): row group g, k block b at slot g * k_blocks + b, A_BYTES each. */
     unsigned char *packed_a;
     size_t k_blocks;
+    /* The pass's preparation (uform_gemm_prepare_task): decode_panels E4M3
+     * panels from q_begin into b, then pack_slots A panels. */
+    uform_gemm_codes_t codes;
+    unsigned char *decoded; /* b's panels, when they are decoded E4M3 */
+    size_t decode_panels, pack_slots;
 } uform_gemm_job_t;
-
-/* The panels a sweep reads: panel q at base + (q - first) * stride elements of
- * `size` bytes, read by `kernels` and `wide`. */
-typedef struct {
-    const unsigned char *base;
-    size_t first, stride, size;
-    const uform_microkernel_fn_t *kernels, *wide;
-} uform_gemm_panels_t;
 
 /* Per-task stack buffers: the packed A panel and the last panel's partial
  * columns, computed full width. */
@@ -207,6 +226,25 @@ typedef struct {
     _Alignas(64) float edge[UFORM_GEMM_MR_MAX * UFORM_GEMM_NR_MAX];
     _Alignas(64) float edge_bias[UFORM_GEMM_NR_MAX];
 } uform_gemm_buffers_t;
+
+size_t uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
+
+static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_class,
+                                              const uform_packed_t *w) {
+    size_t nr = gemm_class->nr, panels = w->n / nr + (w->n % nr != 0);
+    bool pairs = w->layout == UFORM_GEMM_PAIRS;
+    uform_gemm_codes_t codes;
+    codes.codes = w->data;
+    codes.kp = uform_gemm_padded_k(w->layout, w->k);
+    codes.slots = uform_gemm_slots(w->layout, nr);
+    codes.rows = pairs ? codes.kp / 2 : codes.kp;
+    codes.slot_scales = (const float *)(codes.codes + uform_gemm_codes_bytes(panels, nr, codes.kp));
+    codes.size = pairs ? 2 : 4;
+    codes.decode = gemm_class->decode_e4m3 ? gemm_class->decode_e4m3
+                   : pairs                 ? uform_e4m3_decode_bf16_portable
+                                           : uform_e4m3_decode_f32_portable;
+    return codes;
+}
 
 /* Rows [i, i + rows) of k block [k0, k0 + kb), packed into buffers->a_panel,
  * swept over panels [q0, q1): the wide kernel where whole groups of panels
@@ -271,12 +309,24 @@ static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_
     }
 }
 
-/* The pre-pass: A panel `slot` = (row group, k block), as row_groups packs it. */
-static void uform_gemm_pack_task(void *context, size_t begin, size_t end, size_t thread) {
+/* A pass's preparation, one index each: E4M3 panel q_begin + index decoded
+ * into b, then A panel `slot` = (row group, k block) packed as row_groups
+ * packs it. */
+static void uform_gemm_prepare_task(void *context, size_t begin, size_t end, size_t thread) {
     (void)thread;
     const uform_gemm_job_t *job = context;
     const uform_gemm_class_t *gc = job->gemm_class;
-    for (size_t slot = begin; slot < end; slot++) {
+    const uform_gemm_codes_t *codes = &job->codes;
+    size_t nr = gc->nr;
+    for (size_t index = begin; index < end; index++) {
+        if (index < job->decode_panels) {
+            size_t q = job->q_begin + index;
+            codes->decode(codes->codes + q * codes->kp * nr, codes->rows, codes->slots,
+                          codes->slot_scales + q * codes->slots,
+                          job->decoded + index * job->b.stride * job->b.size);
+            continue;
+        }
+        size_t slot = index - job->decode_panels;
         size_t i = slot / job->k_blocks * gc->mr, k0 = slot % job->k_blocks * job->kc;
         gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, uform_min(gc->mr, job->m - i),
                    uform_min(job->kc, job->w->k - k0), job->packed_a + slot * UFORM_GEMM_A_BYTES);
@@ -286,22 +336,20 @@ static void uform_gemm_pack_task(void *context, size_t begin, size_t end, size_t
 /* The task of a parallel loop index: rows [i0, i1) x panels [q0, q1). */
 static void uform_gemm_task_bounds(const uform_gemm_job_t *job, size_t task, size_t *i0,
                                    size_t *i1, size_t *q0, size_t *q1) {
-    size_t nr = job->gemm_class->nr, panels = job->w->n / nr + (job->w->n % nr != 0);
     *i0 = task / job->n_blocks * job->mc;
     *i1 = uform_min(*i0 + job->mc, job->m);
-    *q0 = task % job->n_blocks * job->nc_panels;
-    *q1 = uform_min(*q0 + job->nc_panels, panels);
+    *q0 = job->q_begin + task % job->n_blocks * job->nc_panels;
+    *q1 = uform_min(*q0 + job->nc_panels, job->q_end);
 }
 
-/* BF16 tasks. For each k block, each group of mr rows is packed once and
- * swept across the task's panels, so the A panel stays in L1 while W streams
- * from L2. */
+/* The tasks of BF16 matrices and of decoded E4M3 panels. For each k block,
+ * each group of mr rows is packed once and swept across the task's panels,
+ * so the A panel stays in L1 while W streams from L2. */
 static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thread) {
     (void)thread;
     const uform_gemm_job_t *job = context;
     const uform_gemm_class_t *gc = job->gemm_class;
     size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
-    size_t kp = uform_gemm_class_k(gc, k);
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float)); /* the part the kernel reads */
     if (gc->tasks_begin) gc->tasks_begin();
@@ -312,30 +360,25 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
         for (size_t k0 = 0; k0 < k; k0 += job->kc) {
             size_t kb = uform_min(job->kc, k - k0);
             int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
-            uform_gemm_panels_t panels = {(const unsigned char *)job->w->data + k0 * nr * 2, 0,
-                                          kp * nr, 2, gc->kernels, gc->wide};
+            uform_gemm_panels_t panels = job->b;
+            panels.base += k0 * nr * panels.size;
             uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
     if (gc->tasks_end) gc->tasks_end();
 }
 
-/* E4M3 tasks: for each k block, the task's panels are decoded once into the
- * tile (the class's compute type), then every row group sweeps them. */
-static void uform_gemm_task_e4m3(void *context, size_t begin, size_t end, size_t thread) {
+/* E4M3 tasks where the decoded panels cannot be had (uform_gemm_run): for
+ * each k block, the task's panels are decoded into an L1 tile on its stack,
+ * then every row group sweeps them. */
+static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, size_t thread) {
     (void)thread;
     const uform_gemm_job_t *job = context;
     const uform_gemm_class_t *gc = job->gemm_class;
-    const uform_packed_t *w = job->w;
-    size_t k = w->k, nr = gc->nr, mr = gc->mr, panels_total = w->n / nr + (w->n % nr != 0);
-    bool pairs = w->layout == UFORM_GEMM_PAIRS;
-    size_t kp = uform_gemm_padded_k(w->layout, k), slots = uform_gemm_slots(w->layout, nr);
-    const uint8_t *codes = w->data;
-    const float *slot_scales = (const float *)(codes + uform_gemm_codes_bytes(panels_total, nr, kp));
-    uform_e4m3_decode_fn_t decode =
-        gc->decode_e4m3 ? gc->decode_e4m3
-                        : pairs ? uform_e4m3_decode_bf16_portable : uform_e4m3_decode_f32_portable;
-    size_t size = pairs ? 2 : 4, kbp_max = uform_gemm_padded_k(w->layout, job->kc);
+    const uform_gemm_codes_t *codes = &job->codes;
+    size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
+    bool pairs = job->w->layout == UFORM_GEMM_PAIRS;
+    size_t kbp_max = uform_gemm_padded_k(job->w->layout, job->kc);
     _Alignas(64) unsigned char tile[UFORM_GEMM_TILE_BYTES];
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float));
@@ -349,14 +392,53 @@ static void uform_gemm_task_e4m3(void *context, size_t begin, size_t end, size_t
             /* rows of the panel this block covers: pairs of k for PAIRS (k0 is even) */
             size_t panel_rows = pairs ? (kb + 1) / 2 : kb;
             for (size_t q = q0; q < q1; q++)
-                decode(codes + q * kp * nr + k0 * nr, panel_rows, slots, slot_scales + q * slots,
-                       tile + (q - q0) * kbp_max * nr * size);
-            uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, size,
-                                          pairs ? gc->kernels : gc->kernels_f32,
-                                          pairs ? gc->wide : gc->wide_f32};
+                codes->decode(codes->codes + q * codes->kp * nr + k0 * nr, panel_rows, codes->slots,
+                              codes->slot_scales + q * codes->slots,
+                              tile + (q - q0) * kbp_max * nr * codes->size);
+            uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, codes->size, job->b.kernels,
+                                          job->b.wide};
             uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
+}
+
+/* The blocks of a pass over `panels` panels. Tiles of up to 8 kernel rows x
+ * 512 columns keep a task's y block and W block within L2. With several
+ * threads, shrink them until there are enough tasks to balance: first across
+ * n (down to 4 panels, so a packed A panel is still reused and the wide
+ * kernels still apply), then across m, then n down to one panel while
+ * threads would idle. */
+static void uform_gemm_blocking(uform_gemm_job_t *job, size_t threads, size_t panels, bool tile) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    size_t mr = gc->mr, nr = gc->nr, m = job->m;
+    size_t want = threads > 1 ? 8 * threads : 1;
+    size_t min_panels = gc->wide_panels > 4 ? gc->wide_panels : 4;
+    job->kc = gc->kc;
+    job->mc = uform_min(8 * mr, uform_round_up(m, mr));
+    job->nc_panels = uform_min(panels, 512 / nr > 0 ? 512 / nr : 1);
+    if (tile) {
+        /* The decoded tile holds nc_panels x kc weights of the compute type:
+         * min_panels of them and k blocks of 64 at least, else one panel. */
+        size_t per_k = nr * job->codes.size;
+        size_t tile_panels = UFORM_GEMM_TILE_BYTES / (UFORM_GEMM_E4M3_KC * per_k);
+        if (tile_panels == 0) tile_panels = 1;
+        job->kc = uform_min(gc->kc, UFORM_GEMM_TILE_BYTES / (tile_panels * per_k)) & ~(size_t)1;
+        job->nc_panels = uform_min(job->nc_panels, tile_panels);
+        /* Decoding a tile costs about what one row group's pass over it does:
+         * let 192 rows sweep each (about 3% of the time at large m). */
+        job->mc = uform_min(uform_round_up(UFORM_GEMM_E4M3_MC, mr), uform_round_up(m, mr));
+    }
+    for (;;) {
+        size_t m_blocks = (m + job->mc - 1) / job->mc;
+        job->n_blocks = (panels + job->nc_panels - 1) / job->nc_panels;
+        if (m_blocks * job->n_blocks >= want) break;
+        if (job->nc_panels > min_panels) job->nc_panels = (job->nc_panels + 1) / 2;
+        else if (job->mc > mr) job->mc = uform_round_up(job->mc / 2, mr);
+        else if (m_blocks * job->n_blocks < threads && job->nc_panels > 1)
+            job->nc_panels = (job->nc_panels + 1) / 2;
+        else break;
+    }
+    job->k_blocks = (job->w->k + job->kc - 1) / job->kc;
 }
 
 void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *executor,
@@ -367,66 +449,74 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
     size_t mr = gemm_class->mr, nr = gemm_class->nr;
     size_t panels = w->n / nr + (w->n % nr != 0);
     bool e4m3 = w->scalar == UFORM_SCALAR_E4M3;
-    uform_gemm_job_t job = {gemm_class, w, x, x_stride, m, bias,
-                            epilogue == UFORM_GEMM_ACCUMULATE, epilogue == UFORM_GEMM_GELU,
-                            y, y_stride, 0, 0, 0, gemm_class->kc, NULL, 0};
-
-    /* Tiles of up to 8 kernel rows x 512 columns keep a task's y block and
-     * W block within L2. With several threads, shrink them until there are
-     * enough tasks to balance: first across n (down to 4 panels, so a packed
-     * A panel is still reused and the wide kernels still apply), then across
-     * m, then n down to one panel while threads would idle. */
+    uform_gemm_job_t job = {.gemm_class = gemm_class, .w = w, .x = x, .x_stride = x_stride,
+                            .m = m, .bias = bias, .accumulate = epilogue == UFORM_GEMM_ACCUMULATE,
+                            .gelu = epilogue == UFORM_GEMM_GELU, .y = y, .y_stride = y_stride};
+    job.b = (uform_gemm_panels_t){w->data, 0, uform_gemm_class_k(gemm_class, w->k) * nr, 2,
+                                  gemm_class->kernels, gemm_class->wide};
     size_t threads = executor ? uform_executor_width(executor) : 1;
-    size_t want = threads > 1 ? 8 * threads : 1;
-    size_t min_panels = gemm_class->wide_panels > 4 ? gemm_class->wide_panels : 4;
-    job.mc = uform_min(8 * mr, uform_round_up(m, mr));
-    job.nc_panels = uform_min(panels, 512 / nr > 0 ? 512 / nr : 1);
-    if (e4m3) {
-        /* The decoded tile holds nc_panels x kc weights of the compute type:
-         * min_panels of them and k blocks of 64 at least, else one panel. */
-        size_t per_k = nr * (w->layout == UFORM_GEMM_PAIRS ? 2 : 4);
-        size_t tile_panels = UFORM_GEMM_TILE_BYTES / (UFORM_GEMM_E4M3_KC * per_k);
-        if (tile_panels == 0) tile_panels = 1;
-        job.kc = uform_min(gemm_class->kc, UFORM_GEMM_TILE_BYTES / (tile_panels * per_k)) & ~(size_t)1;
-        job.nc_panels = uform_min(job.nc_panels, tile_panels);
-        /* Decoding a tile costs about what one row group's pass over it does:
-         * let 192 rows sweep each (about 3% of the time at large m). */
-        job.mc = uform_min(uform_round_up(UFORM_GEMM_E4M3_MC, mr), uform_round_up(m, mr));
-    }
-    for (;;) {
-        size_t m_blocks = (m + job.mc - 1) / job.mc;
-        job.n_blocks = (panels + job.nc_panels - 1) / job.nc_panels;
-        if (m_blocks * job.n_blocks >= want) break;
-        if (job.nc_panels > min_panels) job.nc_panels = (job.nc_panels + 1) / 2;
-        else if (job.mc > mr) job.mc = uform_round_up(job.mc / 2, mr);
-        else if (m_blocks * job.n_blocks < threads && job.nc_panels > 1)
-            job.nc_panels = (job.nc_panels + 1) / 2;
-        else break;
-    }
-    size_t tasks = (m + job.mc - 1) / job.mc * job.n_blocks;
-    uform_range_fn_t task = e4m3 ? uform_gemm_task_e4m3 : uform_gemm_task;
     /* Waking the pool costs about as much as 1M multiply-adds (tens of us):
      * smaller products run on the calling thread alone. */
     double macs = (double)m * (double)w->n * (double)w->k;
     bool parallel = executor && threads > 1 && macs >= 1048576.0;
-    /* Tasks side by side across n would each pack the same rows of A (3 to 8
-     * times for one text's projections, on one thread as on several): pack
-     * every panel once first, in parallel when the pool runs the product,
-     * where that buffer is small and the product is not. If it cannot be had,
-     * the tasks pack their own; the panels and so the results are the same. */
-    job.k_blocks = (w->k + job.kc - 1) / job.kc;
-    size_t slots = (m + mr - 1) / mr * job.k_blocks;
-    if (job.n_blocks > 1 && macs >= 1048576.0 &&
-        slots <= UFORM_GEMM_PACKED_A_MAX / UFORM_GEMM_A_BYTES) {
-        job.packed_a = aligned_alloc(64, slots * UFORM_GEMM_A_BYTES);
-        if (job.packed_a && parallel)
-            uform_parallel_for(executor, slots, 1, uform_gemm_pack_task, &job);
-        else if (job.packed_a)
-            uform_gemm_pack_task(&job, 0, slots, 0);
+
+    /* E4M3 panels are decoded into the class's compute type (BF16 PAIRS or
+     * FP32) before each pass's tasks, up to uform_gemm_decoded_max bytes a
+     * pass: the tasks then block and sweep exactly as BF16 ones, the decoding
+     * done once per product rather than once per task's rows. Where not even
+     * one panel's buffer can be had, each task decodes small tiles instead;
+     * so does a product of fewer rows than a kernel call takes, where each
+     * weight is decoded once either way and the tiles spare the buffer's
+     * round trip through L2 and a second wake of the pool (gemm_bench,
+     * SAPPHIRE, m = 1 to 7: up to 1.7x faster on tiles; equal at m = 14). */
+    size_t pass_panels = panels;
+    uform_range_fn_t task = uform_gemm_task;
+    if (e4m3) {
+        job.codes = uform_gemm_codes_of(gemm_class, w);
+        bool pairs = w->layout == UFORM_GEMM_PAIRS;
+        size_t panel_bytes = job.codes.kp * nr * job.codes.size;
+        pass_panels = m < mr ? 0 : uform_min(panels, uform_gemm_decoded_max / panel_bytes);
+        if (pass_panels > 0)
+            job.decoded = aligned_alloc(64, uform_round_up(pass_panels * panel_bytes, 64));
+        job.b = (uform_gemm_panels_t){job.decoded, 0, job.codes.kp * nr, job.codes.size,
+                                      pairs ? gemm_class->kernels : gemm_class->kernels_f32,
+                                      pairs ? gemm_class->wide : gemm_class->wide_f32};
+        if (!job.decoded) {
+            pass_panels = panels;
+            task = uform_gemm_task_e4m3_tile;
+        }
     }
-    if (parallel)
-        uform_parallel_for(executor, tasks, 1, task, &job);
-    else
-        task(&job, 0, tasks, 0);
+
+    for (size_t q_begin = 0; q_begin < panels; q_begin += pass_panels) {
+        job.q_begin = job.b.first = q_begin;
+        job.q_end = uform_min(panels, q_begin + pass_panels);
+        uform_gemm_blocking(&job, threads, job.q_end - q_begin, task == uform_gemm_task_e4m3_tile);
+        job.decode_panels = job.decoded ? job.q_end - q_begin : 0;
+        /* Tasks side by side across n would each pack the same rows of A (3
+         * to 8 times for one text's projections, on one thread as on
+         * several): pack every panel once first, in parallel when the pool
+         * runs the product, where that buffer is small and the product is
+         * not. If it cannot be had, the tasks pack their own; the panels and
+         * so the results are the same. */
+        size_t slots = (m + mr - 1) / mr * job.k_blocks;
+        if (q_begin == 0 && job.n_blocks > 1 && macs >= 1048576.0 &&
+            slots <= UFORM_GEMM_PACKED_A_MAX / UFORM_GEMM_A_BYTES) {
+            job.packed_a = aligned_alloc(64, slots * UFORM_GEMM_A_BYTES);
+            job.pack_slots = job.packed_a ? slots : 0;
+        } else {
+            job.pack_slots = 0;
+        }
+        size_t preparations = job.decode_panels + job.pack_slots;
+        if (parallel && preparations > 1)
+            uform_parallel_for(executor, preparations, 1, uform_gemm_prepare_task, &job);
+        else if (preparations)
+            uform_gemm_prepare_task(&job, 0, preparations, 0);
+        size_t tasks = (m + job.mc - 1) / job.mc * job.n_blocks;
+        if (parallel)
+            uform_parallel_for(executor, tasks, 1, task, &job);
+        else
+            task(&job, 0, tasks, 0);
+    }
     free(job.packed_a);
+    free(job.decoded);
 }

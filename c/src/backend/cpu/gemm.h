@@ -14,10 +14,14 @@
  *
  * E4M3 matrices (packed by uform_gemm_pack_e4m3) keep one byte per weight,
  * PLAIN for the FP32 classes and PAIRS for the BF16 ones, and per panel the
- * scale of each slot. A task decodes its panels' k block once into a tile of
- * the class's compute type on its stack (e4m3_decode.h: the FP32 classes get
- * FP32 in PLAIN order, read by kernels_f32; the BF16 classes BF16 PAIRS, read
- * by their usual kernels), then sweeps every row group of the task over it.
+ * scale of each slot. A product decodes its panels once, before its tasks,
+ * into a buffer of the class's compute type (e4m3_decode.h: the FP32 classes
+ * get FP32 in PLAIN order, read by kernels_f32; the BF16 classes BF16 PAIRS,
+ * read by their usual kernels), up to uform_gemm_decoded_max bytes at a time
+ * (a larger matrix goes in passes of whole panels); the tasks then block and
+ * sweep as BF16 ones do. Where no such buffer can be had, each task decodes
+ * its panels' k blocks into an L1 tile on its stack instead (slower: narrow
+ * tasks, short k blocks; the same bits).
  * The scales are powers of two, so a decoded weight is exactly the
  * dequantized value in BF16 and in FP32: an E4M3 matrix multiplies exactly as
  * the BF16 matrix of its dequantized weights, bit for bit.
@@ -41,9 +45,16 @@
 /* Bytes of A packed once before a parallel GEMM's tasks, at most (gemm.c):
  * 1024 panels, e.g. 14336 rows of k = 512 or 3584 of k = 2048. */
 #define UFORM_GEMM_PACKED_A_MAX (16u << 20)
-/* Bytes of the decoded W tile an E4M3 task keeps on its stack (L1-sized). */
+/* Bytes of the E4M3 panels a product decodes before its tasks, at most: every
+ * matrix of a hidden-512 model in one pass (FP32: 2048 x 512 is 4 MiB). */
+#define UFORM_GEMM_DECODED_MAX (8u << 20)
+/* That bound as the GEMM reads it; tests lower it to run the passes and the
+ * tile fallback (below one panel's bytes). Not for callers. */
+UFORM_INTERNAL extern size_t uform_gemm_decoded_max;
+/* Bytes of the decoded W tile an E4M3 task of the fallback keeps on its stack
+ * (L1-sized). */
 #define UFORM_GEMM_TILE_BYTES 32768
-/* An E4M3 task's k block, and its rows (each decoded tile is swept by all of
+/* A fallback E4M3 task's k block, and its rows (each decoded tile is swept by all of
  * them): on the 2-core Zen 3, 64 KiB-256 KiB tiles or other blocks measured
  * within noise of these (docs/benchmarks.md, "E4M3"). */
 #define UFORM_GEMM_E4M3_KC 128
@@ -88,7 +99,7 @@ typedef struct {
     size_t k_align;
     /* Per-thread state the kernels need (AMX: the tile configuration), set up
      * before a thread runs its tasks of a product and released after; NULL:
-     * none. Not called for E4M3 matrices. */
+     * none. (AMX hands its E4M3 matrices to SAPPHIRE.) */
     void (*tasks_begin)(void);
     void (*tasks_end)(void);
 } uform_gemm_class_t;
