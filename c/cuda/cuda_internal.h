@@ -31,6 +31,10 @@ typedef struct {
     size_t m, n, k, lda, ldb, ldc;
     bool transpose_a, transpose_b, bias;
     bool bf16;                       /* A and B BF16 (packed weights), else FP32 */
+    /* The alignments (bytes, at most 256) of A's, B's and C's addresses the
+     * algorithm was chosen for: cuBLASLt assumes 256 unless told, and the
+     * trainer's parameter slices can be 4-byte aligned. */
+    uint32_t align_a, align_b, align_c;
     cublasLtMatmulDesc_t operation;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algorithm;

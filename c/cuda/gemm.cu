@@ -42,12 +42,14 @@ static bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *w
 /* The plan of one shape: found in the cache or made (layouts, operation, algorithm). */
 static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda,
                                           size_t ldb, size_t ldc, bool transpose_a, bool transpose_b,
-                                          bool bias, bool bf16) {
+                                          bool bias, bool bf16, uint32_t align_a, uint32_t align_b,
+                                          uint32_t align_c) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     for (size_t i = 0; i < UFORM_CUDA_GEMM_PLANS; i++) {
         uform_cuda_plan_t *p = &context->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
-            p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->bf16 == bf16)
+            p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->bf16 == bf16 &&
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c)
             return p;
     }
     uform_cuda_plan_t *plan = NULL;
@@ -61,6 +63,7 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     memset(plan, 0, sizeof(*plan));
     plan->m = m, plan->n = n, plan->k = k, plan->lda = lda, plan->ldb = ldb, plan->ldc = ldc;
     plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->bf16 = bf16;
+    plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c;
     cudaDataType_t inputs = bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = CUDA_R_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -96,6 +99,15 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     size_t workspace = UFORM_CUDA_WORKSPACE_BYTES;
     uform_cublaslt()->preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                          sizeof(workspace));
+    /* only algorithms that work at the operands' actual alignments (C and D are one buffer) */
+    uform_cublaslt()->preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                     sizeof(align_a));
+    uform_cublaslt()->preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                     sizeof(align_b));
+    uform_cublaslt()->preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                     sizeof(align_c));
+    uform_cublaslt()->preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                     sizeof(align_c));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
     ok = uform_lt_ok(b, uform_cublaslt()->heuristic(context->lt, plan->operation, plan->a, plan->b, plan->c,
@@ -114,7 +126,8 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     return plan;
 }
 
-/* c = (accumulate ? c : 0) + bias, for products with k = 0 (cuBLASLt needs k >= 1). */
+/* c = (accumulate ? c : 0) + bias: the product when k = 0 (cuBLASLt needs k >= 1),
+ * and the bias that the epilogue cannot read (uform_cuda_product). */
 __global__ static void uform_empty_product(size_t m, size_t n, const float *bias, bool accumulate, float *c,
                                            size_t c_stride) {
     size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -123,6 +136,13 @@ __global__ static void uform_empty_product(size_t m, size_t n, const float *bias
         float value = accumulate ? c[i * c_stride + j] : 0.0f;
         c[i * c_stride + j] = bias ? value + bias[j] : value;
     }
+}
+
+/* The alignment of an address in bytes, at most 256 (cuBLASLt's default assumption). */
+static uint32_t uform_cuda_alignment(const void *pointer) {
+    uintptr_t address = (uintptr_t)pointer;
+    uintptr_t lowest = address & (~address + 1);
+    return lowest == 0 || lowest > 256 ? 256u : (uint32_t)lowest;
 }
 
 /* c[m, n] = (accumulate ? c : 0) + op(a) op(b) (+ bias): row-major operands,
@@ -138,9 +158,15 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
         uform_cuda_launched(b, "gemm (k = 0)");
         return;
     }
+    /* The bias epilogue reads the bias in vectors: a bias that is not 16-byte
+     * aligned (a slice of the trainer's flat parameters can be 4) is added
+     * after the product instead. */
+    const float *late_bias = bias && uform_cuda_alignment(bias) < 16 ? bias : NULL;
+    if (late_bias) bias = NULL;
     /* C^T [n x m] = op(b)^T [n x k] op(a)^T [k x m] */
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, b_stride, a_stride, c_stride, b_transposed,
-                                              a_transposed, bias != NULL, bf16);
+                                              a_transposed, bias != NULL, bf16, uform_cuda_alignment(bm),
+                                              uform_cuda_alignment(a), uform_cuda_alignment(c));
     if (!plan) return;
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &bias, sizeof(bias)), "BIAS_POINTER"))
@@ -150,6 +176,11 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
                                   c, plan->c, c, plan->c, &plan->algorithm, context->workspace,
                                   UFORM_CUDA_WORKSPACE_BYTES, context->stream),
                 "cublasLtMatmul");
+    if (late_bias) {
+        uform_empty_product<<<uform_cuda_blocks(m * n, 256), 256, 0, context->stream>>>(m, n, late_bias, true, c,
+                                                                                          c_stride);
+        uform_cuda_launched(b, "gemm (bias)");
+    }
 }
 
 void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,

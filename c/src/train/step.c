@@ -336,6 +336,10 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     float factor = uform_clip_factor(b->ops->sum_squares(b, t->gradients, t->count),
                                      UFORM_CLIP_NORM, &norm);
     float rate = (float)uform_schedule_rate(&t->schedule, step);
+    /* A device backend's failure anywhere in the step so far leaves the loss
+     * and the norm meaningless: it is reported as itself, not as divergence. */
+    status = b->ops->synchronize(b);
+    if (status != UFORM_OK) goto done;
     /* A diverged step is refused before it touches the weights: AdamW would
      * spread one NaN into every parameter and moment, and a later save would
      * write a checkpoint no load accepts. */
@@ -351,7 +355,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     size_t overflow = b->ops->adamw_first_non_finite(b, t->parameters, t->gradients, factor,
                                                      t->first_moment, t->second_moment, t->decay,
                                                      t->count, step, rate);
-    if (overflow != SIZE_MAX) {
+    if (overflow != SIZE_MAX && (status = b->ops->synchronize(b)) == UFORM_OK) {
         const uform_slot_t *slot = uform_slot_at(t, overflow);
         status = uform_fail(UFORM_DIVERGED,
                             "step %llu: at the learning rate %g the update would make \"%s\"[%zu] "
@@ -361,6 +365,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
                             slot ? overflow - slot->offset : overflow);
         goto done;
     }
+    if (status != UFORM_OK) goto done;
     b->ops->adamw(b, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
                   t->decay, t->count, step, rate);
     t->step = step;
