@@ -79,7 +79,9 @@ CXX_SOURCES := $(if $(MESH_FOUND),$(wildcard c/src/train/*.cc))
 # Built when nvcc is on the PATH and the PyPI wheel nvidia-cublas is installed for
 # $(PYTHON) (headers and the versioned libcublasLt.so.13, linked with an rpath);
 # `make UFORM_CUDA=none` builds without it. One fat binary for every GPU class
-# (Ampere sm_80, Ada sm_89, Hopper sm_90a, Blackwell sm_100a); the CUDA runtime
+# (Ampere sm_80, Ada sm_89, Hopper sm_90a, Blackwell sm_100a), plus compute_90
+# PTX that the driver compiles for a later GPU none of those runs (sm_100a code
+# runs on compute capability 10.0 only: a 10.3 or 12.x GPU); the CUDA runtime
 # is linked statically, so a machine without a GPU or driver runs the library and
 # its VRAM calls answer "no GPU found".
 UFORM_CUDA ?= auto
@@ -90,7 +92,8 @@ CUBLAS_ROOT := $(if $(NVCC),$(shell $(PYTHON) -c "import os, sysconfig; \
 CUDA_FOUND := $(if $(CUBLAS_ROOT),cuda)
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/lib64/libcudart_static.a),/usr/local/cuda,$(abspath $(dir $(realpath $(NVCC)))/..))
 CUDA_ARCHITECTURES := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
-                      -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
+                      -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
+                      -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -std=c++17 -O3 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror -Werror all-warnings \
               $(CUDA_ARCHITECTURES) -Ic/include -Ic/src -I$(CUBLAS_ROOT)/include \
               -DUFORM_CUBLAS_LIB_DIR='"$(CUBLAS_ROOT)/lib"'
@@ -114,9 +117,9 @@ $(shell mkdir -p $(BUILD) && printf '%s\n' '# the media libraries this build fou
 # rebuilds every object (a stale object would keep the old code generation).
 FLAGS_FILE := $(BUILD)/flags.txt
 $(shell mkdir -p $(BUILD) && printf '%s\n' '# the flags objects were compiled with (written by make)' \
-  'cc=$(CC)' 'lib=$(CFLAGS_LIB)' 'asan=$(CFLAGS_ASAN)' > $(FLAGS_FILE).new && \
+  'cc=$(CC)' 'lib=$(CFLAGS_LIB)' 'asan=$(CFLAGS_ASAN)' 'nvcc=$(NVCC) $(NVCC_FLAGS)' > $(FLAGS_FILE).new && \
   (cmp -s $(FLAGS_FILE).new $(FLAGS_FILE) && rm -f $(FLAGS_FILE).new || mv $(FLAGS_FILE).new $(FLAGS_FILE)))
-$(OBJECTS) $(SANITIZED_OBJECTS): $(FLAGS_FILE)
+$(OBJECTS) $(SANITIZED_OBJECTS) $(CUDA_OBJECTS): $(FLAGS_FILE)
 CXXFLAGS_COMMON := -std=c++17 -D_GNU_SOURCE -pthread -Ic/include -Ic/src $(WARNINGS)
 OBJECTS += $(patsubst c/src/%.cc,$(BUILD)/obj/%.o,$(CXX_SOURCES)) $(CUDA_OBJECTS)
 # (the CUDA objects are not instrumented: ASan's tests link them as they are)
@@ -253,7 +256,9 @@ test-python: all
 
 # ---- what needs a GPU (tests/gpu/): each program prints a table, or why it skips --
 # `make test-gpu` on a GPU machine builds the library with the CUDA backend and
-# runs them; without a GPU or without the backend they say so and pass.
+# runs them (every one, a failure does not stop the next; the status says if any
+# failed); without a GPU or without the backend they say so and pass.
+# scripts/gpu-check.sh runs it on a lent GPU machine with time limits and a summary.
 GPU_TESTS := $(patsubst tests/gpu/%.c,%,$(wildcard tests/gpu/test_*.c))
 $(BUILD)/gpu/%: tests/gpu/%.c $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
@@ -261,11 +266,14 @@ $(BUILD)/gpu/%: tests/gpu/%.c $(BUILD)/libuform.a $(MEDIA_FILE)
 
 test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
-	@set -e; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t; done
-	@echo "== bench/gpu_report.py (text_encode on the GPU against PyTorch; docs/benchmarks-gpu.md)"
-	@if $(PYTHON) -c "import cffi, numpy" 2>/dev/null; then \
-	  $(MAKE) --no-print-directory python && $(PYTHON) bench/gpu_report.py --output docs/benchmarks-gpu.md; \
-	else echo "skip gpu_report: $(PYTHON) lacks cffi or numpy"; fi
+	@status=0; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t || { echo "== $$t FAILED"; status=1; }; done; \
+	echo "== bench/gpu_report.py (text_encode on the GPU against PyTorch; docs/benchmarks-gpu.md)"; \
+	if $(PYTHON) -c "import cffi, numpy" 2>/dev/null; then \
+	  $(MAKE) --no-print-directory python && $(PYTHON) bench/gpu_report.py --output docs/benchmarks-gpu.md || status=1; \
+	  echo "== bench/gpu_train_report.py (one training step on the GPU against PyTorch)"; \
+	  $(PYTHON) bench/gpu_train_report.py --output docs/benchmarks-gpu.md || status=1; \
+	else echo "skip gpu_report: $(PYTHON) lacks cffi or numpy (scripts/gpu-check.sh --prepare brings them)"; fi; \
+	exit $$status
 
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or

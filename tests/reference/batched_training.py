@@ -19,7 +19,8 @@ against:
   `torch.optim.AdamW` (betas 0.9/0.999, eps 1e-8, weight decay 0.01 on rank-2 tensors
   except `text.bytes`; PyTorch's default implementation choice, for CPU tensors the
   per-tensor loop) with the trainer's warmup + cosine learning rate; FP32, or inside
-  `torch.autocast("cpu", torch.bfloat16)`.
+  `torch.autocast` (BF16) on the parameters' device: the CPU, or a GPU for
+  bench/gpu_train_report.py (`model.to("cuda")`, `batch_on(batch, "cuda")`).
 
 The corruption of the input (which positions are selected, what they become) is the
 counter-based RNG of docs/training.md section 1, computed by `training.mask_text` in
@@ -58,6 +59,11 @@ class TrainingBatch(NamedTuple):
     selected: torch.Tensor   # [B, L] bool: where the masked-text loss is taken
     lengths: torch.Tensor    # [B] long, each >= 1
     bags: torch.Tensor       # [B] long: bag id per item (positives: same bag)
+
+
+def batch_on(batch: TrainingBatch, device: Union[str, torch.device]) -> TrainingBatch:
+    """The same batch with every tensor on `device` (a GPU run's input)."""
+    return TrainingBatch(*(tensor.to(device) for tensor in batch))
 
 
 def prepare_batch(texts: Sequence[Union[bytes, str]], bags: Sequence[int], *, seed: int, step: int,
@@ -175,7 +181,7 @@ class BatchedTrainingModel(nn.Module):
         """(final states h [B, L, H], embeddings [B, D] float32, L2-normalised) of a padded batch."""
         B, L = ids.shape
         H, A = self.hidden, self.heads_count
-        valid = torch.arange(L).unsqueeze(0) < lengths.unsqueeze(1)              # [B, L]
+        valid = torch.arange(L, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # [B, L]
         key_mask = None if bool(valid.all()) else valid.view(B, 1, 1, L)         # True: attend
         x = F.embedding(ids, self.text.bytes) + self.text.modality               # [B, L, H]
         rope = None
@@ -211,7 +217,7 @@ class BatchedTrainingModel(nn.Module):
         per anchor i with positives P_i (same bag, j != i), targets 1/|P_i|,
         loss_i = -sum_p t_ip log_softmax_{j != i}(s_ij)_p; mean over anchors with positives."""
         n = embeddings.shape[0]
-        eye = torch.eye(n, dtype=torch.bool)
+        eye = torch.eye(n, dtype=torch.bool, device=embeddings.device)
         positive = (bags.unsqueeze(0) == bags.unsqueeze(1)) & ~eye
         counts = positive.sum(dim=1)
         anchors = counts > 0
@@ -283,7 +289,8 @@ class BatchedTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.optimizer.zero_grad(set_to_none=True)
-        region = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        device_type = next(self.model.parameters()).device.type
+        region = torch.autocast(device_type, dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with region:
             total, masked, contrast = self.model.losses(batch, self.text_weight)
         total.backward()
@@ -304,5 +311,5 @@ def training_flops(depth: int, hidden: int, dimensions: int, lengths: Sequence[i
     return {"tokens": tokens, "forward": gemm + attention, "step": 3 * (gemm + attention)}
 
 
-__all__ = ["BatchedTrainer", "BatchedTrainingModel", "StepLosses", "TrainingBatch", "prepare_batch",
+__all__ = ["BatchedTrainer", "BatchedTrainingModel", "StepLosses", "TrainingBatch", "batch_on", "prepare_batch",
            "training_flops"]

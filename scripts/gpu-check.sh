@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# gpu-check.sh: everything a session with a GPU machine runs there, as one command.
+#
+# A GPU is lent to few sessions, for minutes, so the first run must bring back all
+# it can: every step runs under its own time limit and a failing step does not stop
+# the next ones. At the end a summary table; the exit status is non-zero when any
+# step failed.
+#
+#   bash scripts/gpu-check.sh --prepare   here, before: downloads the Python wheels the
+#                                         GPU image lacks (cffi, pycparser) into .whl/,
+#                                         which .git/info/exclude keeps out of git
+#   bash scripts/gpu-check.sh             there: with the device tool, carry [".whl"]
+#
+# Steps: the machine (nvidia-smi, nvcc), the library built with the CUDA backend for
+# every GPU class (one fat binary, -gencode sm_80 ... sm_100a), `make test-gpu` (the
+# GPU tests, then bench/gpu_report.py). Where $OUT is set (the device tool's folder
+# of files to bring back) the whole log, the summary and docs/benchmarks-gpu.md are
+# copied there.
+set -u
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--prepare" ]; then
+    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+    mkdir -p .whl
+    # The image's python3 is CPython 3.12 (docs/gpu.md, "Running on a GPU machine").
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .whl cffi pycparser
+    exit $?
+fi
+
+LOG_DIR=${OUT:-$(mktemp -d)}
+LOG="$LOG_DIR/gpu-check.log"
+SUMMARY="$LOG_DIR/summary.txt"
+: > "$LOG"
+declare -a NAMES RESULTS
+failed=0
+
+# step NAME SECONDS COMMAND...: runs COMMAND under a time limit, its output to the
+# terminal and the log, and records how it ended.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "==== $name (limit ${limit}s): $*" | tee -a "$LOG"
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" bash -c "$*" 2>&1 | tee -a "$LOG"
+    local rc=${PIPESTATUS[0]}
+    local took=$((SECONDS - start))
+    local result="ok"
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then result="TIMED OUT"; elif [ "$rc" != 0 ]; then result="FAILED (exit $rc)"; fi
+    [ "$result" = ok ] || failed=1
+    NAMES+=("$name")
+    RESULTS+=("$result, ${took}s")
+    echo "==== $name: $result in ${took}s" | tee -a "$LOG"
+}
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    step "carried wheels" 120 "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/uform-site .whl/*.whl"
+    export PYTHONPATH=/tmp/uform-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+step "machine" 60 "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; nvcc --version | tail -2; python3 --version; nproc"
+JOBS=$(nproc 2>/dev/null || echo 4)
+step "build (library, CUDA backend)" 240 "make -j$JOBS lib && grep '^cuda=' c/build/media.txt"
+step "make test-gpu" 300 "make --no-print-directory -j$JOBS test-gpu"
+
+# A GPU that the tests do not reach (a driver older than the CUDA 13 runtime they are
+# built with answers "no GPU found") makes them skip and pass: here that is a failure.
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && grep -q '^skip test_' "$LOG"; then
+    echo "FAIL: nvidia-smi lists a GPU but GPU tests skipped (the driver must be 580 or newer for CUDA 13)" | tee -a "$LOG"
+    failed=1
+    NAMES+=("GPU reached by the tests")
+    RESULTS+=("NO: they skipped")
+fi
+{
+    echo
+    echo "| step | result |"
+    echo "| --- | --- |"
+    for i in "${!NAMES[@]}"; do echo "| ${NAMES[$i]} | ${RESULTS[$i]} |"; done
+    grep -h -E "^test_[a-z_]+: [0-9]+ passed|^skip |^FAIL|^\| (uform|torch)|^First step" "$LOG" || true
+} | tee "$SUMMARY" | tee -a "$LOG"
+[ -n "${OUT:-}" ] && [ -f docs/benchmarks-gpu.md ] && cp docs/benchmarks-gpu.md "$OUT/"
+exit $failed

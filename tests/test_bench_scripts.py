@@ -1,0 +1,45 @@
+"""The GPU benchmark scripts, run where no GPU is: they must not rot between the rare sessions
+that have one (scripts/gpu-check.sh runs them there through `make test-gpu`)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "bench", "gpu_train_report.py")
+
+
+def run(*arguments, quick=True):
+    environment = dict(os.environ, PYTHONPATH=ROOT)
+    if quick:
+        environment["UFORM_BENCH_QUICK"] = "1"
+    return subprocess.run([sys.executable, SCRIPT, *arguments], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_gpu_train_report_on_the_cpu(tmp_path):
+    """The whole script at a tiny shape on the CPU trainer and torch on the CPU: the same
+    weights, masks and losses plumbing as on a GPU, and the page it writes."""
+    pytest.importorskip("torch")
+    page = tmp_path / "page.md"
+    page.write_text("# GPU benchmarks\n\n| a table |\n\n### Notes (kept)\n\nhand-written\n")
+    done = run("--device", "cpu", "--output", str(page))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "uform Trainer.init_ram (FP32)" in done.stdout
+    assert "within" in done.stdout               # the first step's losses agree
+    text = page.read_text()
+    assert text.index("| a table |") < text.index("## Training") < text.index("### Notes (kept)")
+    again = run("--device", "cpu", "--output", str(page))   # a re-run replaces its section
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert page.read_text().count("## Training") == 1
+
+
+def test_gpu_train_report_skips_without_a_gpu():
+    import uform
+    capabilities = uform.capabilities()
+    if capabilities.gpu_backend and capabilities.gpus > 0:
+        pytest.skip("this machine has a GPU: make test-gpu runs the script for real")
+    done = run(quick=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("skip gpu_train_report: ")
