@@ -111,13 +111,29 @@ typedef struct {
     float *sums;
 } uform_column_task_t;
 
+/* Columns summed at once: their chains stay in four AVX-512 (eight AVX2)
+ * registers while the rows stream by, instead of a load and a store of the
+ * sums per row (the bias gradients were 3% of a HASWELL step that way). */
+#define UFORM_COLUMN_BLOCK 64
+
 /* sums[c] += sum over rows of dy[r][c], rows in order: one owner per column. */
+UFORM_VECTOR_CLONES
 static void uform_column_sums_range(void *context, size_t begin, size_t end, size_t thread) {
     (void)thread;
     const uform_column_task_t *task = context;
-    for (size_t r = 0; r < task->rows; r++) {
+    size_t c0 = begin;
+    for (; c0 + UFORM_COLUMN_BLOCK <= end; c0 += UFORM_COLUMN_BLOCK) {
+        float chains[UFORM_COLUMN_BLOCK];
+        memcpy(chains, task->sums + c0, sizeof(chains));
+        for (size_t r = 0; r < task->rows; r++) {
+            const float *row = task->dy + r * task->cols + c0;
+            for (size_t c = 0; c < UFORM_COLUMN_BLOCK; c++) chains[c] += row[c];
+        }
+        memcpy(task->sums + c0, chains, sizeof(chains));
+    }
+    for (size_t r = 0; r < task->rows && c0 < end; r++) {
         const float *row = task->dy + r * task->cols;
-        for (size_t c = begin; c < end; c++) task->sums[c] += row[c];
+        for (size_t c = c0; c < end; c++) task->sums[c] += row[c];
     }
 }
 
@@ -131,7 +147,7 @@ static void uform_cpu_linear_backward(uform_backend_t *b, const uform_weight_t *
                     (uform_matrix_t){x, k, false}, NULL, true, dweight, k);
     if (dbias) {
         uform_column_task_t task = {dy, rows, n, dbias};
-        uform_parallel_for(b->executor, n, 64, uform_column_sums_range, &task);
+        uform_parallel_for(b->executor, n, UFORM_COLUMN_BLOCK, uform_column_sums_range, &task);
     }
     if (dx)
         uform_sgemm_path(uform_path_of(b), false, b->executor, rows, k, n,
