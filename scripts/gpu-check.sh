@@ -13,7 +13,8 @@
 #
 # Steps: the machine (nvidia-smi, nvcc), the library built with the CUDA backend for
 # every GPU class (one fat binary, -gencode sm_80 ... sm_100a), `make test-gpu` (the
-# GPU tests, then bench/gpu_report.py). Where $OUT is set (the device tool's folder
+# GPU tests, then the benchmarks; a failed test once more under compute-sanitizer).
+# Where $OUT is set (the device tool's folder
 # of files to bring back) the whole log, the summary and docs/benchmarks-gpu.md are
 # copied there.
 set -u
@@ -62,6 +63,17 @@ step "machine" 60 "nvidia-smi --query-gpu=name,memory.total,driver_version,clock
 JOBS=$(nproc 2>/dev/null || echo 4)
 step "build (library, CUDA backend)" 240 "make -j$JOBS lib && grep '^cuda=' c/build/media.txt"
 step "make test-gpu" 300 "make --no-print-directory -j$JOBS test-gpu"
+# A GPU test that failed runs once more under compute-sanitizer's memcheck, whose first
+# report names the kernel and the bad access, while the device tool's 10 minutes last
+# (the summary below needs a few seconds).
+for test in c/build/gpu/test_*; do
+    name=$(basename "$test")
+    grep -q "^== $name FAILED" "$LOG" || continue
+    left=$((560 - SECONDS))
+    if ! command -v compute-sanitizer >/dev/null || [ "$left" -lt 30 ]; then continue; fi
+    step "$name under compute-sanitizer" $((left < 120 ? left : 120)) \
+        "compute-sanitizer --tool memcheck --print-limit 10 $test"
+done
 
 # A GPU that the tests do not reach (a driver older than the CUDA 13 runtime they are
 # built with answers "no GPU found") makes them skip and pass: here that is a failure.
