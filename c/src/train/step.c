@@ -355,7 +355,9 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     size_t overflow = b->ops->adamw_first_non_finite(b, t->parameters, t->gradients, factor,
                                                      t->first_moment, t->second_moment, t->decay,
                                                      t->count, step, rate);
-    if (overflow != SIZE_MAX && (status = b->ops->synchronize(b)) == UFORM_OK) {
+    status = b->ops->synchronize(b); /* the check's own read-back, as above */
+    if (status != UFORM_OK) goto done;
+    if (overflow != SIZE_MAX) {
         const uform_slot_t *slot = uform_slot_at(t, overflow);
         status = uform_fail(UFORM_DIVERGED,
                             "step %llu: at the learning rate %g the update would make \"%s\"[%zu] "
@@ -365,7 +367,6 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
                             slot ? overflow - slot->offset : overflow);
         goto done;
     }
-    if (status != UFORM_OK) goto done;
     b->ops->adamw(b, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
                   t->decay, t->count, step, rate);
     t->step = step;
