@@ -8,7 +8,9 @@
 #
 #   bash scripts/gpu-check.sh --prepare   here, before: downloads the Python wheels the
 #                                         GPU image lacks (cffi, pycparser) into .whl/,
-#                                         which .git/info/exclude keeps out of git
+#                                         which .git/info/exclude keeps out of git, and
+#                                         Debian's Gloo packages into .whl/debs/ (the
+#                                         mesh's engine, for tests/gpu/test_vram_mesh.c)
 #   bash scripts/gpu-check.sh             there: with the device tool, carry [".whl"]
 #
 # Steps: the machine (nvidia-smi, nvcc), the library built with the CUDA backend for
@@ -26,8 +28,16 @@ if [ "${1:-}" = "--prepare" ]; then
     # The image's python3 is CPython 3.12 (docs/gpu.md, "Running on a GPU machine").
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 -d .whl cffi pycparser
-    exit $?
+        --platform manylinux2014_x86_64 -d .whl cffi pycparser || exit $?
+    # Gloo and what libgloo.so.0 needs at run time (Debian bookworm's; glibc 2.34 or
+    # newer there). Unpacked there into a folder of its own, never over /.
+    mkdir -p .whl/debs
+    (cd .whl/debs && apt-get download libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 \
+        libnl-route-3-200) || { apt-get update -q && (cd .whl/debs && apt-get download libgloo-dev \
+        libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200); } || exit $?
+    # plain names ('~' and '+' out) for the trip
+    for f in .whl/debs/*.deb; do n=$(printf '%s' "$f" | tr '~+' '__'); [ "$f" = "$n" ] || mv "$f" "$n"; done
+    exit 0
 fi
 
 LOG_DIR=${OUT:-$(mktemp -d)}
@@ -59,9 +69,20 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     step "carried wheels" 120 "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/uform-site .whl/*.whl"
     export PYTHONPATH=/tmp/uform-site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# Gloo for the mesh (tests/gpu/test_vram_mesh.c) where the image lacks it: the carried
+# Debian packages unpacked into /tmp/uform-gloo, found by the compiler and the loader
+# through the environment (the Makefile's detection reads it too).
+if ! printf '#include <gloo/allgatherv.h>\n' | g++ -x c++ -fsyntax-only - 2>/dev/null && ls .whl/debs/*.deb >/dev/null 2>&1; then
+    G=/tmp/uform-gloo
+    # dpkg -x, or where the image has no dpkg, the package's data archive through ar and tar
+    step "carried Gloo" 60 "mkdir -p $G && for f in .whl/debs/*.deb; do dpkg -x \$f $G 2>/dev/null || ar p \$f \$(ar t \$f | grep '^data.tar') | tar -x -a -C $G -f - 2>/dev/null || ar p \$f \$(ar t \$f | grep '^data.tar') | tar -xJ -C $G || exit 1; done"
+    export CPATH=$G/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$G/usr/lib:$G/usr/lib/x86_64-linux-gnu:$G/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$G/usr/lib:$G/usr/lib/x86_64-linux-gnu:$G/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 step "machine" 60 "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; nvcc --version | tail -2; python3 --version; nproc"
 JOBS=$(nproc 2>/dev/null || echo 4)
-step "build (library, CUDA backend)" 240 "make -j$JOBS lib && grep '^cuda=' c/build/media.txt"
+step "build (library, CUDA backend)" 240 "make -j$JOBS lib && grep -E '^(cuda|mesh)=' c/build/media.txt"
 step "make test-gpu" 300 "make --no-print-directory -j$JOBS test-gpu"
 # A GPU test that failed runs once more under compute-sanitizer's memcheck, whose first
 # report names the kernel and the bad access, while the device tool's 10 minutes last
@@ -77,7 +98,7 @@ done
 
 # A GPU that the tests do not reach (a driver older than the CUDA 13 runtime they are
 # built with answers "no GPU found") makes them skip and pass: here that is a failure.
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && grep -q '^skip test_' "$LOG"; then
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && grep -q '^skip test_.*no GPU found' "$LOG"; then
     echo "FAIL: nvidia-smi lists a GPU but GPU tests skipped (the driver must be 580 or newer for CUDA 13)" | tee -a "$LOG"
     failed=1
     NAMES+=("GPU reached by the tests")

@@ -1,8 +1,9 @@
 """Mesh: one training run over several processes and hosts (docs/distributed.md).
 
 `Mesh.bootstrap(executor, MeshOptions(...))` meets the other hosts in a shared directory
-and connects the collective engine (Gloo over TCP on CPUs); `Trainer.init_ram(executor,
-mesh=mesh, ...)` then makes every step one update over the items of every host.
+and connects the collective engine (Gloo over TCP; on GPUs through host memory);
+`Trainer.init_ram(executor, mesh=mesh, ...)` or `Trainer.init_vram(...)` then makes every step
+one update over the items of every host.
 """
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ class MeshDescription:
     devices: Tuple[int, ...]       # devices (replicas) of each host
     hosts: Tuple[str, ...]         # each host's name, as it reported it
     multimem_tier: MultimemTier    # NONE on CPUs
-    gpu_class: Optional[GPUClass]  # None on CPUs
-    engine: str                    # "gloo" on CPUs
+    gpu_class: Optional[GPUClass]  # every host's GPUs' class; None on CPUs
+    engine: str                    # "gloo" (on GPUs too, through host memory)
     run_id: str                    # fresh for every bootstrap
     timeout_ms: int
 

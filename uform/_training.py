@@ -410,9 +410,11 @@ class Trainer:
         """Starts a run on the GPU of a VRAM executor (Executor.for_vram([gpu])).
 
         So far one GPU, with every item kind, objective and term (the four losses run on the
-        host through the CPU's); several GPUs and a mesh raise UnsupportedError saying so. A build without the CUDA backend
-        raises UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet run on a
-        GPU (docs/gpu.md)."""
+        host through the CPU's); several GPUs raise UnsupportedError saying so. On a mesh
+        (mesh=, bootstrapped on this executor) each step's gathers and gradient sum pass through
+        host memory over Gloo (NCCL is not built: docs/distributed.md). A build without the CUDA
+        backend raises UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet
+        run on a GPU (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
         return cls._start(lib.uform_trainer_init_vram, executor, mesh, progress, progress_steps, resume, depth,

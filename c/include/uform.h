@@ -499,22 +499,24 @@ typedef struct {
     size_t host_domain_index, host_domain_count;
     size_t rank;                      /* this process's first device among every device of the run */
     size_t ranks;                     /* devices (replicas) of the whole run */
-    const size_t *devices;            /* [host_domain_count]: devices (replicas) of each host */
+    const size_t *devices;            /* [host_domain_count]: devices (replicas) of each host: its
+                                         memory domains on CPUs, its GPUs on a VRAM executor */
     const char *const *hosts;         /* [host_domain_count]: each host's name as it reported it */
-    uform_multimem_tier_t multimem_tier; /* NONE on CPUs */
-    uform_gpu_class_t gpu_class;      /* NONE on CPUs */
-    const char *engine;               /* "gloo" on CPUs */
+    uform_multimem_tier_t multimem_tier; /* NONE (NCCL, which would report NVLink SHARP, is not built) */
+    uform_gpu_class_t gpu_class;      /* every host's GPUs' class; NONE on CPUs */
+    const char *engine;               /* "gloo" (on GPUs too: through host memory) */
     const char *run_id;               /* 32 hex digits, fresh for every bootstrap */
     uint64_t timeout_ms;              /* as derived */
 } uform_mesh_description_t;
 
 /* Meets the other hosts in options->directory/options->job: blocks until all
  * host_domain_count processes arrived (UFORM_MESH naming those that did not,
- * after timeout_ms), then connects the collective engine: Gloo over TCP for a
- * RAM executor (its address: UFORM_MESH_HOSTNAME, else UFORM_MESH_INTERFACE,
- * else this machine's host name); a VRAM executor: UFORM_UNSUPPORTED until the
- * CUDA backend exists. A build without Gloo: UFORM_UNSUPPORTED. The executor is
- * borrowed and must outlive the mesh. */
+ * after timeout_ms), then connects the collective engine: Gloo over TCP (its
+ * address: UFORM_MESH_HOSTNAME, else UFORM_MESH_INTERFACE, else this machine's
+ * host name), for RAM and VRAM executors alike (a VRAM trainer's collectives
+ * pass through host memory). Every host's executor must be of one kind (RAM, or
+ * VRAM of one GPU class): else UFORM_MESH naming both. A build without Gloo:
+ * UFORM_UNSUPPORTED. The executor is borrowed and must outlive the mesh. */
 UFORM_API uform_status_t uform_mesh_bootstrap(uform_executor_t *executor,
                                               const uform_mesh_options_t *options,
                                               uform_mesh_t **mesh);

@@ -8,7 +8,11 @@
  * groups, relations, token vectors), hosts that each hold two replicas, a save
  * on the mesh, the failure of a host mid-run, and the refusals. Tolerance: the
  * mesh sums gradients in another order (FP32), so losses agree to 2e-5
- * relative. Skips with a message in a build without Gloo. The last line is
+ * relative. Hosts whose trainers run on a device (the guarded backend of
+ * test_device_trainer.c: device memory the host cannot touch, as a GPU's) pass
+ * their collectives through host copies; they run the CPU kernels in the same
+ * order, so they must give the CPU mesh's losses and checkpoint bit for bit.
+ * Skips with a message in a build without Gloo. The last line is
  * "N passed, M failed". */
 #include "uform.h"
 
@@ -23,6 +27,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "guarded_backend.h"
+
+#include "train/mesh_directory.h"
+#include "train/trainer_on_device.h"
 
 #define WORLD 8     /* items of the world per step */
 #define STEPS 2
@@ -111,9 +119,10 @@ static uform_status_t run_steps(uform_trainer_t *trainer, size_t first, size_t l
     return UFORM_OK;
 }
 
-/* One host's whole run: bootstrap, init, steps, save; never returns. */
+/* One host's whole run: bootstrap, init (on the guarded device backend when
+ * on_device), steps, save; never returns. */
 static void host_main(const char *directory, const char *job, size_t host, size_t hosts, int replicas,
-                      int die_at, const char *save, size_t hidden, int fd) {
+                      int die_at, const char *save, size_t hidden, bool on_device, int fd) {
     host_result_t r;
     memset(&r, 0, sizeof(r));
     uint32_t domains[2] = {0, 1};   /* recorded, not bound: two replicas on any machine */
@@ -125,13 +134,28 @@ static void host_main(const char *directory, const char *job, size_t host, size_
     if (status == UFORM_OK) status = uform_mesh_bootstrap(executor, &mo, &mesh);
     uform_trainer_options_t o = options_for(mesh, NULL);
     if (hidden) o.hidden = hidden;
-    if (status == UFORM_OK) status = uform_trainer_init_ram(executor, &o, &trainer);
+    guard_t *guard = NULL;
+    if (status == UFORM_OK && on_device) {
+        uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+        guard = guard_of(&device);
+        status = uform_trainer_init_on_device(executor, &o, &device, &trainer);
+    } else if (status == UFORM_OK) {
+        status = uform_trainer_init_ram(executor, &o, &trainer);
+    }
     if (status == UFORM_OK)
         status = run_steps(trainer, host * WORLD / hosts, (host + 1) * WORLD / hosts, die_at, &r);
     if (status == UFORM_OK && save) status = uform_trainer_save(trainer, save, NULL);
     r.status = (int32_t)status;
     if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
     uform_trainer_free(trainer);
+    if (guard) {
+        if (r.status == UFORM_OK && (guard->violations || guard->allocations)) {
+            r.status = -2;
+            snprintf(r.message, sizeof(r.message), "device: %zu pointers on the wrong side (%s), %zu buffers leaked",
+                     guard->violations, guard->violation, guard->allocations);
+        }
+        guard_free(guard);
+    }
     uform_mesh_free(mesh);
     uform_executor_free(executor);
     ssize_t written = write(fd, &r, sizeof(r));
@@ -142,6 +166,7 @@ typedef struct {
     int replicas, die_at;     /* die_at: the step host (hosts - 1) is killed at, -1 never */
     const char *save;
     size_t odd_hidden;        /* the last host's hidden width, 0: the same */
+    unsigned on_device;       /* bit h: host h trains on the guarded device backend */
 } mesh_run_t;
 
 /* Forks `hosts` hosts and collects their results (in host order). */
@@ -158,7 +183,7 @@ static void run_mesh(const char *directory, const char *job, size_t hosts, mesh_
             close(pipe_fds[0]);
             bool last = h + 1 == hosts;
             host_main(directory, job, h, hosts, run.replicas, last ? run.die_at : -1, run.save,
-                      last ? run.odd_hidden : 0, pipe_fds[1]);
+                      last ? run.odd_hidden : 0, (run.on_device >> h) & 1u, pipe_fds[1]);
         }
         close(pipe_fds[1]);
         pids[h] = pid;
@@ -178,6 +203,19 @@ static void run_mesh(const char *directory, const char *job, size_t hosts, mesh_
         CHECK(killed_on_purpose ? WIFSIGNALED(code) : WIFEXITED(code) && WEXITSTATUS(code) == 0,
               "host %zu of %zu ended with status %d", h, hosts, code);
     }
+}
+
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        int x = fgetc(fa), y = fgetc(fb);
+        if (x != y) same = false;
+        if (x == EOF || y == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
 }
 
 static bool close_enough(float a, float b) {
@@ -212,11 +250,12 @@ int main(void) {
     /* 2 and 3 hosts of one replica, 2 hosts of two replicas each: the oracle's losses. */
     size_t host_counts[3] = {2, 3, 2};
     int replicas[3] = {1, 1, 2};
+    host_result_t equal[3][4];   /* kept: the device hosts below must give the same bits */
     for (size_t c = 0; c < 3; c++) {
-        host_result_t results[4];
+        host_result_t *results = equal[c];
         char job[32];
         snprintf(job, sizeof(job), "equal-%zu", c);
-        run_mesh(directory, job, host_counts[c], (mesh_run_t){replicas[c], -1, NULL, 0}, results);
+        run_mesh(directory, job, host_counts[c], (mesh_run_t){replicas[c], -1, NULL, 0, 0}, results);
         for (size_t h = 0; h < host_counts[c]; h++) {
             CHECK(results[h].status == UFORM_OK, "hosts %zu x %d, host %zu: %s", host_counts[c], replicas[c], h,
                   results[h].message);
@@ -233,7 +272,7 @@ int main(void) {
     snprintf(checkpoint, sizeof(checkpoint), "%s/saved.safetensors", directory);
     {
         host_result_t results[2];
-        run_mesh(directory, "save", 2, (mesh_run_t){1, -1, checkpoint, 0}, results);
+        run_mesh(directory, "save", 2, (mesh_run_t){1, -1, checkpoint, 0, 0}, results);
         CHECK(results[0].status == UFORM_OK && results[1].status == UFORM_OK, "save: %s / %s",
               results[0].message, results[1].message);
         uform_model_t *model = NULL;
@@ -241,11 +280,60 @@ int main(void) {
         uform_model_free(model);
     }
 
+    /* Hosts on a device: the CPU mesh's losses and checkpoint, bit for bit (2
+     * hosts, with the save; 3 hosts, uneven splits). */
+    {
+        char saved_on_device[600];
+        snprintf(saved_on_device, sizeof(saved_on_device), "%s/saved-on-device.safetensors", directory);
+        host_result_t results[3];
+        run_mesh(directory, "device-2", 2, (mesh_run_t){1, -1, saved_on_device, 0, 3u}, results);
+        for (size_t h = 0; h < 2; h++)
+            CHECK(results[h].status == UFORM_OK &&
+                      memcmp(results[h].losses, equal[0][h].losses, sizeof(results[h].losses)) == 0,
+                  "device hosts 2, host %zu: %s (loss %.9g against the CPU mesh's %.9g)", h, results[h].message,
+                  results[h].losses[STEPS - 1][0], equal[0][h].losses[STEPS - 1][0]);
+        CHECK(same_file(checkpoint, saved_on_device), "device hosts: the saved checkpoint differs from the CPU mesh's");
+        run_mesh(directory, "device-3", 3, (mesh_run_t){1, -1, NULL, 0, 7u}, results);
+        for (size_t h = 0; h < 3; h++)
+            CHECK(results[h].status == UFORM_OK &&
+                      memcmp(results[h].losses, equal[1][h].losses, sizeof(results[h].losses)) == 0,
+                  "device hosts 3, host %zu: %s", h, results[h].message);
+        /* one host on CPUs, one on a device: refused at init, naming the field */
+        run_mesh(directory, "mixed", 2, (mesh_run_t){1, -1, NULL, 0, 2u}, results);
+        for (size_t h = 0; h < 2; h++)
+            CHECK(results[h].status == UFORM_MESH && strstr(results[h].message, "the trainer's memory"),
+                  "mixed host %zu: %d %s", h, results[h].status, results[h].message);
+    }
+
+    /* A host on GPUs (a stand-in that introduces itself as one HOPPER GPU, as a
+     * VRAM executor's bootstrap does) and one on CPUs: refused at bootstrap,
+     * naming both kinds. */
+    {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            uform_mesh_directory_t d;
+            uform_status_t status = uform_mesh_directory_meet(directory, "kinds", 1, 2, 8000, &d);
+            if (status == UFORM_OK) status = uform_mesh_directory_set(&d, "host.1", "1 3 gpu-host", 12);
+            exit(status == UFORM_OK ? 0 : 1);
+        }
+        uform_mesh_t *mesh = NULL;
+        uform_mesh_options_t mo = {0, 2, directory, "kinds", 8000};
+        uform_status_t status = uform_mesh_bootstrap(executor, &mo, &mesh);
+        CHECK(status == UFORM_MESH && !mesh && strstr(uform_last_error(), "HOPPER") &&
+                  strstr(uform_last_error(), "CPUs") && strstr(uform_last_error(), "gpu-host"),
+              "a mesh of GPUs and CPUs: %d %s", status, uform_last_error());
+        int code = 0;
+        waitpid(pid, &code, 0);
+        CHECK(WIFEXITED(code) && WEXITSTATUS(code) == 0, "the stand-in host ended with %d", code);
+        uform_mesh_free(mesh);
+    }
+
     /* A host killed at its second step: the other names it, within the timeout. */
     {
         host_result_t results[2];
         time_t started = time(NULL);
-        run_mesh(directory, "killed", 2, (mesh_run_t){1, 1, NULL, 0}, results);
+        run_mesh(directory, "killed", 2, (mesh_run_t){1, 1, NULL, 0, 0}, results);
         CHECK(results[0].status == UFORM_MESH, "the survivor: %d %s", results[0].status, results[0].message);
         CHECK(strstr(results[0].message, "lost host 1") != NULL, "names host 1: %s", results[0].message);
         CHECK(results[1].status == -1, "the killed host wrote nothing");
@@ -255,7 +343,7 @@ int main(void) {
     /* A host with another model shape: both refuse at init, naming the field. */
     {
         host_result_t results[2];
-        run_mesh(directory, "shape", 2, (mesh_run_t){1, -1, NULL, 128}, results);
+        run_mesh(directory, "shape", 2, (mesh_run_t){1, -1, NULL, 128, 0}, results);
         for (size_t h = 0; h < 2; h++)
             CHECK(results[h].status == UFORM_MESH && strstr(results[h].message, "hidden"),
                   "host %zu: %d %s", h, results[h].status, results[h].message);

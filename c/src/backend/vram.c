@@ -41,6 +41,12 @@ size_t uform_vram_devices(void) {
 #endif
 }
 
+static const char *const uform_gpu_class_names[] = {"none", "AMPERE", "ADA", "HOPPER", "BLACKWELL"};
+
+const char *uform_gpu_class_name(uform_gpu_class_t gpu_class) {
+    return (unsigned)gpu_class < 5 ? uform_gpu_class_names[gpu_class] : "unknown";
+}
+
 #ifndef UFORM_HAVE_CUDA
 /* UNSUPPORTED naming what a build without the CUDA backend lacks. */
 static uform_status_t uform_no_cuda(const char *verb) {
@@ -128,6 +134,14 @@ uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_c
     return UFORM_OK;
 }
 
+size_t uform_vram_executor_gpus(const uform_executor_t *executor, uform_gpu_class_t *gpu_class) {
+    const uform_vram_devices_t *devices = uform_executor_devices(executor);
+    *gpu_class = UFORM_GPU_CLASS_NONE;
+    for (size_t i = 0; devices && i < devices->count; i++)
+        if (i == 0 || devices->devices[i].gpu_class < *gpu_class) *gpu_class = devices->devices[i].gpu_class;
+    return devices ? devices->count : 0;
+}
+
 bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_backend_t *backend) {
     const uform_vram_device_t *device = uform_vram_device_of(executor, gpu);
     if (device) *backend = device->backend;
@@ -136,11 +150,6 @@ bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_ba
 
 /* ---- VRAM models --------------------------------------------------------------------- */
 
-static const char *const uform_gpu_class_names[] = {"none", "AMPERE", "ADA", "HOPPER", "BLACKWELL"};
-
-static const char *uform_gpu_class_name(uform_gpu_class_t gpu_class) {
-    return (unsigned)gpu_class < 5 ? uform_gpu_class_names[gpu_class] : "unknown";
-}
 
 /* The checks of a VRAM load before its checkpoint is read: a GPU is there,
  * the devices exist, one of them, the class is one. */
@@ -279,9 +288,6 @@ uform_status_t uform_trainer_init_vram(uform_executor_t *executor, const uform_t
                           "Trainer.init_vram: one replica per GPU over %zu GPUs is not built yet; give an "
                           "executor of one GPU (docs/gpu.md)",
                           devices->count);
-    if (options->mesh)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "Trainer.init_vram: a mesh on GPUs (NCCL) is not built yet (docs/distributed.md)");
     return uform_trainer_init_on_device(executor, options, &devices->devices[0].backend, result);
 #else
     (void)executor, (void)options;
@@ -297,6 +303,12 @@ uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_c
     if (devices_count && !devices)
         return uform_fail(UFORM_INVALID_ARGUMENT, "devices: NULL with a count of %zu", devices_count);
     return uform_no_cuda("Executor.for_vram");
+}
+
+size_t uform_vram_executor_gpus(const uform_executor_t *executor, uform_gpu_class_t *gpu_class) {
+    (void)executor;
+    *gpu_class = UFORM_GPU_CLASS_NONE;
+    return 0;
 }
 
 bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_backend_t *backend) {

@@ -14,6 +14,13 @@ UFORM_INTERNAL size_t uform_vram_devices(void);
 UFORM_INTERNAL bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu,
                                        uform_backend_t *backend);
 
+/* The GPUs of a VRAM executor: their count (0 for a RAM executor) and the
+ * lowest class among them (NONE for a RAM executor). */
+UFORM_INTERNAL size_t uform_vram_executor_gpus(const uform_executor_t *executor, uform_gpu_class_t *gpu_class);
+
+/* "AMPERE", "HOPPER", ... as uform.h's enum names them ("none" for NONE). */
+UFORM_INTERNAL const char *uform_gpu_class_name(uform_gpu_class_t gpu_class);
+
 /* Whether this build has the CUDA backend. */
 UFORM_INTERNAL bool uform_vram_built(void);
 

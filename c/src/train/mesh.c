@@ -7,6 +7,7 @@
  * over TCP) through the same folder. Collectives go to the engine; a failure
  * breaks the mesh and is reported naming the hosts that went silent. */
 #include "train/mesh.h"
+#include "backend/vram.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -195,37 +196,57 @@ void uform_mesh_free(uform_mesh_t *m) {
     free(m);
 }
 
-/* Every host's device count and name, through the run's folder. */
+/* Every host's device count, GPU class and name, through the run's folder.
+ * The hosts' GPUs must be of one class: describe() answers the class every GPU
+ * of the run dispatches as, and a CPU host among GPU hosts would train with
+ * other kernels than theirs. */
 static uform_status_t uform_mesh_introduce(uform_mesh_t *m) {
     char key[64], mine[320], name[256] = {0};
+    uform_gpu_class_t *classes = uform_alloc_zeroed(m->hosts, sizeof(uform_gpu_class_t), "mesh GPU classes");
+    if (!classes) return UFORM_OUT_OF_MEMORY;
     if (gethostname(name, sizeof(name) - 1) != 0) snprintf(name, sizeof(name), "unknown");
-    snprintf(mine, sizeof(mine), "%zu %s", m->devices[m->host], name);
+    snprintf(mine, sizeof(mine), "%zu %d %s", m->devices[m->host], (int)m->gpu_class, name);
     snprintf(key, sizeof(key), "host.%zu", m->host);
-    UFORM_TRY(uform_mesh_directory_set(&m->directory, key, mine, strlen(mine)));
-    for (size_t h = 0; h < m->hosts; h++) {
+    uform_status_t status = uform_mesh_directory_set(&m->directory, key, mine, strlen(mine));
+    for (size_t h = 0; h < m->hosts && status == UFORM_OK; h++) {
         void *value = NULL;
         size_t size = 0;
         snprintf(key, sizeof(key), "host.%zu", h);
-        UFORM_TRY(uform_mesh_directory_get(&m->directory, key, m->timeout_ms, &value, &size));
+        status = uform_mesh_directory_get(&m->directory, key, m->timeout_ms, &value, &size);
+        if (status != UFORM_OK) break;
         char *text = uform_alloc(size + 1, 1, "host name");
         if (!text) {
             free(value);
-            return UFORM_OUT_OF_MEMORY;
+            status = UFORM_OUT_OF_MEMORY;
+            break;
         }
         memcpy(text, value, size);
         text[size] = 0;
         free(value);
-        char *space = strchr(text, ' ');
-        unsigned long long devices = strtoull(text, NULL, 10);
-        if (!space || devices == 0 || devices > 4096) {
+        char *end = NULL;
+        unsigned long long devices = strtoull(text, &end, 10);
+        long gpu_class = *end == ' ' ? strtol(end + 1, &end, 10) : -1;
+        if (*end != ' ' || devices == 0 || devices > 4096 || gpu_class < UFORM_GPU_CLASS_NONE ||
+            gpu_class > UFORM_GPU_CLASS_BLACKWELL) {
             free(text);
-            return uform_fail(UFORM_MESH, "mesh: host %zu published a malformed introduction", h);
+            status = uform_fail(UFORM_MESH, "mesh: host %zu published a malformed introduction", h);
+            break;
         }
         m->devices[h] = (size_t)devices;
-        memmove(text, space + 1, strlen(space + 1) + 1);
+        classes[h] = (uform_gpu_class_t)gpu_class;
+        memmove(text, end + 1, strlen(end + 1) + 1);
         m->names[h] = text;
     }
-    return UFORM_OK;
+    for (size_t h = 1; h < m->hosts && status == UFORM_OK; h++)
+        if (classes[h] != classes[0])
+            status = uform_fail(UFORM_MESH,
+                                "mesh: host %zu (%s) runs on %s and host 0 (%s) on %s: every host of a mesh "
+                                "runs on one kind of device (one GPU class, or CPUs); bootstrap each with the "
+                                "same kind of executor",
+                                h, m->names[h], classes[h] ? uform_gpu_class_name(classes[h]) : "CPUs",
+                                m->names[0], classes[0] ? uform_gpu_class_name(classes[0]) : "CPUs");
+    free(classes);
+    return status;
 }
 
 uform_status_t uform_mesh_bootstrap(uform_executor_t *executor, const uform_mesh_options_t *options,
@@ -240,8 +261,10 @@ uform_status_t uform_mesh_bootstrap(uform_executor_t *executor, const uform_mesh
                           "Mesh.bootstrap: this build of libuform has no collective engine (Gloo, "
                           "Debian's libgloo-dev, was not found when it was built; install it and rebuild)");
 #endif
-    size_t replicas = 1;
-    UFORM_TRY(uform_executor_memory_domains(executor, &replicas));
+    /* a host's replicas: its GPUs on a VRAM executor, else its memory domains */
+    uform_gpu_class_t gpu_class = UFORM_GPU_CLASS_NONE;
+    size_t replicas = uform_vram_executor_gpus(executor, &gpu_class);
+    if (!replicas) UFORM_TRY(uform_executor_memory_domains(executor, &replicas));
     uform_mesh_t *m = uform_alloc_zeroed(1, sizeof(uform_mesh_t), "mesh");
     if (!m) return UFORM_OUT_OF_MEMORY;
     atomic_flag_clear(&m->taken);
@@ -249,6 +272,7 @@ uform_status_t uform_mesh_bootstrap(uform_executor_t *executor, const uform_mesh
     m->host = options->host_domain_index;
     m->hosts = options->host_domain_count;
     m->timeout_ms = options->timeout_ms ? options->timeout_ms : UFORM_MESH_DEFAULT_TIMEOUT_MS;
+    m->gpu_class = gpu_class;
     uform_status_t status = uform_mesh_directory_meet(options->directory, options->job, m->host,
                                                       m->hosts, m->timeout_ms, &m->directory);
     if (status == UFORM_OK) {
@@ -286,7 +310,7 @@ uform_status_t uform_mesh_describe(const uform_mesh_t *m, uform_mesh_description
     out->devices = m->devices;
     out->hosts = (const char *const *)m->names;
     out->multimem_tier = UFORM_MULTIMEM_NONE;
-    out->gpu_class = UFORM_GPU_CLASS_NONE;
+    out->gpu_class = m->gpu_class;
     out->engine = "gloo";
     out->run_id = m->directory.run_id;
     out->timeout_ms = m->timeout_ms;

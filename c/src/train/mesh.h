@@ -28,7 +28,8 @@ struct uform_mesh {
     uform_mesh_directory_t directory;
     size_t host, hosts;
     uint64_t timeout_ms;
-    size_t *devices;            /* [hosts] replicas of each host */
+    size_t *devices;            /* [hosts] replicas of each host (its GPUs on a VRAM executor) */
+    uform_gpu_class_t gpu_class;  /* of every host's GPUs (one class); NONE on CPUs */
     char **names;               /* [hosts] host names, as each host reported its own */
     size_t rank, ranks;
     void *engine;               /* the Gloo context (mesh_gloo.cc); NULL once closed */

@@ -256,7 +256,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     if (status != UFORM_OK) goto done;
     /* The world's rows: embeddings, bags, groups and relations of every host
      * (alone: this host's embeddings, copied on the backend). */
-    if (wd->mesh) status = uform_world_gather_items(wd, local, d * sizeof(float), world);
+    if (wd->mesh) status = uform_world_gather_item_vectors(wd, local, d * sizeof(float), world);
     else b->ops->copy(b, world, local, items * d * sizeof(float));
     if (status == UFORM_OK && bags)
         status = uform_world_gather_items(wd, bags, sizeof(uint32_t), world_bags);

@@ -12,7 +12,11 @@
  * groups and relations, computes the same loss bit for bit, and keeps the
  * gradient rows of its own items. Their learned temperatures and biases then
  * hold the same gradient on every host, so only host 0 keeps it before the
- * gradients are summed. */
+ * gradients are summed.
+ *
+ * The engine (Gloo) moves host memory. A trainer on a device gathers its
+ * embeddings and token vectors, and sums its gradients, through host copies:
+ * one download, the collective, one upload. */
 #include "train/trainer_internal.h"
 #include "train/mesh.h"
 
@@ -25,6 +29,7 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
                                  uform_world_t *w) {
     memset(w, 0, sizeof(*w));
     w->mesh = t->mesh;
+    w->backend = &t->backend;
     size_t count = batch ? batch->contents.count : 0;
     w->hosts = w->mesh ? w->mesh->hosts : 1;
     w->host = w->mesh ? w->mesh->host : 0;
@@ -140,13 +145,35 @@ uform_status_t uform_world_gather_items(uform_world_t *w, const void *local, siz
     return uform_world_gather(w, local, w->items_of, item_bytes, out);
 }
 
-uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local, size_t row_bytes,
-                                       void *out) {
-    if (!w->mesh) {
-        if (out != local) memmove(out, local, w->world_rows * row_bytes);
-        return UFORM_OK;
+/* uform_world_gather of the backend's memory: in place on the host, through
+ * host copies on a device. */
+static uform_status_t uform_world_gather_vectors(uform_world_t *w, const void *local, const size_t *per_host,
+                                                 size_t unit, void *out) {
+    uform_backend_t *b = w->backend;
+    if (b->ops->host_memory) return uform_world_gather(w, local, per_host, unit, out);
+    size_t total = 0;
+    for (size_t h = 0; h < w->hosts; h++) total += per_host[h];
+    size_t mine = per_host[w->host] * unit;
+    uint8_t *staging = uform_alloc(mine + total * unit + 1, 1, "mesh step (host copies of vectors)");
+    if (!staging) return UFORM_OUT_OF_MEMORY;
+    b->ops->download(b, staging, local, mine);
+    uform_status_t status = b->ops->synchronize(b);
+    if (status == UFORM_OK) status = uform_world_gather(w, staging, per_host, unit, staging + mine);
+    if (status == UFORM_OK) {
+        b->ops->upload(b, out, staging + mine, total * unit);
+        status = b->ops->synchronize(b);   /* before the host copy goes */
     }
-    return uform_world_gather(w, local, w->rows_of, row_bytes, out);
+    free(staging);
+    return status;
+}
+
+uform_status_t uform_world_gather_item_vectors(uform_world_t *w, const void *local, size_t item_bytes,
+                                               void *out) {
+    return uform_world_gather_vectors(w, local, w->items_of, item_bytes, out);
+}
+
+uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local, size_t row_bytes, void *out) {
+    return uform_world_gather_vectors(w, local, w->rows_of, row_bytes, out);
 }
 
 uform_status_t uform_world_gather_relations(uform_world_t *w, const uform_relations_t *local,
@@ -210,20 +237,36 @@ uform_status_t uform_world_sum_doubles(uform_world_t *w, double *values, size_t 
 
 uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w) {
     if (!w->mesh) return UFORM_OK;
+    uform_backend_t *b = &t->backend;
+    float *g = t->gradients;
+    size_t bytes = t->count * sizeof(float);
+    if (!b->ops->host_memory) {   /* a device: summed in a host copy, kept across steps */
+        if (!t->mesh_gradients)
+            t->mesh_gradients = uform_alloc_aligned(t->count, sizeof(float), "mesh gradients (host copy)");
+        if (!t->mesh_gradients) return UFORM_OUT_OF_MEMORY;
+        g = t->mesh_gradients;
+        b->ops->download(b, g, t->gradients, bytes);
+        UFORM_TRY(b->ops->synchronize(b));
+    }
     if (w->host != 0) {
         /* the replicated terms' own parameters: every host computed the same
          * gradient, which must count once */
         size_t groups = t->contrastive.groups;
         if (t->contrasts) {
-            memset(t->gradients + t->log_inverse_temperature, 0, groups * sizeof(float));
-            memset(t->gradients + t->contrastive_bias, 0, groups * sizeof(float));
+            memset(g + t->log_inverse_temperature, 0, groups * sizeof(float));
+            memset(g + t->contrastive_bias, 0, groups * sizeof(float));
         }
         if (t->late) {
-            t->gradients[t->late_log_inverse_temperature] = 0;
-            t->gradients[t->late_bias] = 0;
+            g[t->late_log_inverse_temperature] = 0;
+            g[t->late_bias] = 0;
         }
     }
-    return uform_mesh_sum(w->mesh, t->gradients, t->count);
+    uform_status_t status = uform_mesh_sum(w->mesh, g, t->count);
+    if (status == UFORM_OK && g != t->gradients) {
+        b->ops->upload(b, t->gradients, g, bytes);
+        status = b->ops->synchronize(b);
+    }
+    return status;
 }
 
 void uform_world_free(uform_world_t *w) {

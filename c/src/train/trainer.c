@@ -173,6 +173,7 @@ void uform_trainer_free(uform_trainer_t *t) {
         uform_trainer_unhold(t);
     }
     free(t->workspaces);
+    uform_free_aligned(t->mesh_gradients);
     free(t->slots);
     free(t->blocks);
     free(t->block_weights);
@@ -358,15 +359,15 @@ static uform_status_t uform_trainer_views(uform_trainer_t *t) {
     return UFORM_OK;
 }
 
-/* What a trainer on a device cannot run yet: the mesh's host-memory
- * collectives, and a term whose loss the backend lacks. */
+/* What a trainer on a device cannot run yet: a term whose loss the backend
+ * lacks. (A mesh it can: its collectives pass through host copies.) */
 static uform_status_t uform_trainer_device_check(const uform_trainer_t *t) {
     const uform_backend_ops_t *ops = t->backend.ops;
     if (ops->host_memory) return UFORM_OK;
     bool media = t->media[UFORM_MODALITY_IMAGE].width || t->media[UFORM_MODALITY_VIDEO].width ||
                  t->media[UFORM_MODALITY_AUDIO].width;
-    const char *missing = t->mesh ? "a mesh" : NULL;
-    if (!missing && media && t->masks_text && !ops->reconstruction_loss) missing = "the reconstruction loss";
+    const char *missing = NULL;
+    if (media && t->masks_text && !ops->reconstruction_loss) missing = "the reconstruction loss";
     if (!missing && t->contrasts && !ops->contrastive_loss) missing = "the contrastive loss";
     if (!missing && t->late && !ops->late_interaction_loss) missing = "the late-interaction loss";
     if (!missing && t->chooses && !ops->choices_loss) missing = "the choices loss";

@@ -90,6 +90,9 @@ struct uform_trainer {
      * time (DESIGN section 3), and a second concurrent call is refused. */
     atomic_flag busy;
     uform_mesh_t *mesh;                /* NULL: this process alone (step_world.c) */
+    /* On a mesh, a device trainer's gradients pass through host memory to be
+     * summed (step_world.c): [count] floats, taken at the first step. */
+    float *mesh_gradients;
 };
 
 
@@ -151,6 +154,7 @@ typedef struct {
  * a mesh it is this process: bases 0, totals the local ones. */
 typedef struct {
     uform_mesh_t *mesh;
+    uform_backend_t *backend;       /* the trainer's: where gathered vectors live */
     size_t hosts, host;
     size_t item_base, world_count;  /* given items: this host's first, and all hosts' */
     size_t items;                   /* this host's kept items */
@@ -272,8 +276,13 @@ UFORM_INTERNAL uform_status_t uform_world_summary(uform_world_t *w, const size_t
                                                   const size_t *media_masked, size_t choice_items);
 /* The world kept index of each world item (the edges' candidates). */
 UFORM_INTERNAL const size_t *uform_world_candidates(const uform_world_t *w, const size_t *index);
+/* Per kept item, in host memory. */
 UFORM_INTERNAL uform_status_t uform_world_gather_items(uform_world_t *w, const void *local,
                                                        size_t item_bytes, void *out);
+/* Per kept item (embeddings) and per row (token vectors), in the backend's
+ * memory: on a device they pass through host memory, as the engine is Gloo. */
+UFORM_INTERNAL uform_status_t uform_world_gather_item_vectors(uform_world_t *w, const void *local,
+                                                              size_t item_bytes, void *out);
 UFORM_INTERNAL uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local,
                                                       size_t row_bytes, void *out);
 UFORM_INTERNAL uform_status_t uform_world_gather_relations(uform_world_t *w,

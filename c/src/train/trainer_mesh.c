@@ -17,7 +17,7 @@ typedef struct {
     uint64_t value;
 } uform_field_t;
 
-#define UFORM_TRAINER_FIELDS 32
+#define UFORM_TRAINER_FIELDS 33
 
 static uint64_t uform_fnv1a(uint64_t hash, const void *data, size_t bytes) {
     const uint8_t *p = data;
@@ -31,15 +31,18 @@ static uint64_t uform_float_bits(float x) {
     return bits;
 }
 
-/* What must be equal on every host, named as the options name it. */
-static size_t uform_trainer_fields(const uform_trainer_t *t, uform_field_t *f) {
+/* What must be equal on every host, named as the options name it; `h` the
+ * trainer's state seen from the host. */
+static size_t uform_trainer_fields(const uform_trainer_t *t, const uform_host_state_t *h, uform_field_t *f) {
     size_t n = 0;
     uint64_t widths = 0xcbf29ce484222325ull;
     widths = uform_fnv1a(widths, t->contrastive.widths, t->contrastive.widths_count * sizeof(size_t));
     uint64_t state = 0xcbf29ce484222325ull;
-    state = uform_fnv1a(state, t->parameters, t->count * sizeof(float));
-    state = uform_fnv1a(state, t->first_moment, t->count * sizeof(float));
-    state = uform_fnv1a(state, t->second_moment, t->count * sizeof(float));
+    state = uform_fnv1a(state, h->parameters, t->count * sizeof(float));
+    state = uform_fnv1a(state, h->first_moment, t->count * sizeof(float));
+    state = uform_fnv1a(state, h->second_moment, t->count * sizeof(float));
+    f[n++] = (uform_field_t){"the trainer's memory (0: Trainer.init_ram, 1: a GPU's, Trainer.init_vram)",
+                             t->backend.ops->host_memory ? 0u : 1u};
     f[n++] = (uform_field_t){"depth", t->depth};
     f[n++] = (uform_field_t){"hidden", t->hidden};
     f[n++] = (uform_field_t){"dimensions (the largest Matryoshka width)", t->dimensions};
@@ -75,10 +78,15 @@ static size_t uform_trainer_fields(const uform_trainer_t *t, uform_field_t *f) {
 }
 
 uform_status_t uform_trainer_join_mesh(uform_trainer_t *t, uform_mesh_t *mesh, uform_status_t status) {
+    uform_field_t fields[UFORM_TRAINER_FIELDS];
+    size_t n = 0;
+    if (status == UFORM_OK) {
+        uform_host_state_t state;   /* a device trainer's weights and moments: host copies */
+        status = uform_host_state_open(t, &state, true);
+        if (status == UFORM_OK) n = uform_trainer_fields(t, &state, fields), uform_host_state_close(&state);
+    }
     status = uform_mesh_agree(mesh, status, "Trainer init");
     if (status != UFORM_OK) return status;
-    uform_field_t fields[UFORM_TRAINER_FIELDS];
-    size_t n = uform_trainer_fields(t, fields);
     uint64_t mine[UFORM_TRAINER_FIELDS];
     for (size_t i = 0; i < n; i++) mine[i] = fields[i].value;
     uint64_t *all = uform_alloc(mesh->hosts, sizeof(mine), "mesh init");

@@ -8,8 +8,8 @@
 
 /* As uform_trainer_init_ram, with the flat buffers and workspaces in the
  * memory of `device` and the step's math on its operations, every item kind
- * and term, on one process: a mesh, or a term whose loss the backend lacks,
- * answers UFORM_UNSUPPORTED on a backend whose memory is not host memory. */
+ * and term, alone or on a mesh (its collectives through host copies); a term
+ * whose loss the backend lacks answers UFORM_UNSUPPORTED. */
 UFORM_INTERNAL uform_status_t uform_trainer_init_on_device(uform_executor_t *executor,
                                                            const uform_trainer_options_t *options,
                                                            const uform_backend_t *device,

@@ -1,0 +1,206 @@
+/* test_vram_mesh.c: Trainer.init_vram on a mesh (docs/distributed.md, "GPU
+ * hosts"): the collectives pass through host memory over Gloo.
+ *
+ * Checked on GPU 0:
+ * - a mesh of one host gives the losses of no mesh bit for bit: its gathers and
+ *   its gradient sum still go down to the host and back up, which must not
+ *   change a bit;
+ * - two processes (this program started again as hosts 0 and 1, over loopback)
+ *   each holding half of every step's items, against one process holding them
+ *   all: the losses within LOSS_TOLERANCE, and both hosts' weights equal bit
+ *   for bit after the steps (the sum answers the same bits on every host).
+ * Two processes share the one GPU (each its own context): no NCCL, which would
+ * refuse two ranks on one GPU, is involved.
+ *
+ * Tolerance: the mesh sums the two hosts' gradients, one process sums every
+ * item's in one pass, so the gradients differ by FP32 rounding; AdamW's first
+ * steps move a weight by about the learning rate whatever its gradient's size,
+ * so a component near 0 can flip: 1e-3 relative, as test_vram_trainer.c.
+ *
+ * Prints one table row per check and "N passed, M failed"; without a GPU, the
+ * CUDA backend or Gloo it says why and exits 0 (make test-gpu). */
+#include "check.h"
+#include "trainer_batches.h"
+
+#include "uform.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef UFORM_HAVE_CUDA
+int main(void) {
+    printf("skip test_vram_mesh: this build has no CUDA backend\n");
+    return 0;
+}
+#else
+
+#define LOSS_TOLERANCE 1e-3
+#define STEPS 3
+#define HOSTS 2
+
+typedef struct {
+    int32_t status;
+    float losses[STEPS];
+    uint64_t digest;   /* FNV-1a of every parameter of one tensor after the steps */
+    char message[400];
+} host_result_t;
+
+static void row(const char *what, bool ok, const char *detail) {
+    printf("| %-52s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
+    CHECK(ok, "%s: %s", what, detail);
+}
+
+static uform_trainer_options_t mesh_options(uform_mesh_t *mesh) {
+    static uform_contrastive_t contrastive = {.temperature_groups = 2};
+    static uform_late_interaction_t late = {.width = 8, .weight = 0.5f};
+    uform_trainer_options_t o = options_for(UFORM_OBJECTIVE_JOINT, &contrastive);
+    /* room for every item on one process: nothing truncated or dropped */
+    o.batch.max_rows_per_device = ITEMS;
+    o.batch.max_columns_per_row = 64;
+    o.late_interaction = &late;
+    o.mesh = mesh;
+    return o;
+}
+
+/* Items [first, last) of step s's texts, their offsets rebased. */
+static uform_status_t step_items(uform_trainer_t *t, unsigned s, size_t first, size_t last, float *loss) {
+    texts_t all;
+    texts_make(&all, s);
+    size_t offsets[ITEMS + 1];
+    for (size_t i = first; i <= last; i++) offsets[i - first] = all.offsets[i] - all.offsets[first];
+    uform_trainer_batch_t batch = {
+        .modalities = all.modalities + first,
+        .contents = {all.data + all.offsets[first], offsets[last - first], offsets, last - first},
+        .bags = all.bags + first,
+        .temperature_groups = all.groups + first};
+    uform_trainer_step_stats_t stats;
+    uform_status_t status = uform_trainer_step(t, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+    *loss = status == UFORM_OK ? stats.loss : NAN;
+    return status;
+}
+
+static uint64_t tensor_digest(const uform_trainer_t *t) {
+    size_t count = 0;
+    if (uform_trainer_tensor(t, "blocks.0.attention.qkv.weight", 0, NULL, &count) != UFORM_OK) return 0;
+    float *values = malloc(count * sizeof(float));
+    uint64_t hash = 0xcbf29ce484222325ull;
+    if (values && uform_trainer_tensor(t, "blocks.0.attention.qkv.weight", 0, values, &count) == UFORM_OK)
+        for (size_t i = 0; i < count * sizeof(float); i++) hash = (hash ^ ((uint8_t *)values)[i]) * 0x100000001b3ull;
+    free(values);
+    return hash;
+}
+
+/* Every step over items [first, last) on a trainer of GPU 0, alone (hosts 0)
+ * or as host `host` of `hosts` meeting in directory/job. */
+static host_result_t run(size_t host, size_t hosts, const char *directory, const char *job, size_t first,
+                         size_t last) {
+    host_result_t r;
+    memset(&r, 0, sizeof(r));
+    uform_executor_t *gpu = NULL;
+    uform_mesh_t *mesh = NULL;
+    uform_trainer_t *trainer = NULL;
+    uint32_t device = 0;
+    uform_status_t status = uform_executor_for_vram(&device, 1, &gpu);
+    uform_mesh_options_t mo = {host, hosts, directory, job, 60000};
+    if (status == UFORM_OK && hosts) status = uform_mesh_bootstrap(gpu, &mo, &mesh);
+    uform_trainer_options_t options = mesh_options(mesh);
+    if (status == UFORM_OK) status = uform_trainer_init_vram(gpu, &options, &trainer);
+    for (unsigned s = 0; s < STEPS && status == UFORM_OK; s++) status = step_items(trainer, s, first, last, &r.losses[s]);
+    if (status == UFORM_OK) r.digest = tensor_digest(trainer);
+    r.status = (int32_t)status;
+    if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
+    uform_trainer_free(trainer);
+    uform_mesh_free(mesh);
+    uform_executor_free(gpu);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 6 && strcmp(argv[1], "host") == 0) {   /* started again as one host of the mesh */
+        size_t host = strtoul(argv[2], NULL, 10);
+        host_result_t r = run(host, HOSTS, argv[3], argv[4], host * ITEMS / HOSTS, (host + 1) * ITEMS / HOSTS);
+        FILE *f = fopen(argv[5], "wb");
+        bool written = f && fwrite(&r, sizeof(r), 1, f) == 1;
+        if (f) fclose(f);
+        return written ? 0 : 3;
+    }
+    uform_capabilities_t capabilities;
+    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
+        printf("skip test_vram_mesh: this build has no CUDA backend\n");
+        return 0;
+    }
+    if (capabilities.gpus == 0) {
+        printf("skip test_vram_mesh: no GPU found\n");
+        return 0;
+    }
+    if (!capabilities.mesh_engine_built) {
+        printf("skip test_vram_mesh: this build has no mesh engine (Gloo was not found when it was built)\n");
+        return 0;
+    }
+    setenv("UFORM_MESH_HOSTNAME", "127.0.0.1", 1);
+    char directory[] = "/tmp/uform-vram-mesh-XXXXXX";
+    if (!mkdtemp(directory)) return 1;
+
+    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS);
+    row("one process, no mesh (the oracle)", alone.status == UFORM_OK, alone.message);
+    host_result_t one = run(0, 1, directory, "one", 0, ITEMS);
+    char detail[768];
+    snprintf(detail, sizeof(detail), "%s losses %.9g %.9g %.9g against %.9g %.9g %.9g", one.message,
+             (double)one.losses[0], (double)one.losses[1], (double)one.losses[2], (double)alone.losses[0],
+             (double)alone.losses[1], (double)alone.losses[2]);
+    row("a mesh of one host = no mesh, bit for bit",
+        one.status == UFORM_OK && memcmp(one.losses, alone.losses, sizeof(one.losses)) == 0 &&
+            one.digest == alone.digest,
+        detail);
+
+    /* two hosts: this program again, twice */
+    pid_t pids[HOSTS];
+    char results[HOSTS][300];
+    for (size_t h = 0; h < HOSTS; h++) {
+        snprintf(results[h], sizeof(results[h]), "%s/result.%zu", directory, h);
+        char index[24];
+        snprintf(index, sizeof(index), "%zu", h);
+        fflush(stdout);
+        pids[h] = fork();
+        if (pids[h] == 0) {
+            execl("/proc/self/exe", argv[0], "host", index, directory, "two", results[h], (char *)NULL);
+            execl(argv[0], argv[0], "host", index, directory, "two", results[h], (char *)NULL);
+            _exit(127);
+        }
+    }
+    host_result_t hosts[HOSTS];
+    for (size_t h = 0; h < HOSTS; h++) {
+        int code = 0;
+        waitpid(pids[h], &code, 0);
+        memset(&hosts[h], 0, sizeof(hosts[h]));
+        hosts[h].status = -1;
+        FILE *f = fopen(results[h], "rb");
+        if (!f || fread(&hosts[h], sizeof(hosts[h]), 1, f) != 1)
+            snprintf(hosts[h].message, sizeof(hosts[h].message), "host %zu wrote no result (exit status %d)", h, code);
+        if (f) fclose(f);
+    }
+    for (size_t h = 0; h < HOSTS; h++) {
+        double worst = 0;
+        for (unsigned s = 0; s < STEPS; s++)
+            worst = fmax(worst, fabs((double)hosts[h].losses[s] - alone.losses[s]) /
+                                    fmax(fabs((double)alone.losses[s]), 1e-30));
+        char what[96];
+        snprintf(what, sizeof(what), "mesh of 2 on one GPU, host %zu: losses against one process", h);
+        snprintf(detail, sizeof(detail), "%s largest relative difference %.1e (<= %.0e)", hosts[h].message, worst,
+                 LOSS_TOLERANCE);
+        row(what, hosts[h].status == UFORM_OK && worst <= LOSS_TOLERANCE, detail);
+    }
+    row("mesh of 2: both hosts' weights equal, bit for bit",
+        hosts[0].status == UFORM_OK && hosts[1].status == UFORM_OK && hosts[0].digest == hosts[1].digest, "");
+    char command[400];
+    snprintf(command, sizeof(command), "rm -rf '%s'", directory);
+    if (system(command) != 0) printf("could not remove %s\n", directory);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#endif
