@@ -12,6 +12,9 @@ void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
     void *memory = NULL;
     cudaError_t error = cudaMalloc(&memory, bytes ? bytes : 1);   /* 256-byte aligned: >= the 64 promised */
     if (error != cudaSuccess) {
+        /* answered here: reset the runtime's last error, which the next launch's
+         * check (uform_cuda_launched) would otherwise report as its own */
+        (void)cudaGetLastError();
         uform_fail(error == cudaErrorMemoryAllocation ? UFORM_OUT_OF_MEMORY : UFORM_DEVICE,
                    "CUDA backend: cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(error));
         return NULL;

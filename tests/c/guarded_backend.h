@@ -38,6 +38,9 @@ typedef struct {
     size_t allocations;           /* alive */
     size_t held, acquisitions;    /* acquire/release: held now, and ever */
     size_t violations;            /* pointers on the wrong side (guard_expect) */
+    size_t largest;               /* the largest allocation so far */
+    size_t refuse_once_above;     /* refuse the next allocation larger than this (0: none) */
+    size_t refused;               /* allocations refused so */
     char violation[256];          /* the first one */
 } guard_t;
 
@@ -69,7 +72,9 @@ static void *guarded_alloc(uform_backend_t *b, size_t bytes) {
     if (rounded == 0) rounded = page;
     pthread_mutex_lock(&g->lock);
     void *memory = NULL;
-    if (g->count < MAX_REGIONS) {
+    bool refuse = g->refuse_once_above && bytes > g->refuse_once_above;
+    if (refuse) g->refuse_once_above = 0, g->refused++;
+    if (g->count < MAX_REGIONS && !refuse) {
         memory = mmap(NULL, rounded, g->opened ? PROT_READ | PROT_WRITE : PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (memory == MAP_FAILED) memory = NULL;
@@ -77,6 +82,7 @@ static void *guarded_alloc(uform_backend_t *b, size_t bytes) {
     if (memory) {
         g->regions[g->count++] = (region_t){memory, rounded};
         g->allocations++;
+        if (bytes > g->largest) g->largest = bytes;
     }
     pthread_mutex_unlock(&g->lock);
     if (!memory) uform_fail(UFORM_OUT_OF_MEMORY, "guarded backend: cannot map %zu bytes", bytes);

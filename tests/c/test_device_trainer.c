@@ -216,6 +216,36 @@ static void test_refusals(uform_executor_t *executor) {
     guard_free(guard);
 }
 
+/* A step whose activations outgrow the kept block asks for 1/8 more than it
+ * needs (train/workspace.c); when only the exact size fits, the step succeeds
+ * and the failed headroom leaves no message behind. */
+static void test_headroom_refused(uform_executor_t *executor) {
+    uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+    guard_t *guard = guard_of(&device);
+    uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, NULL);
+    uform_trainer_t *t = NULL;
+    CHECK(uform_trainer_init_on_device(executor, &options, &device, &t) == UFORM_OK, "init: %s", uform_last_error());
+    if (t) {
+        texts_t texts;
+        texts_make(&texts, 0);
+        uform_trainer_batch_t batch = batch_of(&texts, false);
+        batch.contents.count = 1;   /* a small first step: one text */
+        uform_trainer_step_stats_t stats;
+        CHECK(uform_trainer_step(t, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats) == UFORM_OK, "small step: %s",
+              uform_last_error());
+        guard->refuse_once_above = guard->largest;   /* the grown block's headroom, then not again */
+        uform_set_error_text("");
+        batch = batch_of(&texts, false);
+        uform_status_t status = uform_trainer_step(t, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+        CHECK(status == UFORM_OK && guard->refused == 1, "the full step with its headroom refused: %d, %zu refused, %s",
+              status, guard->refused, uform_last_error());
+        CHECK(uform_last_error()[0] == 0, "the refused headroom's message stayed: %s", uform_last_error());
+    }
+    uform_trainer_free(t);
+    CHECK(guard->allocations == 0, "headroom: %zu device buffers leak", guard->allocations);
+    guard_free(guard);
+}
+
 int main(void) {
     uform_executor_t *executor = NULL;
     if (uform_executor_for_ram(2, NULL, 0, &executor) != UFORM_OK) return 1;
@@ -226,6 +256,7 @@ int main(void) {
     test_objective(executor, UFORM_OBJECTIVE_JOINT, UFORM_PAIR_LOSS_BALANCED, true, "JOINT + late interaction + choices");
     test_media(executor);
     test_refusals(executor);
+    test_headroom_refused(executor);
     uform_executor_free(executor);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -138,8 +138,13 @@ uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t, si
         if (store->block) capacity = bytes + bytes / 8 > bytes ? bytes + bytes / 8 : bytes;
         if (store->block) b->ops->free(b, store->block);
         store->bytes = 0;
+        char saved[512];   /* a failed headroom is no failure: its message goes if the exact size fits */
+        snprintf(saved, sizeof(saved), "%s", uform_last_error());
         store->block = b->ops->alloc(b, capacity);
-        if (!store->block && capacity > bytes) store->block = b->ops->alloc(b, capacity = bytes);
+        if (!store->block && capacity > bytes) {
+            store->block = b->ops->alloc(b, capacity = bytes);
+            if (store->block) uform_set_error_text(saved);
+        }
         if (!store->block) return uform_fail_context(UFORM_OUT_OF_MEMORY, "training activations");
         store->bytes = capacity;
     }
