@@ -40,6 +40,8 @@ CFLAGS_ASAN := $(COMMON) $(WARNINGS) -O1 -g -fsanitize=address,undefined -fno-om
 LDLIBS := -lm -pthread
 
 C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
+# what every test program includes besides its own file: a change rebuilds them all
+TEST_HEADERS := $(wildcard tests/c/*.h)
 
 # ---- media libraries: each optional, found with pkg-config --------------------
 # One decoder per name; a name is built when it is listed in UFORM_MEDIA and
@@ -182,7 +184,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 # ---- tests ------------------------------------------------------------------
-$(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(SANITIZED_OBJECTS)
+$(BUILD)/tests/%: tests/c/%.c $(TEST_HEADERS) $(SANITIZED_OBJECTS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ASAN) $< $(SANITIZED_OBJECTS) -o $@ $(LINK_LIBS) $(LDLIBS)
 
@@ -260,7 +262,7 @@ test-python: all
 # failed); without a GPU or without the backend they say so and pass.
 # scripts/gpu-check.sh runs it on a lent GPU machine with time limits and a summary.
 GPU_TESTS := $(patsubst tests/gpu/%.c,%,$(wildcard tests/gpu/test_*.c))
-$(BUILD)/gpu/%: tests/gpu/%.c $(BUILD)/libuform.a $(MEDIA_FILE)
+$(BUILD)/gpu/%: tests/gpu/%.c $(TEST_HEADERS) $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) -Itests/c $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
@@ -297,13 +299,13 @@ $(ARM_BUILD)/libuform.a: $(ARM_OBJECTS)
 	@rm -f $@
 	$(ARM_AR) rcs $@ $(ARM_OBJECTS)
 
-$(ARM_BUILD)/tests/%: tests/c/%.c tests/c/check.h $(ARM_BUILD)/libuform.a
+$(ARM_BUILD)/tests/%: tests/c/%.c $(TEST_HEADERS) $(ARM_BUILD)/libuform.a
 	@mkdir -p $(dir $@)
 	$(ARM_CC) $(ARM_CFLAGS) -static $< $(ARM_BUILD)/libuform.a -o $@ $(LDLIBS)
 
 # The same programs for this machine, optimised as the library is (the digests
 # and reference outputs the emulated runs are compared with).
-$(BUILD)/native/%: tests/c/%.c tests/c/check.h $(BUILD)/libuform.a
+$(BUILD)/native/%: tests/c/%.c $(TEST_HEADERS) $(BUILD)/libuform.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 

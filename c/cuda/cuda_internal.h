@@ -35,6 +35,7 @@ typedef struct {
      * algorithm was chosen for: cuBLASLt assumes 256 unless told, and the
      * trainer's parameter slices can be 4-byte aligned. */
     uint32_t align_a, align_b, align_c;
+    uint32_t align_bias;   /* of the bias the heuristic saw (0: no bias) */
     cublasLtMatmulDesc_t operation;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algorithm;
@@ -68,16 +69,21 @@ static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {
 /* Records the first failure of the backend (kept until synchronize). */
 void uform_cuda_record(uform_backend_t *b, uform_status_t status, const char *what, const char *detail);
 
-/* Records a CUDA runtime error; true when the call succeeded. */
+/* Records a CUDA runtime error; true when the call succeeded. A failed call is
+ * also the runtime's last error: reset here, or the next launch's check
+ * (cudaGetLastError) would report it again as that kernel's own failure. */
 static inline bool uform_cuda_ok(uform_backend_t *b, cudaError_t error, const char *what) {
     if (error == cudaSuccess) return true;
+    (void)cudaGetLastError();
     uform_cuda_record(b, UFORM_DEVICE, what, cudaGetErrorString(error));
     return false;
 }
 
-/* The buffer grown to at least `bytes` (contents not kept), stream-ordered so
- * operations still queued on the old memory finish first; NULL on failure
- * (recorded). */
+/* The buffer grown to at least `bytes` (contents not kept): the stream is
+ * synchronized before the old memory goes, so operations still queued on it
+ * finish first; NULL on failure (recorded). Plain cudaMalloc, not the
+ * stream-ordered allocator, which a GPU without memory pools (some virtual
+ * GPUs) refuses; growing is rare. */
 void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t bytes, const char *what);
 void uform_cuda_buffer_free(uform_cuda_buffer_t *buffer);
 

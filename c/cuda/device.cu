@@ -40,8 +40,10 @@ extern "C" uform_status_t uform_cuda_device_class(uint32_t device, uform_gpu_cla
         return uform_fail(UFORM_INVALID_ARGUMENT, "devices: GPU %u does not exist (%zu visible)", device, count);
     cudaDeviceProp properties;
     cudaError_t error = cudaGetDeviceProperties(&properties, (int)device);
-    if (error != cudaSuccess)
+    if (error != cudaSuccess) {
+        (void)cudaGetLastError();   /* answered here, not by a later launch check */
         return uform_fail(UFORM_DEVICE, "GPU %u: %s", device, cudaGetErrorString(error));
+    }
     if (name && name_bytes) snprintf(name, name_bytes, "%s", properties.name);
     int major = properties.major, minor = properties.minor;
     if (major < 8)
@@ -66,6 +68,7 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&context->stream, cudaStreamNonBlocking);
     if (error == cudaSuccess) error = cudaMalloc(&context->workspace, UFORM_CUDA_WORKSPACE_BYTES);
     if (error != cudaSuccess) {
+        (void)cudaGetLastError();   /* answered here, not by a later launch check */
         if (context->stream) cudaStreamDestroy(context->stream);
         free(context);
         return uform_fail(UFORM_DEVICE, "GPU %u: %s", device, cudaGetErrorString(error));

@@ -39,17 +39,28 @@ static bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *w
     return false;
 }
 
+/* The alignment of an address in bytes, at most 256 (cuBLASLt's default assumption). */
+static uint32_t uform_cuda_alignment(const void *pointer) {
+    uintptr_t address = (uintptr_t)pointer;
+    uintptr_t lowest = address & (~address + 1);
+    return lowest == 0 || lowest > 256 ? 256u : (uint32_t)lowest;
+}
+
 /* The plan of one shape: found in the cache or made (layouts, operation, algorithm). */
 static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda,
                                           size_t ldb, size_t ldc, bool transpose_a, bool transpose_b,
-                                          bool bias, bool bf16, uint32_t align_a, uint32_t align_b,
+                                          const float *bias_pointer, bool bf16, uint32_t align_a, uint32_t align_b,
                                           uint32_t align_c) {
+    bool bias = bias_pointer != NULL;
+    /* the heuristic reads the bias pointer's value for its alignment (cublasLt.h,
+     * CUBLASLT_MATMUL_DESC_BIAS_POINTER): a plan is made, and kept, per alignment */
+    uint32_t align_bias = bias ? uform_cuda_alignment(bias_pointer) : 0;
     uform_cuda_context_t *context = uform_cuda_context(b);
     for (size_t i = 0; i < UFORM_CUDA_GEMM_PLANS; i++) {
         uform_cuda_plan_t *p = &context->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
             p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->bf16 == bf16 &&
-            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c)
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias)
             return p;
     }
     uform_cuda_plan_t *plan = NULL;
@@ -63,7 +74,7 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     memset(plan, 0, sizeof(*plan));
     plan->m = m, plan->n = n, plan->k = k, plan->lda = lda, plan->ldb = ldb, plan->ldc = ldc;
     plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->bf16 = bf16;
-    plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c;
+    plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c, plan->align_bias = align_bias;
     cudaDataType_t inputs = bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = CUDA_R_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -81,6 +92,9 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
          (!bias || uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation,
                                                                  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                                  sizeof(bias_type)), "BIAS_DATA_TYPE")) &&
+         (!bias || uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                                 &bias_pointer, sizeof(bias_pointer)),
+                               "BIAS_POINTER")) &&
          uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->a, inputs, transpose_a ? k : m,
                                                    transpose_a ? m : k, (int64_t)lda), "layout A") &&
          uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
@@ -138,12 +152,6 @@ __global__ static void uform_empty_product(size_t m, size_t n, const float *bias
     }
 }
 
-/* The alignment of an address in bytes, at most 256 (cuBLASLt's default assumption). */
-static uint32_t uform_cuda_alignment(const void *pointer) {
-    uintptr_t address = (uintptr_t)pointer;
-    uintptr_t lowest = address & (~address + 1);
-    return lowest == 0 || lowest > 256 ? 256u : (uint32_t)lowest;
-}
 
 /* c[m, n] = (accumulate ? c : 0) + op(a) op(b) (+ bias): row-major operands,
  * FP32 or (bf16) both BF16. */
@@ -165,7 +173,7 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
     if (late_bias) bias = NULL;
     /* C^T [n x m] = op(b)^T [n x k] op(a)^T [k x m] */
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, b_stride, a_stride, c_stride, b_transposed,
-                                              a_transposed, bias != NULL, bf16, uform_cuda_alignment(bm),
+                                              a_transposed, bias, bf16, uform_cuda_alignment(bm),
                                               uform_cuda_alignment(a), uform_cuda_alignment(c));
     if (!plan) return;
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,

@@ -12,9 +12,7 @@ void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
     void *memory = NULL;
     cudaError_t error = cudaMalloc(&memory, bytes ? bytes : 1);   /* 256-byte aligned: >= the 64 promised */
     if (error != cudaSuccess) {
-        /* answered here: reset the runtime's last error, which the next launch's
-         * check (uform_cuda_launched) would otherwise report as its own */
-        (void)cudaGetLastError();
+        (void)cudaGetLastError();   /* answered here (as uform_cuda_ok does) */
         uform_fail(error == cudaErrorMemoryAllocation ? UFORM_OUT_OF_MEMORY : UFORM_DEVICE,
                    "CUDA backend: cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(error));
         return NULL;
@@ -25,11 +23,13 @@ void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
 
 void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t bytes, const char *what) {
     if (bytes <= buffer->bytes && buffer->data) return buffer->data;
-    cudaStream_t stream = uform_cuda_context(b)->stream;
-    if (buffer->data) cudaFreeAsync(buffer->data, stream);
+    if (buffer->data) {
+        uform_cuda_ok(b, cudaStreamSynchronize(uform_cuda_context(b)->stream), what);
+        uform_cuda_ok(b, cudaFree(buffer->data), what);
+    }
     buffer->data = NULL;
     buffer->bytes = 0;
-    if (!uform_cuda_ok(b, cudaMallocAsync(&buffer->data, bytes ? bytes : 1, stream), what)) {
+    if (!uform_cuda_ok(b, cudaMalloc(&buffer->data, bytes ? bytes : 1), what)) {
         buffer->data = NULL;
         return NULL;
     }
@@ -43,8 +43,12 @@ void uform_cuda_buffer_free(uform_cuda_buffer_t *buffer) {
     buffer->bytes = 0;
 }
 
+/* The stream first: callers free a buffer right after queuing work that reads
+ * it, and cudaFree only "may" synchronize (cuda_runtime_api.h). */
 void uform_cuda_free(uform_backend_t *b, void *memory) {
-    if (memory) uform_cuda_ok(b, cudaFree(memory), "cudaFree");
+    if (!memory) return;
+    uform_cuda_ok(b, cudaStreamSynchronize(uform_cuda_context(b)->stream), "free");
+    uform_cuda_ok(b, cudaFree(memory), "cudaFree");
 }
 
 void uform_cuda_upload(uform_backend_t *b, void *device, const void *host, size_t bytes) {

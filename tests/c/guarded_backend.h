@@ -41,6 +41,8 @@ typedef struct {
     size_t largest;               /* the largest allocation so far */
     size_t refuse_once_above;     /* refuse the next allocation larger than this (0: none) */
     size_t refused;               /* allocations refused so */
+    size_t synchronizes;          /* synchronize calls so far */
+    size_t fail_synchronize_at;   /* that call (1-based) answers an injected device failure (0: none) */
     char violation[256];          /* the first one */
 } guard_t;
 
@@ -169,7 +171,25 @@ GUARDED_VOID(download_rows,
              (uform_backend_t *b, const float *x, size_t rows, size_t width, uform_scalar_t scalar,
               void *host, size_t row_bytes),
              (DEVICE(x), HOST(host)), (inner, x, rows, width, scalar, host, row_bytes))
-GUARDED_RESULT(uform_status_t, synchronize, (uform_backend_t *b), (void)0, (inner))
+/* As a GPU's: the first failure since the last call; one can be injected
+ * (fail_synchronize_at), as a kernel that failed somewhere before it. */
+static uform_status_t guarded_synchronize(uform_backend_t *b) {
+    guard_t *g = guard_of(b);
+    uform_backend_t *inner = guard_open(b);
+    uform_status_t status = inner->ops->synchronize(inner);
+    guard_close(b);
+    /* a failure an operation lent from the CPU recorded on this backend (on_host.c),
+     * reported and cleared as the CUDA backend's synchronize does */
+    if (status == UFORM_OK) status = b->failure;
+    b->failure = UFORM_OK;
+    pthread_mutex_lock(&g->lock);
+    bool inject = ++g->synchronizes == g->fail_synchronize_at;
+    pthread_mutex_unlock(&g->lock);
+    if (inject && status == UFORM_OK)
+        status = uform_fail(UFORM_DEVICE, "guarded backend: a device failure injected at synchronize %zu",
+                            g->synchronizes);
+    return status;
+}
 GUARDED_RESULT(uform_status_t, pack,
                (uform_backend_t *b, const uint16_t *w, size_t n, size_t k, uform_packed_t *p),
                (HOST(w), HOST(p)), (inner, w, n, k, p))

@@ -246,6 +246,60 @@ static void test_headroom_refused(uform_executor_t *executor) {
     guard_free(guard);
 }
 
+/* A device failure is the step's own failure wherever it surfaces: each
+ * synchronize of a step in turn answers one (as a kernel that failed before
+ * it), and the step must report it as itself (not as a diverged loss, not a
+ * call later), with late interaction and choices lent from the CPU too. */
+static void test_device_failures(uform_executor_t *executor, bool terms) {
+    uform_late_interaction_t late = {.width = 8, .weight = 0.5f};
+    uform_choices_t choices = {0.5f, 2};
+    uform_contrastive_t contrastive;
+    memset(&contrastive, 0, sizeof(contrastive));
+    contrastive.temperature_groups = 2;
+    /* MASKED: the masked text loss read back; JOINT with the terms: the lent losses */
+    uform_trainer_options_t options = options_for(terms ? UFORM_OBJECTIVE_JOINT : UFORM_OBJECTIVE_MASKED,
+                                                  &contrastive);
+    if (terms) {
+        options.late_interaction = &late;
+        options.choices = &choices;
+        options.batch.max_choices_per_item = 4;
+    }
+    size_t reached = 0;
+    for (size_t at = 1;; at++) {
+        uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+        guard_t *guard = guard_of(&device);
+        uform_trainer_t *t = NULL;
+        bool made = uform_trainer_init_on_device(executor, &options, &device, &t) == UFORM_OK;
+        CHECK(made, "init: %s", uform_last_error());
+        bool done = !made;
+        if (made) {
+            texts_t texts;
+            texts_make(&texts, 1);
+            uform_trainer_batch_t batch = batch_of(&texts, terms);
+            uform_trainer_step_stats_t stats;
+            guard->synchronizes = 0;
+            guard->fail_synchronize_at = at;
+            uform_status_t status = uform_trainer_step(t, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
+            if (guard->synchronizes < at) {   /* past the step's last synchronize: it ran whole */
+                CHECK(status == UFORM_OK, "the step without a failure: %s", uform_last_error());
+                done = true;
+            } else {
+                reached = at;
+                CHECK(status == UFORM_DEVICE && strstr(uform_last_error(), "injected at synchronize"),
+                      "a device failure at synchronize %zu of the step is answered as %d: %s", at, status,
+                      uform_last_error());
+            }
+        }
+        uform_trainer_free(t);
+        CHECK(guard->allocations == 0, "synchronize %zu: %zu device buffers leak", at, guard->allocations);
+        guard_free(guard);
+        if (done || at > 400) break;
+    }
+    CHECK(reached >= 3, "a step synchronizes %zu times: the injection reached too few", reached);
+    printf("%s: a device failure at each of a step's %zu synchronizes is the step's failure\n",
+           terms ? "JOINT + late interaction + choices" : "MASKED", reached);
+}
+
 int main(void) {
     uform_executor_t *executor = NULL;
     if (uform_executor_for_ram(2, NULL, 0, &executor) != UFORM_OK) return 1;
@@ -257,6 +311,8 @@ int main(void) {
     test_media(executor);
     test_refusals(executor);
     test_headroom_refused(executor);
+    test_device_failures(executor, false);
+    test_device_failures(executor, true);
     uform_executor_free(executor);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

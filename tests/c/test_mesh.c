@@ -122,7 +122,7 @@ static uform_status_t run_steps(uform_trainer_t *trainer, size_t first, size_t l
 /* One host's whole run: bootstrap, init (on the guarded device backend when
  * on_device), steps, save; never returns. */
 static void host_main(const char *directory, const char *job, size_t host, size_t hosts, int replicas,
-                      int die_at, const char *save, size_t hidden, bool on_device, int fd) {
+                      int die_at, const char *save, size_t hidden, bool on_device, size_t fail_at, int fd) {
     host_result_t r;
     memset(&r, 0, sizeof(r));
     uint32_t domains[2] = {0, 1};   /* recorded, not bound: two replicas on any machine */
@@ -139,6 +139,8 @@ static void host_main(const char *directory, const char *job, size_t host, size_
         uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
         guard = guard_of(&device);
         status = uform_trainer_init_on_device(executor, &o, &device, &trainer);
+        guard->synchronizes = 0;
+        guard->fail_synchronize_at = fail_at;   /* a device failure at that synchronize of the steps */
     } else if (status == UFORM_OK) {
         status = uform_trainer_init_ram(executor, &o, &trainer);
     }
@@ -167,6 +169,7 @@ typedef struct {
     const char *save;
     size_t odd_hidden;        /* the last host's hidden width, 0: the same */
     unsigned on_device;       /* bit h: host h trains on the guarded device backend */
+    size_t fail_at;           /* the last host's device fails at this synchronize of its steps (0: never) */
 } mesh_run_t;
 
 /* Forks `hosts` hosts and collects their results (in host order). */
@@ -183,7 +186,8 @@ static void run_mesh(const char *directory, const char *job, size_t hosts, mesh_
             close(pipe_fds[0]);
             bool last = h + 1 == hosts;
             host_main(directory, job, h, hosts, run.replicas, last ? run.die_at : -1, run.save,
-                      last ? run.odd_hidden : 0, (run.on_device >> h) & 1u, pipe_fds[1]);
+                      last ? run.odd_hidden : 0, (run.on_device >> h) & 1u, last ? run.fail_at : 0,
+                      pipe_fds[1]);
         }
         close(pipe_fds[1]);
         pids[h] = pid;
@@ -255,7 +259,7 @@ int main(void) {
         host_result_t *results = equal[c];
         char job[32];
         snprintf(job, sizeof(job), "equal-%zu", c);
-        run_mesh(directory, job, host_counts[c], (mesh_run_t){replicas[c], -1, NULL, 0, 0}, results);
+        run_mesh(directory, job, host_counts[c], (mesh_run_t){replicas[c], -1, NULL, 0, 0, 0}, results);
         for (size_t h = 0; h < host_counts[c]; h++) {
             CHECK(results[h].status == UFORM_OK, "hosts %zu x %d, host %zu: %s", host_counts[c], replicas[c], h,
                   results[h].message);
@@ -272,7 +276,7 @@ int main(void) {
     snprintf(checkpoint, sizeof(checkpoint), "%s/saved.safetensors", directory);
     {
         host_result_t results[2];
-        run_mesh(directory, "save", 2, (mesh_run_t){1, -1, checkpoint, 0, 0}, results);
+        run_mesh(directory, "save", 2, (mesh_run_t){1, -1, checkpoint, 0, 0, 0}, results);
         CHECK(results[0].status == UFORM_OK && results[1].status == UFORM_OK, "save: %s / %s",
               results[0].message, results[1].message);
         uform_model_t *model = NULL;
@@ -286,20 +290,34 @@ int main(void) {
         char saved_on_device[600];
         snprintf(saved_on_device, sizeof(saved_on_device), "%s/saved-on-device.safetensors", directory);
         host_result_t results[3];
-        run_mesh(directory, "device-2", 2, (mesh_run_t){1, -1, saved_on_device, 0, 3u}, results);
+        run_mesh(directory, "device-2", 2, (mesh_run_t){1, -1, saved_on_device, 0, 3u, 0}, results);
         for (size_t h = 0; h < 2; h++)
             CHECK(results[h].status == UFORM_OK &&
                       memcmp(results[h].losses, equal[0][h].losses, sizeof(results[h].losses)) == 0,
                   "device hosts 2, host %zu: %s (loss %.9g against the CPU mesh's %.9g)", h, results[h].message,
                   results[h].losses[STEPS - 1][0], equal[0][h].losses[STEPS - 1][0]);
         CHECK(same_file(checkpoint, saved_on_device), "device hosts: the saved checkpoint differs from the CPU mesh's");
-        run_mesh(directory, "device-3", 3, (mesh_run_t){1, -1, NULL, 0, 7u}, results);
+        run_mesh(directory, "device-3", 3, (mesh_run_t){1, -1, NULL, 0, 7u, 0}, results);
         for (size_t h = 0; h < 3; h++)
             CHECK(results[h].status == UFORM_OK &&
                       memcmp(results[h].losses, equal[1][h].losses, sizeof(results[h].losses)) == 0,
                   "device hosts 3, host %zu: %s", h, results[h].message);
+        /* a device failure on host 1, at each of the first synchronizes of its step:
+         * host 1 reports it, host 0 names host 1's failure, within the timeout */
+        for (size_t at = 1; at <= 4; at++) {
+            char job[32];
+            snprintf(job, sizeof(job), "device-fails-%zu", at);
+            time_t started = time(NULL);
+            run_mesh(directory, job, 2, (mesh_run_t){1, -1, NULL, 0, 3u, at}, results);
+            CHECK(results[1].status == UFORM_DEVICE && strstr(results[1].message, "injected"),
+                  "device failure at synchronize %zu, host 1: %d %s", at, results[1].status, results[1].message);
+            CHECK(results[0].status == UFORM_MESH && strstr(results[0].message, "host 1"),
+                  "device failure at synchronize %zu, host 0: %d %s", at, results[0].status, results[0].message);
+            CHECK(time(NULL) - started < 30, "device failure at synchronize %zu: bounded: %ld s", at,
+                  (long)(time(NULL) - started));
+        }
         /* one host on CPUs, one on a device: refused at init, naming the field */
-        run_mesh(directory, "mixed", 2, (mesh_run_t){1, -1, NULL, 0, 2u}, results);
+        run_mesh(directory, "mixed", 2, (mesh_run_t){1, -1, NULL, 0, 2u, 0}, results);
         for (size_t h = 0; h < 2; h++)
             CHECK(results[h].status == UFORM_MESH && strstr(results[h].message, "the trainer's memory"),
                   "mixed host %zu: %d %s", h, results[h].status, results[h].message);
@@ -333,7 +351,7 @@ int main(void) {
     {
         host_result_t results[2];
         time_t started = time(NULL);
-        run_mesh(directory, "killed", 2, (mesh_run_t){1, 1, NULL, 0, 0}, results);
+        run_mesh(directory, "killed", 2, (mesh_run_t){1, 1, NULL, 0, 0, 0}, results);
         CHECK(results[0].status == UFORM_MESH, "the survivor: %d %s", results[0].status, results[0].message);
         CHECK(strstr(results[0].message, "lost host 1") != NULL, "names host 1: %s", results[0].message);
         CHECK(results[1].status == -1, "the killed host wrote nothing");
@@ -343,7 +361,7 @@ int main(void) {
     /* A host with another model shape: both refuse at init, naming the field. */
     {
         host_result_t results[2];
-        run_mesh(directory, "shape", 2, (mesh_run_t){1, -1, NULL, 128, 0}, results);
+        run_mesh(directory, "shape", 2, (mesh_run_t){1, -1, NULL, 128, 0, 0}, results);
         for (size_t h = 0; h < 2; h++)
             CHECK(results[h].status == UFORM_MESH && strstr(results[h].message, "hidden"),
                   "host %zu: %d %s", h, results[h].status, results[h].message);

@@ -252,6 +252,10 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
             b->ops->copy(b, local + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
         }
     }
+    /* On a mesh, a device's failure so far is this host's word in the
+     * agreement: found later, it would make this host leave the collectives
+     * below while its peers wait in them. */
+    if (status == UFORM_OK && wd->mesh && !b->ops->host_memory) status = b->ops->synchronize(b);
     status = uform_world_agree(wd, status, step);
     if (status != UFORM_OK) goto done;
     /* The world's rows: embeddings, bags, groups and relations of every host
@@ -315,6 +319,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
         }
     }
     sums[0] = masked_share;
+    if (status == UFORM_OK && wd->mesh && !b->ops->host_memory) status = b->ops->synchronize(b);
     status = uform_world_agree(wd, status, step);
     if (status == UFORM_OK) status = uform_world_sum_gradients(t, wd);
     if (status == UFORM_OK) status = uform_world_sum_doubles(wd, sums, 5);
@@ -369,6 +374,9 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     }
     b->ops->adamw(b, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
                   t->decay, t->count, step, rate);
+    /* a device's update is queued: its failure is this step's, not the next call's */
+    if (!b->ops->host_memory) status = b->ops->synchronize(b);
+    if (status != UFORM_OK) goto done;
     t->step = step;
     t->truncated += truncated;
     t->dropped += dropped;
@@ -395,6 +403,8 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
             }
             if (!arena_held) uform_arena_release(arena);
         }
+        /* download_rows records a device failure; reported here */
+        if (status == UFORM_OK && !b->ops->host_memory) status = b->ops->synchronize(b);
     }
     if (stats) {
         memset(stats, 0, sizeof(*stats));

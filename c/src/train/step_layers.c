@@ -85,9 +85,16 @@ float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
     float *host = on_host ? NULL : uform_alloc(2 * n, sizeof(float), "masked text losses");
     const float *losses = on_host ? w->losses : host;
     float *scales = on_host ? w->scale : host + (host ? n : 0);
-    if (!on_host && (!host || uform_trainer_read(t, host, w->losses, n * sizeof(float)) != UFORM_OK)) {
+    uform_status_t read = on_host ? UFORM_OK
+                          : host  ? uform_trainer_read(t, host, w->losses, n * sizeof(float))
+                                  : UFORM_OUT_OF_MEMORY;
+    if (read != UFORM_OK) {
+        /* This read is the step's first synchronize, which answered (and
+         * cleared) the device's failure: kept for the step's own synchronize
+         * to report as itself, not as a diverged (NaN) loss. */
+        if (b->failure == UFORM_OK) b->failure = read;
         free(host);
-        return NAN;   /* the step reports a non-finite loss: diverged, nothing applied */
+        return NAN;   /* nothing is applied */
     }
     double total = 0;
     for (size_t i = 0; i < n; i++) total += losses[i];
