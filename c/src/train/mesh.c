@@ -57,9 +57,14 @@ static void uform_list_host(char *list, size_t size, size_t host) {
     if (used + 24 < size) snprintf(list + used, size - used, used ? ", %zu" : "%zu", host);
 }
 
+/* The prefix of a note a host leaves when it abandons the mesh mid-step
+ * (uform_mesh_abandon), its own failure's message after it. */
+#define UFORM_MESH_LEFT "left: "
+
 /* A collective failed: the mesh is broken for good. Close the connections
  * (peers blocked on us fail at once), leave a note, wait briefly for the
- * others' notes, and name those that sent none. */
+ * others' notes, and name those that sent none, or the one that left the
+ * mesh after its own failure (its note says why). */
 static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
     char engine_message[384];
     snprintf(engine_message, sizeof(engine_message), "%s", uform_last_error());
@@ -71,7 +76,8 @@ static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
     uint64_t wait = (m->timeout_ms < UFORM_MESH_NOTE_WAIT_MS ? m->timeout_ms : UFORM_MESH_NOTE_WAIT_MS) +
                     UFORM_MESH_NOTE_SLACK_MS;
     uint64_t deadline = uform_mesh_now_ms() + wait;
-    char silent[192] = "";
+    char silent[192] = "", left[400] = "";
+    size_t left_host = SIZE_MAX;
     bool *heard = uform_alloc_zeroed(m->hosts, sizeof(bool), "mesh notes");
     for (; heard;) {   /* a note once seen counts, even if its folder goes later */
         silent[0] = 0;
@@ -80,12 +86,29 @@ static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
             snprintf(key, sizeof(key), "failed.%zu", h);
             heard[h] = uform_mesh_directory_has(&m->directory, key);
             if (!heard[h]) uform_list_host(silent, sizeof(silent), h);
+            void *note = NULL;
+            size_t size = 0;
+            if (heard[h] && left_host == SIZE_MAX &&
+                uform_mesh_directory_get(&m->directory, key, 1, &note, &size) == UFORM_OK &&
+                size > strlen(UFORM_MESH_LEFT) && memcmp(note, UFORM_MESH_LEFT, strlen(UFORM_MESH_LEFT)) == 0) {
+                size_t text = size - strlen(UFORM_MESH_LEFT);
+                text = text < sizeof(left) - 1 ? text : sizeof(left) - 1;
+                memcpy(left, (char *)note + strlen(UFORM_MESH_LEFT), text);
+                left[text] = 0;
+                left_host = h;
+            }
+            free(note);
         }
         if (!silent[0] || uform_mesh_now_ms() >= deadline) break;
         usleep(5000);
     }
     free(heard);
-    if (silent[0])
+    if (left_host != SIZE_MAX)
+        snprintf(m->broken_message, sizeof(m->broken_message),
+                 "mesh: host %zu failed and left the mesh (this is host %zu of %zu; bootstrap a new mesh "
+                 "and resume from the last checkpoint): %s",
+                 left_host, m->host, m->hosts, left);
+    else if (silent[0])
         snprintf(m->broken_message, sizeof(m->broken_message),
                  "mesh: lost host%s %s (no word from %s after a collective failed: killed, crashed, "
                  "closed its mesh or hung past the %llu ms timeout); this is host %zu of %zu. %s",
@@ -96,6 +119,22 @@ static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
                  "mesh: a collective failed on every host (this is host %zu of %zu). %s", m->host,
                  m->hosts, engine_message);
     return uform_fail(UFORM_MESH, "%s", m->broken_message);
+}
+
+void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status) {
+    if (!m || m->broken || status == UFORM_OK) return;
+    char own[512];   /* the caller's failure stays this thread's message */
+    snprintf(own, sizeof(own), "%s", uform_last_error());
+    m->broken = true;
+    snprintf(m->broken_message, sizeof(m->broken_message),
+             "mesh: this host (%zu of %zu) left the mesh mid-step after its own failure: %s", m->host, m->hosts,
+             own);
+    char key[64], note[sizeof(own) + 8];
+    snprintf(key, sizeof(key), "failed.%zu", m->host);
+    int length = snprintf(note, sizeof(note), UFORM_MESH_LEFT "%s", own);
+    (void)uform_mesh_directory_set(&m->directory, key, note, (size_t)length);
+    if (m->engine) uform_gloo_close(m->engine), m->engine = NULL;   /* peers in a collective fail now */
+    uform_set_error_text(own);
 }
 
 static uform_status_t uform_mesh_usable(const uform_mesh_t *m) {

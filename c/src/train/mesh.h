@@ -54,6 +54,13 @@ UFORM_INTERNAL uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, siz
 UFORM_INTERNAL uform_status_t uform_mesh_agree(uform_mesh_t *m, uform_status_t status,
                                                const char *what);
 
+/* This host failed (status, its message set) where its peers are in, or on
+ * their way to, collectives it will not join (between a step's agreements):
+ * it leaves its failure as its note and closes its connections, so each peer
+ * fails at once with UFORM_MESH naming this host and its message, instead of
+ * waiting out the timeout. The mesh is broken. No-op when already broken. */
+UFORM_INTERNAL void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status);
+
 /* A trainer takes the mesh for its life (one trainer per mesh at a time). */
 UFORM_INTERNAL uform_status_t uform_mesh_take(uform_mesh_t *m, uform_executor_t *executor);
 UFORM_INTERNAL void uform_mesh_release(uform_mesh_t *m);

@@ -13,6 +13,9 @@ extern "C" {
 }
 #include "train/mesh_engine.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gloo/allgatherv.h>
@@ -93,6 +96,43 @@ uform_status_t failed(const char *what, const std::exception &e) {
     return uform_fail(UFORM_MESH, "mesh: %s: %s", what, e.what());
 }
 
+/* Gloo's TCP transport writes with plain send/writev, so a write to a peer
+ * that closed its connection (killed, or a host that saw a collective fail and
+ * closed its own) raises SIGPIPE, whose default action ends the process. A
+ * library must neither die of it nor change the process's handlers: while
+ * Gloo runs, SIGPIPE is blocked in the calling thread (the transport's own
+ * thread, started during connect, inherits the block for its life), the
+ * write fails with EPIPE, which Gloo throws as an exception, and a SIGPIPE
+ * left pending meanwhile is taken before the mask is restored. */
+class SigpipeBlocked {
+  public:
+    SigpipeBlocked() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        sigset_t pending;
+        sigemptyset(&pending);
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+        pthread_sigmask(SIG_BLOCK, &pipe_, &saved_);
+    }
+    ~SigpipeBlocked() {
+        sigset_t pending;
+        sigemptyset(&pending);
+        sigpending(&pending);
+        if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+            struct timespec now = {0, 0};
+            sigtimedwait(&pipe_, nullptr, &now);
+        }
+        pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+    }
+    SigpipeBlocked(const SigpipeBlocked &) = delete;
+    SigpipeBlocked &operator=(const SigpipeBlocked &) = delete;
+
+  private:
+    sigset_t pipe_, saved_;
+    bool was_pending_ = false;
+};
+
 } // namespace
 
 extern "C" uform_status_t uform_gloo_connect(const uform_mesh_directory_t *directory, size_t host,
@@ -101,6 +141,7 @@ extern "C" uform_status_t uform_gloo_connect(const uform_mesh_directory_t *direc
                                              void **engine) {
     *engine = nullptr;
     Engine *e = nullptr;
+    SigpipeBlocked quiet;
     try {
         e = new Engine();
         gloo::transport::tcp::attr attr;
@@ -133,6 +174,7 @@ extern "C" uform_status_t uform_gloo_connect(const uform_mesh_directory_t *direc
 extern "C" uform_status_t uform_gloo_allgatherv(void *engine, const void *in, const size_t *counts,
                                                 size_t hosts, void *out, uint64_t timeout_ms) {
     Engine *e = (Engine *)engine;
+    SigpipeBlocked quiet;
     try {
         std::vector<size_t> elements(counts, counts + hosts);
         gloo::AllgathervOptions options(e->context);
@@ -152,6 +194,7 @@ extern "C" uform_status_t uform_gloo_allgatherv(void *engine, const void *in, co
 extern "C" uform_status_t uform_gloo_sum(void *engine, float *values, size_t count,
                                          uint64_t timeout_ms) {
     Engine *e = (Engine *)engine;
+    SigpipeBlocked quiet;
     try {
         gloo::AllreduceOptions options(e->context);
         options.setOutput(values, count);
@@ -170,6 +213,7 @@ extern "C" uform_status_t uform_gloo_sum(void *engine, float *values, size_t cou
 }
 
 extern "C" void uform_gloo_close(void *engine) {
+    SigpipeBlocked quiet;
     try {
         delete (Engine *)engine;
     } catch (...) {

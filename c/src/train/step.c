@@ -344,25 +344,23 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     /* A device backend's failure anywhere in the step so far leaves the loss
      * and the norm meaningless: it is reported as itself, not as divergence. */
     status = b->ops->synchronize(b);
-    if (status != UFORM_OK) goto done;
     /* A diverged step is refused before it touches the weights: AdamW would
      * spread one NaN into every parameter and moment, and a later save would
      * write a checkpoint no load accepts. */
-    if (!isfinite(loss) || !isfinite(norm)) {
+    if (status == UFORM_OK && (!isfinite(loss) || !isfinite(norm)))
         status = uform_fail(UFORM_DIVERGED,
                             "step %llu: the loss is %g and the gradients' global norm is %g; a "
                             "non-finite step was not applied (weights, moments and the step counter "
                             "are unchanged). The run has diverged: a lower learning rate (%g at this "
                             "step) or a resume from the last good checkpoint may help",
                             (unsigned long long)step, (double)loss, norm, (double)rate);
-        goto done;
+    size_t overflow = SIZE_MAX;
+    if (status == UFORM_OK) {
+        overflow = b->ops->adamw_first_non_finite(b, t->parameters, t->gradients, factor, t->first_moment,
+                                                  t->second_moment, t->decay, t->count, step, rate);
+        status = b->ops->synchronize(b); /* the check's own read-back, as above */
     }
-    size_t overflow = b->ops->adamw_first_non_finite(b, t->parameters, t->gradients, factor,
-                                                     t->first_moment, t->second_moment, t->decay,
-                                                     t->count, step, rate);
-    status = b->ops->synchronize(b); /* the check's own read-back, as above */
-    if (status != UFORM_OK) goto done;
-    if (overflow != SIZE_MAX) {
+    if (status == UFORM_OK && overflow != SIZE_MAX) {
         const uform_slot_t *slot = uform_slot_at(t, overflow);
         status = uform_fail(UFORM_DIVERGED,
                             "step %llu: at the learning rate %g the update would make \"%s\"[%zu] "
@@ -370,12 +368,19 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
                             "counter are unchanged). The run has diverged: lower the learning rate",
                             (unsigned long long)step, (double)rate, slot ? slot->name : "?",
                             slot ? overflow - slot->offset : overflow);
-        goto done;
     }
+    /* On a mesh every host checked the same update (the same sums give the
+     * same verdict) unless its device failed: all apply it, or none. */
+    status = uform_world_agree(wd, status, step);
+    if (status != UFORM_OK) goto done;
+    wd->collectives_open = false;   /* the step's last collective: what follows is this host's */
     b->ops->adamw(b, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
                   t->decay, t->count, step, rate);
-    /* a device's update is queued: its failure is this step's, not the next call's */
+    /* A device's update is queued: its failure is this step's, not the next
+     * call's. Its weights are then unknown while its peers applied the step:
+     * it leaves the mesh, so they learn at their next collective. */
     if (!b->ops->host_memory) status = b->ops->synchronize(b);
+    if (status != UFORM_OK && wd->mesh) uform_mesh_abandon(wd->mesh, status);
     if (status != UFORM_OK) goto done;
     t->step = step;
     t->truncated += truncated;
@@ -431,7 +436,7 @@ done:
     free(bags);
     uform_backend_free(b, world);
     uform_backend_free(b, local);
-    uform_world_free(wd);
+    uform_world_end(wd, status);
     free(lengths);
     free(first_row);
     free(masked);

@@ -30,6 +30,7 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
     memset(w, 0, sizeof(*w));
     w->mesh = t->mesh;
     w->backend = &t->backend;
+    w->collectives_open = w->mesh != NULL;
     size_t count = batch ? batch->contents.count : 0;
     w->hosts = w->mesh ? w->mesh->hosts : 1;
     w->host = w->mesh ? w->mesh->host : 0;
@@ -69,7 +70,9 @@ uform_status_t uform_world_agree(uform_world_t *w, uform_status_t status, uint64
     if (!w->mesh) return status;
     char what[48];
     snprintf(what, sizeof(what), "step %llu", (unsigned long long)step);
-    return uform_mesh_agree(w->mesh, status, what);
+    uform_status_t answer = uform_mesh_agree(w->mesh, status, what);
+    if (answer != UFORM_OK) w->failure_agreed = true;
+    return answer;
 }
 
 typedef struct {
@@ -267,6 +270,12 @@ uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w) {
         status = b->ops->synchronize(b);
     }
     return status;
+}
+
+void uform_world_end(uform_world_t *w, uform_status_t status) {
+    if (w->mesh && w->collectives_open && !w->failure_agreed && status != UFORM_OK)
+        uform_mesh_abandon(w->mesh, status);
+    uform_world_free(w);
 }
 
 void uform_world_free(uform_world_t *w) {
