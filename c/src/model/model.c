@@ -355,6 +355,10 @@ void uform_model_free(uform_model_t *model) {
      * weights); the executor itself goes last, since a VRAM executor owns the
      * device the weights are freed on. */
     if (model->owns_executor) uform_executor_drain(model->executor);
+    /* a VRAM model's memory is freed on its GPU's thread state (cudaSetDevice):
+     * held as every verb holds it */
+    uform_backend_t held = model->device;
+    if (held.ops && held.ops->acquire) held.ops->acquire(&held);
     if (model->blocks) {
         for (size_t l = 0; l < model->depth; l++) {
             uform_block_t *block = &model->blocks[l];
@@ -388,6 +392,7 @@ void uform_model_free(uform_model_t *model) {
     uform_packed_release(model, &model->token_head);
     uform_model_release(model, model->bytes_bias);
     uform_model_release(model, model->choice_log_temperature);
+    if (held.ops && held.ops->release) held.ops->release(&held);
     if (model->owns_executor) uform_executor_free(model->executor);
     free(model);
 }
