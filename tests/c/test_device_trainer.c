@@ -38,19 +38,6 @@ static bool same_state(const uform_trainer_t *a, const uform_trainer_t *b, const
     return true;
 }
 
-static bool same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    while (same) {
-        int x = fgetc(fa), y = fgetc(fb);
-        if (x != y) same = false;
-        if (x == EOF || y == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 /* Whether the run has late interaction and choices (test_objective sets it):
  * every item then carries the shared choices "abcd", the first one right. */
 static bool with_terms;

@@ -210,19 +210,6 @@ static void run_mesh(const char *directory, const char *job, size_t hosts, mesh_
     }
 }
 
-static bool same_file(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    bool same = fa && fb;
-    while (same) {
-        int x = fgetc(fa), y = fgetc(fb);
-        if (x != y) same = false;
-        if (x == EOF || y == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static bool close_enough(float a, float b) {
     return fabsf(a - b) <= 2e-5f * fmaxf(fabsf(a), fabsf(b)) + 1e-7f;
 }
