@@ -13,8 +13,11 @@ extern "C" {
 
 void uform_cuda_record(uform_backend_t *b, uform_status_t status, const char *what, const char *detail) {
     uform_cuda_context_t *context = uform_cuda_context(b);
+    /* the first failure is the one reported: a later one (the frees after a
+     * failed step, say) must not replace its message */
+    if (context && context->failure != UFORM_OK) return;
     uform_fail(status, "CUDA backend: %s: %s", what, detail);
-    if (!context || context->failure != UFORM_OK) return;   /* the first failure is the one reported */
+    if (!context) return;
     context->failure = status;
     snprintf(context->failure_message, sizeof(context->failure_message), "CUDA backend: %s: %s", what, detail);
 }

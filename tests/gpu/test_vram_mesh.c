@@ -45,7 +45,7 @@ int main(void) {
 typedef struct {
     int32_t status;
     float losses[STEPS];
-    uint64_t digest;   /* FNV-1a of every parameter of one tensor after the steps */
+    uint64_t digest;   /* FNV-1a of one tensor's parameters after the steps (tensor_digest) */
     char message[400];
 } host_result_t;
 
@@ -83,15 +83,19 @@ static uform_status_t step_items(uform_trainer_t *t, unsigned s, size_t first, s
     return status;
 }
 
-static uint64_t tensor_digest(const uform_trainer_t *t) {
+/* FNV-1a of one tensor's parameters; a failed read answers its status. */
+static uform_status_t tensor_digest(const uform_trainer_t *t, uint64_t *digest) {
     size_t count = 0;
-    if (uform_trainer_tensor(t, "blocks.0.attention.qkv.weight", 0, NULL, &count) != UFORM_OK) return 0;
-    float *values = malloc(count * sizeof(float));
+    uform_status_t status = uform_trainer_tensor(t, "blocks.0.attention.qkv.weight", 0, NULL, &count);
+    float *values = status == UFORM_OK ? malloc(count * sizeof(float)) : NULL;
+    if (status == UFORM_OK && !values) status = UFORM_OUT_OF_MEMORY;
+    if (status == UFORM_OK) status = uform_trainer_tensor(t, "blocks.0.attention.qkv.weight", 0, values, &count);
     uint64_t hash = 0xcbf29ce484222325ull;
-    if (values && uform_trainer_tensor(t, "blocks.0.attention.qkv.weight", 0, values, &count) == UFORM_OK)
-        for (size_t i = 0; i < count * sizeof(float); i++) hash = (hash ^ ((uint8_t *)values)[i]) * 0x100000001b3ull;
+    for (size_t i = 0; status == UFORM_OK && i < count * sizeof(float); i++)
+        hash = (hash ^ ((uint8_t *)values)[i]) * 0x100000001b3ull;
     free(values);
-    return hash;
+    *digest = hash;
+    return status;
 }
 
 /* Every step over items [first, last) on a trainer of GPU 0, alone (hosts 0)
@@ -110,7 +114,7 @@ static host_result_t run(size_t host, size_t hosts, const char *directory, const
     uform_trainer_options_t options = mesh_options(mesh);
     if (status == UFORM_OK) status = uform_trainer_init_vram(gpu, &options, &trainer);
     for (unsigned s = 0; s < STEPS && status == UFORM_OK; s++) status = step_items(trainer, s, first, last, &r.losses[s]);
-    if (status == UFORM_OK) r.digest = tensor_digest(trainer);
+    if (status == UFORM_OK) status = tensor_digest(trainer, &r.digest);
     r.status = (int32_t)status;
     if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
     uform_trainer_free(trainer);

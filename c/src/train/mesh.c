@@ -123,16 +123,16 @@ static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
 
 void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status) {
     if (!m || m->broken || status == UFORM_OK) return;
-    char own[512];   /* the caller's failure stays this thread's message */
+    char own[1024];   /* the caller's failure stays this thread's message */
     snprintf(own, sizeof(own), "%s", uform_last_error());
     m->broken = true;
     snprintf(m->broken_message, sizeof(m->broken_message),
-             "mesh: this host (%zu of %zu) left the mesh mid-step after its own failure: %s", m->host, m->hosts,
+             "mesh: this host (%zu of %zu) left the mesh mid-step after its own failure: %.900s", m->host, m->hosts,
              own);
     char key[64], note[sizeof(own) + 8];
     snprintf(key, sizeof(key), "failed.%zu", m->host);
-    int length = snprintf(note, sizeof(note), UFORM_MESH_LEFT "%s", own);
-    (void)uform_mesh_directory_set(&m->directory, key, note, (size_t)length);
+    snprintf(note, sizeof(note), UFORM_MESH_LEFT "%s", own);
+    (void)uform_mesh_directory_set(&m->directory, key, note, strlen(note));
     if (m->engine) uform_gloo_close(m->engine), m->engine = NULL;   /* peers in a collective fail now */
     uform_set_error_text(own);
 }
@@ -187,7 +187,12 @@ uform_status_t uform_mesh_agree(uform_mesh_t *m, uform_status_t status, const ch
     snprintf(kept, sizeof(kept), "%s", status != UFORM_OK ? uform_last_error() : "");
     memcpy(mine.message, kept, sizeof(kept));
     uform_mesh_word_t *all = uform_alloc(m->hosts, sizeof(uform_mesh_word_t), "mesh words");
-    if (!all) return status != UFORM_OK ? status : UFORM_OUT_OF_MEMORY;
+    if (!all) {   /* cannot take part: leave, so the peers do not wait for this host */
+        if (status == UFORM_OK) status = UFORM_OUT_OF_MEMORY;
+        else uform_set_error_text(kept);
+        uform_mesh_abandon(m, status);
+        return status;
+    }
     uform_status_t gathered = uform_mesh_allgather(m, &mine, sizeof(mine), all);
     uform_status_t answer = UFORM_OK;
     if (status != UFORM_OK) {

@@ -337,13 +337,40 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
                  (t->chooses ? t->choices_weight * choices_loss : 0.0f);
     for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO; m++)
         loss += t->media[m].weight * media_losses[m];
+    /* The embeddings the loss scored, before the update's checks: a device's
+     * failure to read them is found by the synchronize below and agreed, so
+     * a step that answers a failure has applied nothing. */
+    if (status == UFORM_OK && embeddings_out) {
+        status = arena_held ? UFORM_OK : uform_arena_acquire(arena);
+        if (status == UFORM_OK) {
+            uform_arena_rewind(arena);
+            memset(embeddings_out, 0, sizeof(*embeddings_out));
+            embeddings_out->count = count;
+            embeddings_out->scalar = outputs_scalar;
+            embeddings_out->dimensions = d;
+            embeddings_out->embedding_row_bytes = uform_output_row_bytes(outputs_scalar, d);
+            uint8_t *out = uform_arena_take(arena, count * embeddings_out->embedding_row_bytes, "embeddings");
+            if (!out) status = UFORM_OUT_OF_MEMORY;
+            else {
+                memset(out, 0, count * embeddings_out->embedding_row_bytes);
+                for (size_t i = 0; i < count; i++)
+                    if (index[i] != SIZE_MAX)
+                        b->ops->download_rows(b, local + index[i] * d, 1, d, outputs_scalar,
+                                              out + i * embeddings_out->embedding_row_bytes,
+                                              embeddings_out->embedding_row_bytes);
+                embeddings_out->embeddings = out;
+            }
+            if (!arena_held) uform_arena_release(arena);
+        }
+    }
     double norm;
     float factor = uform_clip_factor(b->ops->sum_squares(b, t->gradients, t->count),
                                      UFORM_CLIP_NORM, &norm);
     float rate = (float)uform_schedule_rate(&t->schedule, step);
     /* A device backend's failure anywhere in the step so far leaves the loss
      * and the norm meaningless: it is reported as itself, not as divergence. */
-    status = b->ops->synchronize(b);
+    uform_status_t synchronized = b->ops->synchronize(b);
+    if (status == UFORM_OK) status = synchronized;
     /* A diverged step is refused before it touches the weights: AdamW would
      * spread one NaN into every parameter and moment, and a later save would
      * write a checkpoint no load accepts. */
@@ -386,31 +413,6 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     t->truncated += truncated;
     t->dropped += dropped;
 
-    if (embeddings_out) {
-        status = arena_held ? UFORM_OK : uform_arena_acquire(arena);
-        if (status == UFORM_OK) {
-            uform_arena_rewind(arena);
-            memset(embeddings_out, 0, sizeof(*embeddings_out));
-            embeddings_out->count = count;
-            embeddings_out->scalar = outputs_scalar;
-            embeddings_out->dimensions = d;
-            embeddings_out->embedding_row_bytes = uform_output_row_bytes(outputs_scalar, d);
-            uint8_t *out = uform_arena_take(arena, count * embeddings_out->embedding_row_bytes, "embeddings");
-            if (!out) status = UFORM_OUT_OF_MEMORY;
-            else {
-                memset(out, 0, count * embeddings_out->embedding_row_bytes);
-                for (size_t i = 0; i < count; i++)
-                    if (index[i] != SIZE_MAX)
-                        b->ops->download_rows(b, local + index[i] * d, 1, d, outputs_scalar,
-                                              out + i * embeddings_out->embedding_row_bytes,
-                                              embeddings_out->embedding_row_bytes);
-                embeddings_out->embeddings = out;
-            }
-            if (!arena_held) uform_arena_release(arena);
-        }
-        /* download_rows records a device failure; reported here */
-        if (status == UFORM_OK && !b->ops->host_memory) status = b->ops->synchronize(b);
-    }
     if (stats) {
         memset(stats, 0, sizeof(*stats));
         stats->step = step;
@@ -434,9 +436,9 @@ done:
         free(world_storage[s].offsets), free(world_storage[s].ids), free(world_storage[s].weights);
     free(replica); /* the workspaces stay with the trainer */
     free(bags);
+    uform_world_end(wd, status);   /* first: a host that leaves the mesh tells its peers at once */
     uform_backend_free(b, world);
     uform_backend_free(b, local);
-    uform_world_end(wd, status);
     free(lengths);
     free(first_row);
     free(masked);

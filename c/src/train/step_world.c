@@ -40,6 +40,7 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
     uform_world_given_t *given = uform_alloc(w->hosts, sizeof(uform_world_given_t), "mesh step");
     if (!w->counts_of || !given) {
         free(given);
+        uform_mesh_abandon(w->mesh, UFORM_OUT_OF_MEMORY);   /* its peers are in the gather below */
         return UFORM_OUT_OF_MEMORY;
     }
     w->items_of = w->counts_of + w->hosts;
@@ -98,6 +99,7 @@ uform_status_t uform_world_summary(uform_world_t *w, const size_t *index, size_t
     w->world_index = uform_alloc(w->world_count ? w->world_count : 1, sizeof(size_t), "mesh step");
     size_t *bytes = uform_alloc(w->hosts, sizeof(size_t), "mesh step");
     uform_status_t status = all && local && kept && w->world_index && bytes ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    if (status != UFORM_OK) uform_mesh_abandon(w->mesh, status);   /* its peers are in the gathers below */
     if (status == UFORM_OK) status = uform_mesh_allgather(w->mesh, &mine, sizeof(mine), all);
     if (status == UFORM_OK) {
         for (size_t i = 0; i < count; i++) local[i] = index[i] == SIZE_MAX ? UINT32_MAX : (uint32_t)index[i];
@@ -272,8 +274,16 @@ uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w) {
     return status;
 }
 
+/* Between agreements every host computes the replicated parts (the world's
+ * terms, their checks) from the same gathered data: a verdict there (DIVERGED,
+ * a world too large) is every host's, reached together, and keeps the mesh.
+ * What one host meets alone is its memory or its device. */
+static bool uform_world_failure_is_local(uform_status_t status) {
+    return status == UFORM_OUT_OF_MEMORY || status == UFORM_DEVICE;
+}
+
 void uform_world_end(uform_world_t *w, uform_status_t status) {
-    if (w->mesh && w->collectives_open && !w->failure_agreed && status != UFORM_OK)
+    if (w->mesh && w->collectives_open && !w->failure_agreed && uform_world_failure_is_local(status))
         uform_mesh_abandon(w->mesh, status);
     uform_world_free(w);
 }

@@ -82,8 +82,10 @@ uform_status_t uform_trainer_join_mesh(uform_trainer_t *t, uform_mesh_t *mesh, u
     size_t n = 0;
     if (status == UFORM_OK) {
         uform_host_state_t state;   /* a device trainer's weights and moments: host copies */
+        uform_trainer_hold(t);      /* the transfers use its device, as every call does */
         status = uform_host_state_open(t, &state, true);
         if (status == UFORM_OK) n = uform_trainer_fields(t, &state, fields), uform_host_state_close(&state);
+        uform_trainer_unhold(t);
     }
     status = uform_mesh_agree(mesh, status, "Trainer init");
     if (status != UFORM_OK) return status;
