@@ -252,10 +252,6 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
             b->ops->copy(b, local + rep->world_first * d, w->embeddings, rep->items * d * sizeof(float));
         }
     }
-    /* On a mesh, a device's failure so far is this host's word in the
-     * agreement: found later, it would make this host leave the collectives
-     * below while its peers wait in them. */
-    if (status == UFORM_OK && wd->mesh && !b->ops->host_memory) status = b->ops->synchronize(b);
     status = uform_world_agree(wd, status, step);
     if (status != UFORM_OK) goto done;
     /* The world's rows: embeddings, bags, groups and relations of every host
@@ -319,7 +315,6 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
         }
     }
     sums[0] = masked_share;
-    if (status == UFORM_OK && wd->mesh && !b->ops->host_memory) status = b->ops->synchronize(b);
     status = uform_world_agree(wd, status, step);
     if (status == UFORM_OK) status = uform_world_sum_gradients(t, wd);
     if (status == UFORM_OK) status = uform_world_sum_doubles(wd, sums, 5);
@@ -400,14 +395,13 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
      * same verdict) unless its device failed: all apply it, or none. */
     status = uform_world_agree(wd, status, step);
     if (status != UFORM_OK) goto done;
-    wd->collectives_open = false;   /* the step's last collective: what follows is this host's */
     b->ops->adamw(b, t->parameters, t->gradients, factor, t->first_moment, t->second_moment,
                   t->decay, t->count, step, rate);
     /* A device's update is queued: its failure is this step's, not the next
      * call's. Its weights are then unknown while its peers applied the step:
-     * it leaves the mesh, so they learn at their next collective. */
+     * it leaves the mesh (uform_world_end), so they learn at their next
+     * collective. */
     if (!b->ops->host_memory) status = b->ops->synchronize(b);
-    if (status != UFORM_OK && wd->mesh) uform_mesh_abandon(wd->mesh, status);
     if (status != UFORM_OK) goto done;
     t->step = step;
     t->truncated += truncated;

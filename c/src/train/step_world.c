@@ -30,7 +30,6 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
     memset(w, 0, sizeof(*w));
     w->mesh = t->mesh;
     w->backend = &t->backend;
-    w->collectives_open = w->mesh != NULL;
     size_t count = batch ? batch->contents.count : 0;
     w->hosts = w->mesh ? w->mesh->hosts : 1;
     w->host = w->mesh ? w->mesh->host : 0;
@@ -69,6 +68,9 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
 
 uform_status_t uform_world_agree(uform_world_t *w, uform_status_t status, uint64_t step) {
     if (!w->mesh) return status;
+    /* A device's failure so far is this host's word here: found later, it
+     * would make this host leave collectives its peers wait in. */
+    if (status == UFORM_OK && !w->backend->ops->host_memory) status = w->backend->ops->synchronize(w->backend);
     char what[48];
     snprintf(what, sizeof(what), "step %llu", (unsigned long long)step);
     uform_status_t answer = uform_mesh_agree(w->mesh, status, what);
@@ -283,7 +285,7 @@ static bool uform_world_failure_is_local(uform_status_t status) {
 }
 
 void uform_world_end(uform_world_t *w, uform_status_t status) {
-    if (w->mesh && w->collectives_open && !w->failure_agreed && uform_world_failure_is_local(status))
+    if (w->mesh && !w->failure_agreed && uform_world_failure_is_local(status))
         uform_mesh_abandon(w->mesh, status);
     uform_world_free(w);
 }

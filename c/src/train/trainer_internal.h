@@ -163,10 +163,9 @@ typedef struct {
     size_t selected, media_masked[4], choice_items;   /* world totals */
     size_t *counts_of, *items_of, *rows_of, *edges_of; /* [hosts] each */
     size_t *world_index;            /* [world_count]: world kept index, or SIZE_MAX */
-    /* Whether this host may fail where its peers wait in a collective: from
-     * the step's start to its last collective, unless the failure went
-     * through an agreement (uform_world_end) */
-    bool collectives_open, failure_agreed;
+    /* A failure this host's peers heard of in an agreement (uform_world_end:
+     * any other failure of its own leaves the mesh) */
+    bool failure_agreed;
 } uform_world_t;
 
 /* ---- shared functions (defined in the file named above each group) ------------- */
@@ -296,10 +295,10 @@ UFORM_INTERNAL uform_status_t uform_world_gather_relations(uform_world_t *w,
 UFORM_INTERNAL uform_status_t uform_world_sum_doubles(uform_world_t *w, double *values, size_t count);
 UFORM_INTERNAL uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w);
 UFORM_INTERNAL void uform_world_free(uform_world_t *w);
-/* The step's end on this host: a failure its peers did not hear of in an
- * agreement, while collectives were open, abandons the mesh (mesh.h: the
- * peers fail at once, naming this host) instead of leaving them to time out.
- * Then uform_world_free. */
+/* The step's end on this host: a failure of its own (memory, device) that its
+ * peers did not hear of in an agreement abandons the mesh (mesh.h: the peers,
+ * in a collective or on their way to the next, fail at once naming this host)
+ * instead of leaving them to time out. Then uform_world_free. */
 UFORM_INTERNAL void uform_world_end(uform_world_t *w, uform_status_t status);
 
 /* step_layers.c */
