@@ -193,8 +193,15 @@ $(BUILD)/tests/%: tests/c/%.c $(TEST_HEADERS) $(SANITIZED_OBJECTS)
 $(BUILD)/decode_tool: tests/c/decode_tool.c $(BUILD)/asan/core/error.o $(SANITIZED_MEDIA_OBJECTS)
 	$(CC) $(CFLAGS_ASAN) $^ -o $@ $(MEDIA_LIBS) $(LDLIBS)
 
-test-c: $(addprefix $(BUILD)/tests/,$(C_TESTS))
-	@set -e; for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; $(BUILD)/tests/$$t; done
+# C++ tests: the CUDA backend's kernels run on the CPU under an emulation of a
+# block's threads (tests/c/cuda_emulation.h), header-only, no GPU or nvcc needed.
+CXX_TESTS := $(patsubst tests/c/%.cc,%,$(wildcard tests/c/test_*.cc))
+$(BUILD)/tests/%: tests/c/%.cc $(TEST_HEADERS) $(wildcard c/cuda/*.cuh) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_COMMON) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer $< -o $@
+
+test-c: $(addprefix $(BUILD)/tests/,$(C_TESTS) $(CXX_TESTS))
+	@set -e; for t in $(C_TESTS) $(CXX_TESTS); do echo "== $$t (ASan+UBSan)"; $(BUILD)/tests/$$t; done
 
 # The C example, compiled and linked only through pkg-config's flags of an installed tree.
 test-example: lib

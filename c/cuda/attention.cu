@@ -6,13 +6,16 @@
  *   backward: D_i = dout_i . out_i, p_ij = exp(s_ij - lse_i), ds_ij = p_ij (dout_i . v_j - D_i) / 8,
  *             dq_i += sum_j ds_ij k_j, dk_j += sum_i ds_ij q_i, dv_j += sum_i p_ij dout_i
  *
- * The first correct version, not the fast one: one warp per (row, head), each
- * lane holding two of the 64 values; the forward walks the keys once with an
- * online softmax, the backward computes dq per query row and dk, dv per key row
- * (recomputing p), so every output is one fixed chain and no atomics are
- * needed. A tiled flash-style kernel (shared-memory blocks of keys, BF16 tensor
- * cores) replaces it once this one is checked on a GPU. Compiled, not yet run
- * on a GPU. */
+ * Two implementations: attention_mma.cu's flash-style kernels on BF16 tensor
+ * cores, which the backend runs, and here the first version, FP32 and simple:
+ * one warp per (row, head), each lane holding two of the 64 values; the
+ * forward walks the keys once with an online softmax, the backward computes dq
+ * per query row and dk, dv per key row (recomputing p), so every output is one
+ * fixed chain and no atomics are needed. The simple kernels run when an
+ * operand is not 16-byte aligned (the tensor-core kernels load 4 floats at a
+ * time) and when a test asks for them (uform_cuda_attention_simple): they are
+ * the FP32 reference tests/gpu/test_cuda_ops.c checks beside the fast ones.
+ * Compiled, not yet run on a GPU. */
 #include "cuda_internal.h"
 
 #define UFORM_ATTENTION_WARPS 8
@@ -56,11 +59,27 @@ size_t uform_cuda_attention_scratch_bytes(uform_backend_t *b, size_t hidden, siz
     return 0;
 }
 
+/* The tensor-core kernels take the call unless a test asked for the simple
+ * ones or an operand is not 16-byte aligned. */
+static bool uform_attention_on_tensor_cores(uform_backend_t *b, const void *qkv, const void *out,
+                                            const void *dout, const void *dqkv) {
+    uintptr_t addresses = (uintptr_t)qkv | (uintptr_t)out | (uintptr_t)dout | (uintptr_t)dqkv;
+    return !uform_cuda_context(b)->simple_attention && addresses % 16 == 0;
+}
+
+extern "C" void uform_cuda_attention_simple(uform_backend_t *b, bool simple) {
+    uform_cuda_context(b)->simple_attention = simple;
+}
+
 void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
                                   const uform_segment_t *segments, size_t count, float *out, float *logsumexp,
                                   void *scratch) {
     (void)scratch;
     if (!count || !hidden) return;
+    if (uform_attention_on_tensor_cores(b, qkv, out, NULL, NULL)) {
+        uform_cuda_attention_forward_mma(b, qkv, hidden, segments, count, out, logsumexp);
+        return;
+    }
     dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));
     uform_attention_forward_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, uform_cuda_context(b)->stream>>>(
         qkv, hidden, segments, out, logsumexp);
@@ -131,6 +150,10 @@ void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const f
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                    size_t count, float *dqkv) {
     if (!count || !hidden) return;
+    if (uform_attention_on_tensor_cores(b, qkv, out, dout, dqkv)) {
+        uform_cuda_attention_backward_mma(b, qkv, out, dout, logsumexp, hidden, segments, count, dqkv);
+        return;
+    }
     cudaStream_t stream = uform_cuda_context(b)->stream;
     dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));
     uform_attention_dq_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, stream>>>(qkv, out, dout, logsumexp, hidden,

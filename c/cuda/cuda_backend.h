@@ -14,7 +14,8 @@
  * choices and reconstruction losses lent from the CPU backend
  * (backend/cpu/on_host.c: on the host, through transfers),
  * the row-wise layers and their backwards, the heads' row operations,
- * attention forward and backward (a simple FP32 kernel), AdamW and the global
+ * attention forward and backward (flash-style on BF16 tensor cores, and the
+ * first, simple FP32 kernel), AdamW and the global
  * norm. Not yet: E4M3 weights, the losses' own kernels, MaxSim
  * (their table entries are NULL;
  * tests/gpu/test_cuda_ops.c lists what it checked). */
@@ -39,6 +40,11 @@ UFORM_INTERNAL uform_status_t uform_cuda_device_class(uint32_t device, uform_gpu
  * uform_cuda_backend_free. */
 UFORM_INTERNAL uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend_t *backend);
 UFORM_INTERNAL void uform_cuda_backend_free(uform_backend_t *backend);
+
+/* Attention on this backend from now on: attention.cu's simple FP32 kernels
+ * (true) or the BF16 tensor-core ones (false, the default). For tests, which
+ * check both against the CPU backend. */
+UFORM_INTERNAL void uform_cuda_attention_simple(uform_backend_t *backend, bool simple);
 
 UFORM_INTERNAL extern const uform_backend_ops_t uform_cuda_backend_ops;
 

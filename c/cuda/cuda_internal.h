@@ -43,6 +43,8 @@ typedef struct {
 
 typedef struct {
     int device;
+    int multiprocessors;             /* the GPU's SMs: grids sized to fill it */
+    bool simple_attention;           /* run attention.cu's FP32 kernels (uform_cuda_attention_simple) */
     pthread_mutex_t lock;            /* held by one verb at a time (acquire, release) */
     cudaStream_t stream;
     cublasLtHandle_t lt;
@@ -58,6 +60,9 @@ typedef struct {
      * packed weights, the choices head's pairs and scores (device), and FP32
      * rows downloaded for download_rows (pinned host). */
     uform_cuda_buffer_t bf16_rows, choices;
+    /* the trainer's dense products: its FP32 weights and gradients dy rounded
+     * to BF16 (gemm.cu) */
+    uform_cuda_buffer_t bf16_weights, bf16_gradients;
     float *host_rows;
     size_t host_rows_bytes;
 } uform_cuda_context_t;
@@ -177,6 +182,12 @@ void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t h
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                    size_t count, float *dqkv);
+/* attention_mma.cu: the tensor-core kernels (16-byte aligned operands) */
+void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
+                                      const uform_segment_t *segments, size_t count, float *out, float *logsumexp);
+void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
+                                       const float *logsumexp, size_t hidden, const uform_segment_t *segments,
+                                       size_t count, float *dqkv);
 /* adamw.cu */
 double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t count);
 void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradients, float gradient_scale,

@@ -68,6 +68,8 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
     if (!context) return uform_fail(UFORM_OUT_OF_MEMORY, "CUDA backend: its context");
     context->device = (int)device;
     cudaError_t error = cudaSetDevice(context->device);
+    if (error == cudaSuccess)
+        error = cudaDeviceGetAttribute(&context->multiprocessors, cudaDevAttrMultiProcessorCount, context->device);
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&context->stream, cudaStreamNonBlocking);
     if (error == cudaSuccess) error = cudaMalloc(&context->workspace, UFORM_CUDA_WORKSPACE_BYTES);
     if (error != cudaSuccess) {
@@ -99,6 +101,8 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cublaslt()->destroy(context->lt);   /* loaded: the backend started */
     cudaFree(context->workspace);
     uform_cuda_buffer_free(&context->bf16_rows);
+    uform_cuda_buffer_free(&context->bf16_weights);
+    uform_cuda_buffer_free(&context->bf16_gradients);
     uform_cuda_buffer_free(&context->choices);
     cudaFreeHost(context->host_rows);
     cudaStreamDestroy(context->stream);

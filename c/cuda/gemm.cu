@@ -1,12 +1,19 @@
 /* gemm.cu: the CUDA backend's products through cuBLASLt (backend.h: gemm,
- * linear, linear_gelu, linear_backward, pack), FP32 compute
+ * linear, linear_gelu, linear_backward, pack), FP32 accumulation
  * (CUBLAS_COMPUTE_32F: no TF32), the bias as cuBLASLt's epilogue.
  *
- * Dense FP32 weights (the trainer's masters) multiply FP32 activations.
- * Packed weights (a model's, `pack`) are BF16 row-major [n, k] in device
- * memory; their products round the activations to BF16 first (into the
- * context's scratch) and run BF16 x BF16 with FP32 accumulation and an FP32
- * result, as the CPU's BF16 classes do. E4M3 weights are not built yet.
+ * `gemm` multiplies FP32 operands in FP32. The model's products compute in
+ * BF16 with FP32 accumulation and FP32 results, as DESIGN section 6 says of GPU
+ * steps and as the CPU's BF16 classes do in inference:
+ * - packed weights (a model's, `pack`) are BF16 row-major [n, k] in device
+ *   memory; the activations are rounded to BF16 first (into the context's
+ *   scratch);
+ * - dense FP32 weights (the trainer's masters) are rounded to BF16 into the
+ *   scratch at each call, with the activations, and in the backward the
+ *   gradient dy: the masters, the gradients they accumulate and every
+ *   activation stay FP32 (mixed precision). Rounding costs 6 bytes of traffic
+ *   per element, against 2 x rows multiply-adds per weight in the product.
+ * E4M3 weights are not built yet.
  *
  * Row-major operands map onto cuBLASLt's column-major ones without copies: a
  * row-major matrix with stride s is the column-major transpose with leading
@@ -232,35 +239,39 @@ __global__ static void uform_round_rows_bf16(const float *x, size_t stride, size
         out[index] = __float2bfloat16_rn(x[(index / k) * stride + index % k]);
 }
 
-/* x [rows, k] rounded to BF16 into the context's scratch; NULL on failure (recorded). */
-static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, const float *x, size_t stride,
-                                                 size_t rows, size_t k) {
+/* x [rows, k] (row stride `stride`) rounded to BF16 into `buffer`, one of the
+ * context's scratch buffers; NULL on failure (recorded). */
+static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x,
+                                                 size_t stride, size_t rows, size_t k) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, &context->bf16_rows, rows * k * sizeof(__nv_bfloat16),
-                                                          "BF16 activations");
+    __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, buffer, rows * k * sizeof(__nv_bfloat16),
+                                                          "BF16 operands");
     if (!out) return NULL;
     uform_round_rows_bf16<<<uform_cuda_blocks(rows * k, 256), 256, 0, context->stream>>>(x, stride, rows, k, out);
-    uform_cuda_launched(b, "BF16 activations");
+    uform_cuda_launched(b, "BF16 operands");
     return out;
 }
 
 void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
                        size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
-    if (w->dense) {   /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
-        uform_cuda_product(b, rows, w->n, w->k, x, x_stride, false, w->dense, w->k, true, bias, accumulate, y,
-                           y_stride, false);
-        return;
-    }
+    uform_cuda_context_t *context = uform_cuda_context(b);
     const uform_packed_t *packed = (const uform_packed_t *)w->packed;
-    if (packed->scalar != UFORM_SCALAR_BF16) {
+    if (!w->dense && packed->scalar != UFORM_SCALAR_BF16) {
         uform_cuda_record(b, UFORM_UNSUPPORTED, "linear", "E4M3 weights are not built yet on the CUDA backend");
         return;
     }
     if (!rows) return;
-    const __nv_bfloat16 *x16 = w->k ? uform_cuda_bf16_rows(b, x, x_stride, rows, w->k) : NULL;
-    if (w->k && !x16) return;
-    uform_cuda_product(b, rows, w->n, w->k, x16, w->k, false, packed->data, w->k, true, bias, accumulate, y,
-                       y_stride, true);
+    if (!w->k) {   /* y = bias (or y + bias): no operand to round */
+        uform_cuda_product(b, rows, w->n, 0, NULL, 0, false, NULL, 0, true, bias, accumulate, y, y_stride, true);
+        return;
+    }
+    /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
+    const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, x_stride, rows, w->k);
+    const void *w16 = w->dense ? uform_cuda_bf16_rows(b, &context->bf16_weights, w->dense, w->k, w->n, w->k)
+                               : packed->data;
+    if (!x16 || !w16) return;
+    uform_cuda_product(b, rows, w->n, w->k, x16, w->k, false, w16, w->k, true, bias, accumulate, y, y_stride,
+                       true);
 }
 
 void uform_cuda_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
@@ -287,17 +298,23 @@ __global__ static void uform_column_sums(const float *dy, size_t rows, size_t n,
 void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x, const float *dy,
                                 size_t rows, float *dweight, float *dbias, float *dx, bool accumulate_dx) {
     if (!uform_cuda_dense(b, w, "linear_backward")) return;
+    uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
-    if (dweight && rows) {   /* dW [n, k] += dy^T [n, rows] x [rows, k] */
-        uform_matrix_t dy_t = {dy, n, true}, xs = {x, k, false};
-        uform_cuda_gemm(b, n, k, rows, dy_t, xs, NULL, true, dweight, k);
-    }
     if (dbias && rows) {
-        uform_column_sums<<<uform_cuda_blocks(n, 256), 256, 0, uform_cuda_context(b)->stream>>>(dy, rows, n, dbias);
+        uform_column_sums<<<uform_cuda_blocks(n, 256), 256, 0, context->stream>>>(dy, rows, n, dbias);
         uform_cuda_launched(b, "linear_backward (bias)");
     }
-    if (dx) {                /* dx [rows, k] (+)= dy [rows, n] W [n, k] */
-        uform_matrix_t dys = {dy, n, false}, weights = {w->dense, k, false};
-        uform_cuda_gemm(b, rows, k, n, dys, weights, NULL, accumulate_dx, dx, k);
+    if (!rows || (!dweight && !dx)) return;
+    const __nv_bfloat16 *dy16 = uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
+    if (!dy16) return;
+    if (dweight) {   /* dW [n, k] += dy^T [n, rows] x [rows, k] */
+        const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, k, rows, k);
+        if (!x16) return;
+        uform_cuda_product(b, n, k, rows, dy16, n, true, x16, k, false, NULL, true, dweight, k, true);
+    }
+    if (dx) {        /* dx [rows, k] (+)= dy [rows, n] W [n, k] */
+        const __nv_bfloat16 *w16 = uform_cuda_bf16_rows(b, &context->bf16_weights, w->dense, k, n, k);
+        if (!w16) return;
+        uform_cuda_product(b, rows, k, n, dy16, n, false, w16, k, false, NULL, accumulate_dx, dx, k, true);
     }
 }

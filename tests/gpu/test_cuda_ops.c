@@ -6,7 +6,10 @@
  * and "N passed, M failed"; without a GPU (or without the CUDA backend) it
  * says why and exits 0 (make test-gpu).
  *
- * Tolerances, all FP32 against FP32: the two backends differ only in the order
+ * Tolerances: where the GPU rounds operands to BF16 (the model's products,
+ * attention on tensor cores), the CPU reference gets them rounded the same
+ * way first, so what is compared is FP32 against FP32 (each check says what
+ * is left). FP32 against FP32, the two backends differ only in the order
  * of their sums (block trees and cuBLASLt's kernels against the CPU's lanes)
  * and in expf/tanh against the CPU's fast_exp, each a few ulps: elementwise
  * operations 1e-5 relative to the output's largest magnitude; row sums over w
@@ -81,6 +84,20 @@ static void compare(backends_t *b, const char *what, const float *cpu, const voi
     free(gpu);
 }
 
+/* x rounded to BF16 (nearest even), in place: inputs the GPU's BF16 products
+ * and attention take exactly. */
+static void round_to_bf16(float *x, size_t count) {
+    for (size_t i = 0; i < count; i++) x[i] = uform_bf16_to_f32(uform_f32_to_bf16(x[i]));
+}
+
+/* A copy of x rounded to BF16. */
+static float *rounded_to_bf16(const float *x, size_t count) {
+    float *copy = malloc((count ? count : 1) * sizeof(float));
+    memcpy(copy, x, count * sizeof(float));
+    round_to_bf16(copy, count);
+    return copy;
+}
+
 static void test_gemm(backends_t *b, size_t m, size_t n, size_t k, bool ta, bool tb, bool bias, bool accumulate) {
     float *a = random_floats(m * k, 1), *bm = random_floats(k * n, 1), *c = random_floats(m * n, 1);
     float *bias_values = random_floats(n, 1);
@@ -99,13 +116,21 @@ static void test_gemm(backends_t *b, size_t m, size_t n, size_t k, bool ta, bool
     free(a), free(bm), free(c), free(bias_values);
 }
 
+/* The trainer's products on dense FP32 weights: the GPU rounds the weights,
+ * the activations and the gradient dy to BF16 and sums in FP32 (gemm.cu), so
+ * the CPU reference gets those operands rounded the same way first (the GPU
+ * the raw ones: its rounding is checked too); what is left is the order of
+ * the sums (1e-4 as for gemm). The bias gradient sums the raw dy in FP32 on
+ * both. */
 static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k) {
     float *w = random_floats(n * k, 0.1f), *x = random_floats(rows * k, 1), *dy = random_floats(rows * n, 1);
     float *dw = random_floats(n * k, 1), *dbias = random_floats(n, 1), *dx = random_floats(rows * k, 1);
+    float *w16 = rounded_to_bf16(w, n * k), *x16 = rounded_to_bf16(x, rows * k), *dy16 = rounded_to_bf16(dy, rows * n);
     float *gw = on_gpu(b, w, n * k * 4), *gx = on_gpu(b, x, rows * k * 4), *gdy = on_gpu(b, dy, rows * n * 4);
     float *gdw = on_gpu(b, dw, n * k * 4), *gdbias = on_gpu(b, dbias, n * 4), *gdx = on_gpu(b, dx, rows * k * 4);
-    uform_weight_t cw = {NULL, w, n, k}, gwt = {NULL, gw, n, k};
-    b->cpu.ops->linear_backward(&b->cpu, &cw, x, dy, rows, dw, dbias, dx, true);
+    uform_weight_t cw = {NULL, w16, n, k}, gwt = {NULL, gw, n, k};
+    b->cpu.ops->linear_backward(&b->cpu, &cw, x16, dy16, rows, dw, NULL, dx, true);
+    b->cpu.ops->linear_backward(&b->cpu, &cw, x16, dy, rows, NULL, dbias, NULL, true);
     b->gpu.ops->linear_backward(&b->gpu, &gwt, gx, gdy, rows, gdw, gdbias, gdx, true);
     compare(b, "linear_backward dW", dw, gdw, n * k, 1e-4);
     compare(b, "linear_backward dbias", dbias, gdbias, n, 1e-4);
@@ -113,13 +138,17 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k)
     float *y = random_floats(rows * n, 1), *pre = random_floats(rows * n, 1);
     float *gy = on_gpu(b, y, rows * n * 4), *gpre = on_gpu(b, pre, rows * n * 4);
     sync(b, gdbias, dbias, n);
-    b->cpu.ops->linear_gelu(&b->cpu, &cw, x, k, rows, dbias, pre, y);
+    b->cpu.ops->linear_gelu(&b->cpu, &cw, x16, k, rows, dbias, pre, y);
     b->gpu.ops->linear_gelu(&b->gpu, &gwt, gx, k, rows, gdbias, gpre, gy);
     compare(b, "linear_gelu pre", pre, gpre, rows * n, 1e-4);
     compare(b, "linear_gelu y", y, gy, rows * n, 1e-4);
+    sync(b, gy, y, rows * n);
+    b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, NULL, true, y, n);
+    b->gpu.ops->linear(&b->gpu, &gwt, gx, k, rows, NULL, true, gy, n);
+    compare(b, "linear (dense) +=", y, gy, rows * n, 1e-4);
     void *all[] = {gw, gx, gdy, gdw, gdbias, gdx, gy, gpre};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
-    free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre);
+    free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre), free(w16), free(x16), free(dy16);
 }
 
 /* Products on packed (BF16) weights: the GPU rounds the activations to BF16
@@ -343,29 +372,54 @@ static void test_segments(backends_t *b, size_t hidden) {
     free(ids), free(logits), free(losses), free(scale), free(dlogits), free(targets);
 }
 
-/* Attention over segments of several lengths (one empty, one longer than a warp's 32). */
-static void test_attention(backends_t *b, size_t hidden) {
-    uform_segment_t segments[4] = {{0, 1, 1}, {1, 45, 1}, {46, 0, 2}, {46, 9, 3}};
-    size_t rows = 55, count = 4, heads = hidden / UFORM_HEAD_WIDTH;
+/* Attention over segments of several lengths: one empty, one of a single row,
+ * one shorter than a warp, one of exactly a 64-row tile, ones across several
+ * tiles, and one of 1100 rows, longer than the 16 tiles a (segment, head) gets
+ * blocks for (the tensor-core kernels' blocks loop over its tiles).
+ *
+ * simple: attention.cu's FP32 kernels, FP32 against FP32 (the tolerances of the
+ * file's header). Otherwise the BF16 tensor-core kernels (attention_mma.cu) on
+ * q, k, v and dout already rounded to BF16, so the kernels' own rounding of
+ * them is exact and what is left is: the scores and log-sum-exp in FP32 in
+ * another order with exp2 for exp (a few ulps: 1e-5); the probabilities
+ * rounded to BF16 before p v (2^-9 relative per term, of random sign: out
+ * within 4e-3 of its largest value, 2 x 2^-9); p and ds rounded to BF16
+ * before dv, dq and dk (the same, over up to 1100 terms: a float64 simulation
+ * of exactly these roundings on these shapes and scales gave 1.0e-3 for out
+ * and 1.8e-3 for the gradients, relative to the largest; 1e-2 allowed). */
+static void test_attention(backends_t *b, size_t hidden, bool simple) {
+    uform_segment_t segments[] = {{0, 1, 1},   {1, 45, 1},   {46, 0, 2},      {46, 9, 3},
+                                  {55, 64, 1}, {119, 200, 1}, {319, 1100, 1}};
+    size_t count = sizeof(segments) / sizeof(segments[0]), rows = 1419, heads = hidden / UFORM_HEAD_WIDTH;
     float *qkv = random_floats(rows * 3 * hidden, 2), *out = random_floats(rows * hidden, 1);
     float *lse = random_floats(rows * heads, 1), *dout = random_floats(rows * hidden, 1);
     float *dqkv = random_floats(rows * 3 * hidden, 1);
+    if (!simple) round_to_bf16(qkv, rows * 3 * hidden), round_to_bf16(dout, rows * hidden);
+    uform_cuda_attention_simple(&b->gpu, simple);
     uform_segment_t *gsegments = on_gpu(b, segments, sizeof(segments));
     float *gqkv = on_gpu(b, qkv, rows * 3 * hidden * 4), *gout = on_gpu(b, out, rows * hidden * 4);
     float *glse = on_gpu(b, lse, rows * heads * 4), *gdout = on_gpu(b, dout, rows * hidden * 4);
     float *gdqkv = on_gpu(b, dqkv, rows * 3 * hidden * 4);
+    const char *kind = simple ? "simple FP32" : "tensor cores";
+    double forward = simple ? 1e-5 : 4e-3, backward = simple ? 1e-4 : 1e-2;
+    char what[96];
     b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, out, lse, NULL);
     b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, gout, glse, NULL);
-    compare(b, "attention_forward out", out, gout, rows * hidden, 1e-5);
-    compare(b, "attention_forward logsumexp", lse, glse, rows * heads, 1e-5);
+    snprintf(what, sizeof(what), "attention_forward out (%s)", kind);
+    compare(b, what, out, gout, rows * hidden, forward);
+    snprintf(what, sizeof(what), "attention_forward lse (%s)", kind);
+    compare(b, what, lse, glse, rows * heads, 1e-5);
     sync(b, gout, out, rows * hidden);
     sync(b, glse, lse, rows * heads);
     b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, dqkv);
     b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, gdqkv);
-    compare(b, "attention_backward dqkv", dqkv, gdqkv, rows * 3 * hidden, 1e-4);
+    snprintf(what, sizeof(what), "attention_backward dqkv (%s)", kind);
+    compare(b, what, dqkv, gdqkv, rows * 3 * hidden, backward);
     b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, out, NULL, NULL);   /* inference */
     b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, gout, NULL, NULL);
-    compare(b, "attention_forward (inference)", out, gout, rows * hidden, 1e-5);
+    snprintf(what, sizeof(what), "attention_forward inference (%s)", kind);
+    compare(b, what, out, gout, rows * hidden, forward);
+    uform_cuda_attention_simple(&b->gpu, false);
     void *all[] = {gsegments, gqkv, gout, glse, gdout, gdqkv};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
     free(qkv), free(out), free(lse), free(dout), free(dqkv);
@@ -451,7 +505,8 @@ int main(void) {
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);
     test_segments(&b, 128);
-    test_attention(&b, 128);
+    test_attention(&b, 128, true);
+    test_attention(&b, 128, false);
     test_optimizer(&b, 100003);
     uform_cuda_backend_free(&b.gpu);
     uform_executor_free(executor);

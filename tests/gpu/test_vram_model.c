@@ -7,9 +7,10 @@
  * text_choose's probabilities too (their tolerance is beside the check).
  *
  * The RAM side runs the SERIAL class: FP32 activations times BF16 weights,
- * FP32 sums. The VRAM side rounds activations to BF16 before each product
- * (relative error 2^-9 each), sums in FP32 in cuBLASLt's order, and uses expf
- * and tanhf where the CPU uses fast_exp. Through 2 blocks of 4 products at
+ * FP32 sums. The VRAM side rounds activations to BF16 before each product,
+ * and q, k, v and the probabilities in attention (relative error 2^-9 each),
+ * sums in FP32 in cuBLASLt's order, and uses expf and tanhf where the CPU uses
+ * fast_exp. Through 2 blocks of 6 rounded products at
  * hidden 64 and a final L2 normalisation, components of unit vectors differ by
  * at most a few times 2^-9 x sqrt(depth x products) ~ 1e-2 in the worst case
  * over random weights of scale 0.3; the test allows 3e-2 per component and asks

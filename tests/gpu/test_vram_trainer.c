@@ -4,14 +4,19 @@
  * row per check and "N passed, M failed"; without a GPU (or without the CUDA
  * backend) it says why and exits 0 (make test-gpu).
  *
- * Tolerances: both trainers compute in FP32; the GPU's products (cuBLASLt,
- * CUBLAS_COMPUTE_32F, no TF32), sums and expf differ from the CPU's by the
- * order of their operations, a few ulps each, so the first step's loss agrees
- * to ~1e-6 relative. AdamW's first steps move every weight by about the
- * learning rate whatever the gradient's size, so a gradient component near 0
- * can flip sign between the two and move its weight the other way: the losses
- * of steps 2 and 3 may drift further, to ~1e-4 relative; 1e-3 is allowed. The
- * GPU against itself (a run of 5 steps, and 3 steps, save, resume, 2 steps)
+ * Tolerances: the CPU trainer computes in FP32; the GPU trainer's products
+ * and attention compute in BF16 with FP32 accumulation (gemm.cu,
+ * attention_mma.cu): every product's operands rounded to BF16 (2^-9 relative
+ * each), about 12 rounded products per block and the heads', so activations
+ * differ by a few times 2^-9 x sqrt(products) ~ 1e-2 relative in the worst
+ * component, far less on average; a loss is a mean over many rows and
+ * components of them (and a contrastive loss scales cosines by its inverse
+ * temperature, up to ~20): ~3e-3 relative on the first step. AdamW's first
+ * steps move every weight by about the learning rate whatever the gradient's
+ * size, so a gradient component near 0 can flip sign between the two and move
+ * its weight the other way: steps 2 and 3 drift further. 3e-2 is allowed; each
+ * row prints the measured difference. The GPU against itself (a run of 5
+ * steps, and 3 steps, save, resume, 2 steps)
  * must agree bit for bit: its kernels are deterministic (docs/gpu.md). */
 #include "check.h"
 #include "trainer_batches.h"
@@ -31,7 +36,7 @@ int main(void) {
 }
 #else
 
-#define LOSS_TOLERANCE 1e-3
+#define LOSS_TOLERANCE 3e-2
 
 static void row(const char *what, bool ok, const char *detail) {
     printf("| %-48s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);

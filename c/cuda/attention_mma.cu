@@ -1,0 +1,70 @@
+/* attention_mma.cu: attention over packed segments on BF16 tensor cores
+ * (mma.sync m16n8k16, FP32 accumulation: sm_80 and every later class),
+ * flash-style: blocks of 64 queries and 64 keys in shared memory, the scores
+ * never written to global memory. The math is attention.cu's:
+ *
+ *   forward:  s_ij = q_i . k_j / 8, lse_i = log sum_j exp s_ij, out_i = sum_j exp(s_ij - lse_i) v_j
+ *   backward: D_i = dout_i . out_i, p_ij = exp(s_ij - lse_i), ds_ij = p_ij (dout_i . v_j - D_i) / 8,
+ *             dq_i += sum_j ds_ij k_j, dk_j += sum_i ds_ij q_i, dv_j += sum_i p_ij dout_i
+ *
+ * Precision: q, k, v, dout, and the probabilities p and ds entering the second
+ * product of each pair are rounded to BF16 (nearest even); every product
+ * accumulates in FP32, and the softmax statistics (running maximum, sum,
+ * log-sum-exp) and D are FP32. Exponentials are exp2 of scores pre-scaled by
+ * log2(e) / 8.
+ *
+ * Layout: a block of 4 warps holds one segment's tile of 64 rows of one head;
+ * warp w owns rows 16w .. 16w + 15 of it, as mma's A operand (16 x 16 per
+ * instruction); the other operand is a 64 x 64 tile in shared memory read as
+ * B (16 x 8 per instruction). With g = lane / 4 and t = 2 (lane % 4) (PTX ISA,
+ * "Matrix Fragments for mma.m16n8k16 with floating point type"):
+ *   A registers 0-3: (row g, columns t, t+1), (g+8, t..), (g, t+8..), (g+8, t+8..)
+ *   B registers 0-1: (k rows t, t+1 of column g), (k rows t+8, t+9 of column g)
+ *   C floats 0-3:    (row g, columns t, t+1), (row g+8, columns t, t+1)
+ * so an accumulator of 16 x 64 scores (8 C tiles) is, packed in pairs, the A
+ * operand of the next product without leaving registers.
+ *
+ * No atomics: the forward and dq walk a query tile's keys in order, dk and dv
+ * a key tile's queries in order, so each output is one fixed chain whatever
+ * the launch geometry (a segment's results do not depend on the batch around
+ * it). dq and (dk, dv) are two kernels, each recomputing the scores: 7
+ * products per pair of tiles instead of FlashAttention-2's 5 with atomic dq.
+ *
+ * Compiled, NOT YET RUN ON A GPU; the kernels (attention_mma.cuh) run on the
+ * CPU in tests/c/test_attention_mma.cc, under an emulation of a block's
+ * threads, shuffles and mma.sync, against float64. attention.cu keeps the
+ * simple FP32 kernels (the first version), which tests/gpu/test_cuda_ops.c
+ * checks beside these on a GPU. */
+#include "cuda_internal.h"
+
+#include <cuda_bf16.h>
+
+#include "attention_mma.cuh"
+
+/* Blocks per (segment, head): enough for about four waves over the GPU when
+ * the batch has few segments, at most 16 (a longer segment's tiles loop). */
+static dim3 uform_attention_mma_grid(uform_backend_t *b, size_t count, size_t heads) {
+    size_t wanted = 4 * (size_t)uform_cuda_context(b)->multiprocessors, pairs = count * heads;
+    size_t slots = (wanted + pairs - 1) / pairs;
+    return dim3((unsigned)count, (unsigned)heads, (unsigned)(slots < 1 ? 1 : slots > 16 ? 16 : slots));
+}
+
+void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
+                                      const uform_segment_t *segments, size_t count, float *out, float *logsumexp) {
+    uform_attention_forward_mma<<<uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH), UFORM_MMA_THREADS,
+                                  0, uform_cuda_context(b)->stream>>>(qkv, hidden, segments, out, logsumexp);
+    uform_cuda_launched(b, "attention_forward (tensor cores)");
+}
+
+void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
+                                       const float *logsumexp, size_t hidden, const uform_segment_t *segments,
+                                       size_t count, float *dqkv) {
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    dim3 grid = uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH);
+    uform_attention_dq_mma<<<grid, UFORM_MMA_THREADS, 0, stream>>>(qkv, out, dout, logsumexp, hidden, segments,
+                                                                    dqkv);
+    uform_cuda_launched(b, "attention_backward dq (tensor cores)");
+    uform_attention_dkv_mma<<<grid, UFORM_MMA_THREADS, 0, stream>>>(qkv, out, dout, logsumexp, hidden, segments,
+                                                                     dqkv);
+    uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
+}

@@ -1,0 +1,157 @@
+/* test_attention_mma.cc: the CUDA backend's tensor-core attention kernels
+ * (c/cuda/attention_mma.cuh), which no GPU has run yet, run on the CPU under
+ * cuda_emulation.h (a block's threads as host threads, the warp's shuffles
+ * and mma.sync as exchanges between them) against attention in float64.
+ *
+ * Inputs: segments of 1, 45, 0, 9, 64 (one whole tile) and 130 rows (three
+ * tiles, the last partial), two heads; q, k, v and dout already rounded to
+ * BF16, so the kernels' own rounding of them is exact. What is left, and the
+ * tolerances (relative to the largest magnitude of each output):
+ * - out: the probabilities rounded to BF16 before p v (2^-9 relative per
+ *   term, of random sign): 4e-3 (2 x 2^-9);
+ * - logsumexp: FP32 sums of exact BF16 products and exp2 in FP32: 1e-5;
+ * - dq, dk, dv: p and ds rounded to BF16 before their second products, from
+ *   the kernels' own out and logsumexp: 1e-2 (a float64 simulation of exactly
+ *   these roundings at these scales, over segments up to 1100 rows, gave
+ *   1.8e-3).
+ * And bit for bit: the same results whatever the number of blocks a
+ * (segment, head) gets (its tiles looped over by fewer blocks), and the
+ * inference forward (no logsumexp) equal to the training forward. */
+#include "cuda_emulation.h"
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+#include "../../c/cuda/attention_mma.cuh"
+
+#include <cstdio>
+#include <cstdlib>
+
+static int passed, failed;
+static uint64_t state = 0x9e3779b97f4a7c15ull;
+
+static float random_float(float scale) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    float value = (float)((double)(state >> 11) * 0x1p-53 * 2.0 - 1.0) * scale;
+    return uform_emulated_float(__bfloat16_as_ushort(__float2bfloat16_rn(value)));
+}
+
+static void row(const char *what, bool ok, double error, double bound) {
+    printf("| %-44s | %10.3g | %10.3g | %s |\n", what, error, bound, ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+}
+
+/* Largest |got - expected| against bound x the largest |expected|; NaN fails. */
+static void compare(const char *what, const std::vector<double> &expected, const std::vector<float> &got,
+                    double relative) {
+    double largest = 0, error = 0;
+    for (size_t i = 0; i < expected.size(); i++) largest = fmax(largest, fabs(expected[i]));
+    for (size_t i = 0; i < expected.size(); i++) {
+        double e = fabs((double)got[i] - expected[i]);
+        if (!(e <= error)) error = isnan(e) ? INFINITY : e;
+    }
+    row(what, error <= relative * largest, error, relative * largest);
+}
+
+static void same_bits(const char *what, const std::vector<float> &a, const std::vector<float> &b) {
+    bool same = a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    row(what, same, 0, 0);
+}
+
+int main() {
+    const size_t hidden = 128, heads = hidden / UFORM_HEAD_WIDTH, stride = 3 * hidden;
+    const uform_segment_t segments[] = {{0, 1, 1}, {1, 45, 1}, {46, 0, 2}, {46, 9, 3}, {55, 64, 1}, {119, 130, 1}};
+    const size_t count = sizeof(segments) / sizeof(segments[0]), rows = 249;
+    std::vector<float> qkv(rows * stride), dout(rows * hidden), dqkv_initial(rows * stride);
+    for (float &x : qkv) x = random_float(2.0f);
+    for (float &x : dout) x = random_float(1.0f);
+    for (float &x : dqkv_initial) x = random_float(1.0f);
+
+    /* float64: out, logsumexp and the gradients (added to dqkv_initial) */
+    std::vector<double> out(rows * hidden), lse(rows * heads), dqkv(dqkv_initial.begin(), dqkv_initial.end());
+    for (size_t c = 0; c < count; c++)
+        for (size_t h = 0; h < heads; h++) {
+            size_t begin = segments[c].begin, length = segments[c].length, column = h * UFORM_HEAD_WIDTH;
+            auto q = [&](size_t i, size_t d) { return (double)qkv[(begin + i) * stride + column + d]; };
+            auto k = [&](size_t i, size_t d) { return (double)qkv[(begin + i) * stride + hidden + column + d]; };
+            auto v = [&](size_t i, size_t d) { return (double)qkv[(begin + i) * stride + 2 * hidden + column + d]; };
+            auto g = [&](size_t i, size_t d) { return (double)dout[(begin + i) * hidden + column + d]; };
+            std::vector<double> p(length * length);
+            for (size_t i = 0; i < length; i++) {
+                double top = -INFINITY, total = 0;
+                for (size_t j = 0; j < length; j++) {
+                    double s = 0;
+                    for (size_t d = 0; d < 64; d++) s += q(i, d) * k(j, d);
+                    p[i * length + j] = s / 8;
+                    top = fmax(top, s / 8);
+                }
+                for (size_t j = 0; j < length; j++) total += exp(p[i * length + j] - top);
+                lse[(begin + i) * heads + h] = top + log(total);
+                for (size_t j = 0; j < length; j++) p[i * length + j] = exp(p[i * length + j] - top) / total;
+                for (size_t d = 0; d < 64; d++) {
+                    double o = 0;
+                    for (size_t j = 0; j < length; j++) o += p[i * length + j] * v(j, d);
+                    out[(begin + i) * hidden + column + d] = o;
+                }
+            }
+            for (size_t i = 0; i < length; i++) {
+                double delta = 0;
+                for (size_t d = 0; d < 64; d++) delta += g(i, d) * out[(begin + i) * hidden + column + d];
+                for (size_t j = 0; j < length; j++) {
+                    double dp = 0;
+                    for (size_t d = 0; d < 64; d++) dp += g(i, d) * v(j, d);
+                    double pij = p[i * length + j], ds = pij * (dp - delta) / 8;
+                    for (size_t d = 0; d < 64; d++) {
+                        dqkv[(begin + i) * stride + column + d] += ds * k(j, d);
+                        dqkv[(begin + j) * stride + hidden + column + d] += ds * q(i, d);
+                        dqkv[(begin + j) * stride + 2 * hidden + column + d] += pij * g(i, d);
+                    }
+                }
+            }
+        }
+
+    printf("test_attention_mma: c/cuda/attention_mma.cuh under a CPU emulation of CUDA, against float64\n\n");
+    printf("| %-44s | %10s | %10s | %s |\n|---|---:|---:|---|\n", "check", "max error", "bound", "result");
+    std::vector<float> out1(rows * hidden), lse1(rows * heads), out2(rows * hidden, 7.0f), lse2(rows * heads, 7.0f);
+    std::vector<float> out3(rows * hidden);
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_forward_mma, qkv.data(), hidden,
+                          segments, out1.data(), lse1.data());
+    compare("forward out", out, out1, 4e-3);
+    compare("forward logsumexp", lse, lse1, 1e-5);
+    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_forward_mma, qkv.data(), hidden,
+                          segments, out2.data(), lse2.data());
+    same_bits("forward, 2 blocks per (segment, head): out", out1, out2);
+    same_bits("forward, 2 blocks per (segment, head): lse", lse1, lse2);
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_forward_mma, qkv.data(), hidden,
+                          segments, out3.data(), (float *)NULL);
+    same_bits("inference forward (no logsumexp): out", out1, out3);
+
+    std::vector<float> grads1(dqkv_initial), grads2(dqkv_initial);
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
+                          dout.data(), lse1.data(), hidden, segments, grads1.data());
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
+                          dout.data(), lse1.data(), hidden, segments, grads1.data());
+    compare("backward dqkv (+= on random values)", dqkv, grads1, 1e-2);
+    /* each part alone, against its own largest gradient */
+    for (int part = 0; part < 3; part++) {
+        std::vector<double> expected;
+        std::vector<float> got;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < hidden; c++) {
+                size_t i = r * stride + part * hidden + c;
+                expected.push_back(dqkv[i] - dqkv_initial[i]);
+                got.push_back(grads1[i] - dqkv_initial[i]);
+            }
+        static const char *const names[3] = {"backward dq", "backward dk", "backward dv"};
+        compare(names[part], expected, got, 1e-2);
+    }
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
+                          dout.data(), lse1.data(), hidden, segments, grads2.data());
+    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
+                          dout.data(), lse1.data(), hidden, segments, grads2.data());
+    same_bits("backward, 3 and 2 blocks per (segment, head)", grads1, grads2);
+
+    printf("\ntest_attention_mma: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
