@@ -142,7 +142,7 @@ $(CUDA_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(CUDA_CFLAGS)
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-fuzz test-example test-python test-arm test-gpu arm-binaries demo bench bench-pytest bench-training bench-e4m3 install clean deps fuzz
+.PHONY: all lib python test test-c test-cuda-emulated test-fuzz test-example test-python test-arm test-gpu arm-binaries demo bench bench-pytest bench-training bench-e4m3 install clean deps fuzz
 
 all: lib python
 
@@ -194,7 +194,7 @@ $(BUILD)/decode_tool: tests/c/decode_tool.c $(BUILD)/asan/core/error.o $(SANITIZ
 	$(CC) $(CFLAGS_ASAN) $^ -o $@ $(MEDIA_LIBS) $(LDLIBS)
 
 # C++ tests: the CUDA backend's kernels run on the CPU under an emulation of a
-# block's threads (tests/c/cuda_emulation.h), header-only, no GPU or nvcc needed.
+# block's threads (c/cuda/emulation.h), header-only, no GPU or nvcc needed.
 CXX_TESTS := $(patsubst tests/c/%.cc,%,$(wildcard tests/c/test_*.cc))
 $(BUILD)/tests/%: tests/c/%.cc $(TEST_HEADERS) $(wildcard c/cuda/*.cuh) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -284,6 +284,30 @@ test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
 	else echo "skip gpu_report: $(PYTHON) lacks cffi or numpy (scripts/gpu-check.sh --prepare brings them)"; fi; \
 	exit $$status
 
+# ---- the CUDA backend on the CPU (c/cuda/emulation.h) ---------------------------
+# c/cuda/ (all but cuBLASLt's loader) compiled as C++ for the CPU under an
+# emulation of CUDA: a block's threads are host threads, warp collectives and
+# mma.sync exchanges between them, cuBLASLt's products done on the host; with
+# ASan/UBSan. tests/gpu/test_cuda_ops.c runs against it: every hand-written
+# kernel runs here, without a GPU or nvcc (make test runs it).
+EMULATION_FLAGS := -DUFORM_CUDA_EMULATION -DUFORM_HAVE_CUDA
+EMULATED_CUDA_OBJECTS := $(patsubst c/cuda/%.cu,$(BUILD)/emulated/%.o,$(filter-out c/cuda/cublaslt.cu,$(wildcard c/cuda/*.cu))) \
+                         $(BUILD)/emulated/vram.o
+$(BUILD)/emulated/%.o: c/cuda/%.cu $(wildcard c/cuda/*.h c/cuda/*.cuh) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_COMMON) $(EMULATION_FLAGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+	  -fno-sanitize-recover=undefined -x c++ -c $< -o $@
+$(BUILD)/emulated/vram.o: c/src/backend/vram.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ASAN) -DUFORM_HAVE_CUDA -c $< -o $@
+$(BUILD)/emulated/test_cuda_ops: tests/gpu/test_cuda_ops.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJECTS) $(SANITIZED_OBJECTS)
+	$(CC) $(CFLAGS_ASAN) $(EMULATION_FLAGS) -Itests/c $< \
+	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/asan/backend/vram.o,$(SANITIZED_OBJECTS)) $(EMULATED_CUDA_OBJECTS) \
+	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
+
+test-cuda-emulated: $(BUILD)/emulated/test_cuda_ops
+	$(BUILD)/emulated/test_cuda_ops
+
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or
 # intrinsic is reachable there: their bodies are behind __x86_64__), linked
@@ -329,6 +353,7 @@ test-arm:
 test: deps
 	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory test-c
+	$(MAKE) --no-print-directory test-cuda-emulated
 	$(MAKE) --no-print-directory test-fuzz
 	$(MAKE) --no-print-directory test-example
 	$(MAKE) --no-print-directory test-arm

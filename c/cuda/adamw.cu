@@ -46,7 +46,7 @@ void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradie
                       float *first_moment, float *second_moment, const uint8_t *decay, size_t count, uint64_t step,
                       float learning_rate) {
     if (!count) return;
-    uform_adamw_kernel<<<uform_cuda_blocks(count, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+    UFORM_LAUNCH(uform_adamw_kernel, uform_cuda_blocks(count, 256), 256, uform_cuda_context(b)->stream)(
         uform_adamw_constants(gradient_scale, step, learning_rate), parameters, gradients, first_moment,
         second_moment, decay, count);
     uform_cuda_launched(b, "adamw");
@@ -73,7 +73,7 @@ size_t uform_cuda_adamw_first_non_finite(uform_backend_t *b, const float *parame
     unsigned long long *lowest = (unsigned long long *)context->workspace;   /* 8 bytes of the workspace */
     unsigned long long none = ~0ull, found = ~0ull;
     uform_cuda_upload(b, lowest, &none, sizeof(none));
-    uform_adamw_check_kernel<<<uform_cuda_blocks(count, 256), 256, 0, context->stream>>>(
+    UFORM_LAUNCH(uform_adamw_check_kernel, uform_cuda_blocks(count, 256), 256, context->stream)(
         uform_adamw_constants(gradient_scale, step, learning_rate), parameters, gradients, first_moment,
         second_moment, decay, count, lowest);
     uform_cuda_launched(b, "adamw_first_non_finite");
@@ -105,9 +105,9 @@ double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t co
     const size_t blocks = 1024;   /* fixed: the tree does not depend on the GPU */
     size_t slice = (count + blocks - 1) / blocks;
     double *partial = (double *)context->workspace, *total = partial + blocks, result = 0.0;
-    uform_sum_squares_kernel<<<(unsigned)blocks, UFORM_CUDA_ROW_THREADS, 0, context->stream>>>(values, count, slice,
+    UFORM_LAUNCH(uform_sum_squares_kernel, (unsigned)blocks, UFORM_CUDA_ROW_THREADS, context->stream)(values, count, slice,
                                                                                               partial);
-    uform_sum_partials_kernel<<<1, UFORM_CUDA_ROW_THREADS, 0, context->stream>>>(partial, blocks, total);
+    UFORM_LAUNCH(uform_sum_partials_kernel, 1, UFORM_CUDA_ROW_THREADS, context->stream)(partial, blocks, total);
     uform_cuda_launched(b, "sum_squares");
     uform_cuda_download(b, &result, total, sizeof(result));
     return result;

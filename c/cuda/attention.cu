@@ -81,7 +81,7 @@ void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t h
         return;
     }
     dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));
-    uform_attention_forward_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, uform_cuda_context(b)->stream>>>(
+    UFORM_LAUNCH(uform_attention_forward_kernel, grid, 32 * UFORM_ATTENTION_WARPS, uform_cuda_context(b)->stream)(
         qkv, hidden, segments, out, logsumexp);
     uform_cuda_launched(b, "attention_forward");
 }
@@ -156,9 +156,9 @@ void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const f
     }
     cudaStream_t stream = uform_cuda_context(b)->stream;
     dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));
-    uform_attention_dq_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, stream>>>(qkv, out, dout, logsumexp, hidden,
+    UFORM_LAUNCH(uform_attention_dq_kernel, grid, 32 * UFORM_ATTENTION_WARPS, stream)(qkv, out, dout, logsumexp, hidden,
                                                                              segments, dqkv);
-    uform_attention_dkv_kernel<<<grid, 32 * UFORM_ATTENTION_WARPS, 0, stream>>>(qkv, out, dout, logsumexp, hidden,
+    UFORM_LAUNCH(uform_attention_dkv_kernel, grid, 32 * UFORM_ATTENTION_WARPS, stream)(qkv, out, dout, logsumexp, hidden,
                                                                               segments, dqkv);
     uform_cuda_launched(b, "attention_backward");
 }

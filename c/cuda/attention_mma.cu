@@ -37,7 +37,9 @@
  * checks beside these on a GPU. */
 #include "cuda_internal.h"
 
+#ifndef UFORM_CUDA_EMULATION
 #include <cuda_bf16.h>
+#endif
 
 #include "attention_mma.cuh"
 
@@ -51,8 +53,7 @@ static dim3 uform_attention_mma_grid(uform_backend_t *b, size_t count, size_t he
 
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
                                       const uform_segment_t *segments, size_t count, float *out, float *logsumexp) {
-    uform_attention_forward_mma<<<uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH), UFORM_MMA_THREADS,
-                                  0, uform_cuda_context(b)->stream>>>(qkv, hidden, segments, out, logsumexp);
+    UFORM_LAUNCH(uform_attention_forward_mma, uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH), UFORM_MMA_THREADS, uform_cuda_context(b)->stream)(qkv, hidden, segments, out, logsumexp);
     uform_cuda_launched(b, "attention_forward (tensor cores)");
 }
 
@@ -61,10 +62,10 @@ void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, con
                                        size_t count, float *dqkv) {
     cudaStream_t stream = uform_cuda_context(b)->stream;
     dim3 grid = uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH);
-    uform_attention_dq_mma<<<grid, UFORM_MMA_THREADS, 0, stream>>>(qkv, out, dout, logsumexp, hidden, segments,
+    UFORM_LAUNCH(uform_attention_dq_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
                                                                     dqkv);
     uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-    uform_attention_dkv_mma<<<grid, UFORM_MMA_THREADS, 0, stream>>>(qkv, out, dout, logsumexp, hidden, segments,
+    UFORM_LAUNCH(uform_attention_dkv_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
                                                                      dqkv);
     uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
 }

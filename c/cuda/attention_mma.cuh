@@ -1,6 +1,6 @@
 /* attention_mma.cuh: the device code of attention_mma.cu (see there): the
  * kernels and their helpers, apart so that tests/c/test_attention_mma.cc can
- * run the same code on the CPU under tests/c/cuda_emulation.h
+ * run the same code on the CPU under c/cuda/emulation.h
  * (UFORM_CUDA_EMULATION: a block's threads as host threads, mma.sync and the
  * shuffles as exchanges between them). Needs uform_segment_t and
  * UFORM_HEAD_WIDTH (backend/backend.h) and, on a GPU, cuda_bf16.h. */

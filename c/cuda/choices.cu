@@ -96,10 +96,10 @@ void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, si
     float *scores = (float *)(device + layout_bytes);
     unsigned threads = 256, warps_per_block = threads / 32;
     unsigned blocks = (unsigned)((pairs + warps_per_block - 1) / warps_per_block);
-    uform_choice_scores<<<blocks, threads, 0, context->stream>>>(states, hidden, segments, layout, pairs, table,
+    UFORM_LAUNCH(uform_choice_scores, blocks, threads, context->stream)(states, hidden, segments, layout, pairs, table,
                                                                  bias, log_temperature, scores);
     uform_cuda_launched(b, "choice_probabilities (scores)");
-    uform_choice_softmax<<<uform_cuda_blocks(count, 128), 128, 0, context->stream>>>(layout, count, scores);
+    UFORM_LAUNCH(uform_choice_softmax, uform_cuda_blocks(count, 128), 128, context->stream)(layout, count, scores);
     uform_cuda_launched(b, "choice_probabilities (softmax)");
     uform_cuda_download(b, probabilities + offsets[0], scores, pairs * sizeof(float));
 }

@@ -6,7 +6,9 @@
  * are found (UFORM_HAVE_CUDA); without them none of this is compiled and every
  * VRAM call answers UFORM_UNSUPPORTED.
  *
- * Status: compiled (sm_80, sm_89, sm_90a, sm_100a), NOT YET RUN ON A GPU.
+ * Status: compiled (sm_80, sm_89, sm_90a, sm_100a), NOT YET RUN ON A GPU;
+ * every hand-written kernel runs on the CPU under an emulation of CUDA
+ * (emulation.h, `make test-cuda-emulated`), cuBLASLt does not.
  * Built so far: device discovery and classes, memory, FP32 products through
  * cuBLASLt (gemm, linear, linear_gelu, linear_backward on dense weights),
  * packed BF16 weights and their products, download_rows, acquire/release,

@@ -12,8 +12,17 @@ extern "C" {
 #include "cuda_backend.h"
 }
 
+#ifdef UFORM_CUDA_EMULATION   /* the backend's code run on the CPU (emulation.h) */
+#include "emulation.h"
+#define UFORM_LAUNCH(kernel, grid, threads, stream) \
+    uform_emulated_launcher<decltype(&kernel)>{dim3(grid), (unsigned)(threads), &kernel, (stream)}
+#else
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+/* kernel<<<grid, threads, 0, stream>>>: written UFORM_LAUNCH(kernel, grid,
+ * threads, stream)(arguments...) so that the emulation can run it too. */
+#define UFORM_LAUNCH(kernel, grid, threads, stream) kernel<<<(grid), (threads), 0, (stream)>>>
+#endif
 #include <pthread.h>
 
 #define UFORM_CUDA_GEMM_PLANS 64
@@ -25,6 +34,7 @@ typedef struct {
     size_t bytes;
 } uform_cuda_buffer_t;
 
+#ifndef UFORM_CUDA_EMULATION
 /* One cached cuBLASLt plan: a product's shape and the algorithm chosen for it once. */
 typedef struct {
     bool used;
@@ -40,6 +50,7 @@ typedef struct {
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algorithm;
 } uform_cuda_plan_t;
+#endif
 
 typedef struct {
     int device;
@@ -47,10 +58,12 @@ typedef struct {
     bool simple_attention;           /* run attention.cu's FP32 kernels (uform_cuda_attention_simple) */
     pthread_mutex_t lock;            /* held by one verb at a time (acquire, release) */
     cudaStream_t stream;
-    cublasLtHandle_t lt;
     void *workspace;                 /* UFORM_CUDA_WORKSPACE_BYTES of device memory */
+#ifndef UFORM_CUDA_EMULATION   /* the emulation multiplies on the host (gemm.cu) */
+    cublasLtHandle_t lt;
     uform_cuda_plan_t plans[UFORM_CUDA_GEMM_PLANS];
     size_t plans_next;               /* the slot the next new plan replaces when all are used */
+#endif
     /* The first failure since synchronize and its words: here rather than in
      * the uform_backend_t, which callers copy by value. */
     uform_status_t failure;

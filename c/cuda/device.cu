@@ -1,7 +1,9 @@
 /* device.cu: the CUDA backend's devices, its instances and its table of
  * operations (cuda_backend.h). Compiled, not yet run on a GPU. */
 #include "cuda_internal.h"
+#ifndef UFORM_CUDA_EMULATION
 #include "cublaslt.h"
+#endif
 
 extern "C" {
 #include "backend/cpu/cpu_backend.h"
@@ -62,8 +64,10 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
     memset(backend, 0, sizeof(*backend));
     uform_gpu_class_t gpu_class;
     UFORM_TRY(uform_cuda_device_class(device, &gpu_class, NULL, 0));
+#ifndef UFORM_CUDA_EMULATION
     const uform_cublaslt_t *lt = uform_cublaslt();
     if (!lt) return UFORM_UNSUPPORTED;
+#endif
     uform_cuda_context_t *context = (uform_cuda_context_t *)calloc(1, sizeof(uform_cuda_context_t));
     if (!context) return uform_fail(UFORM_OUT_OF_MEMORY, "CUDA backend: its context");
     context->device = (int)device;
@@ -78,6 +82,7 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
         free(context);
         return uform_fail(UFORM_DEVICE, "GPU %u: %s", device, cudaGetErrorString(error));
     }
+#ifndef UFORM_CUDA_EMULATION
     cublasStatus_t status = lt->create(&context->lt);
     if (status != CUBLAS_STATUS_SUCCESS) {
         cudaFree(context->workspace);
@@ -85,6 +90,7 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
         free(context);
         return uform_fail(UFORM_DEVICE, "GPU %u: cublasLtCreate failed (%s)", device, lt->status_string(status));
     }
+#endif
     pthread_mutex_init(&context->lock, NULL);
     backend->ops = &uform_cuda_backend_ops;
     backend->device = context;
@@ -98,7 +104,9 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     cudaSetDevice(context->device);
     cudaStreamSynchronize(context->stream);
     uform_cuda_gemm_plans_free(context);
+#ifndef UFORM_CUDA_EMULATION
     uform_cublaslt()->destroy(context->lt);   /* loaded: the backend started */
+#endif
     cudaFree(context->workspace);
     uform_cuda_buffer_free(&context->bf16_rows);
     uform_cuda_buffer_free(&context->bf16_weights);
@@ -122,7 +130,7 @@ static void uform_cuda_acquire(uform_backend_t *b) {
 static void uform_cuda_release(uform_backend_t *b) { pthread_mutex_unlock(&uform_cuda_context(b)->lock); }
 
 /* The table: entries not built yet are NULL (cuda_backend.h lists them). */
-extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
+static uform_backend_ops_t uform_cuda_ops_table(void) {
     uform_backend_ops_t ops;
     memset(&ops, 0, sizeof(ops));
     ops.name = "cuda";
@@ -174,4 +182,8 @@ extern "C" const uform_backend_ops_t uform_cuda_backend_ops = [] {
     ops.adamw = uform_cuda_adamw;
     ops.adamw_first_non_finite = uform_cuda_adamw_first_non_finite;
     return ops;
-}();
+}
+
+/* (a function, not a lambda: g++ gives a lambda's locals inside an extern "C"
+ * initializer C linkage, so the emulated build would not link) */
+extern "C" const uform_backend_ops_t uform_cuda_backend_ops = uform_cuda_ops_table();

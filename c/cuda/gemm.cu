@@ -22,11 +22,40 @@
  * cuBLASLt's heuristic and kept (UFORM_CUDA_GEMM_PLANS per backend).
  * Compiled, not yet run on a GPU. */
 #include "cuda_internal.h"
+
+#ifndef UFORM_CUDA_EMULATION
 #include "cublaslt.h"
 
 #include <cuda_bf16.h>
+#endif
 #include <string.h>
 
+#ifdef UFORM_CUDA_EMULATION
+/* cuBLASLt is not emulated: the product on the host (the emulation's memory is
+ * the host's), FP32 sums in k order; bf16: both operands BF16. */
+void uform_cuda_gemm_plans_free(uform_cuda_context_t *context) { (void)context; }
+
+static float uform_emulated_operand(const void *matrix, size_t stride, bool transposed, size_t i, size_t p,
+                                    bool bf16) {
+    size_t index = transposed ? p * stride + i : i * stride + p;
+    return bf16 ? uform_emulated_float(((const uint16_t *)matrix)[index]) : ((const float *)matrix)[index];
+}
+
+static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k, const void *a, size_t a_stride,
+                               bool a_transposed, const void *bm, size_t b_stride, bool b_transposed,
+                               const float *bias, bool accumulate, float *c, size_t c_stride, bool bf16) {
+    (void)b;
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+            float sum = 0.0f;
+            for (size_t p = 0; p < k; p++)
+                sum += uform_emulated_operand(a, a_stride, a_transposed, i, p, bf16) *
+                       uform_emulated_operand(bm, b_stride, !b_transposed, j, p, bf16);
+            float value = (accumulate ? c[i * c_stride + j] : 0.0f) + sum;
+            c[i * c_stride + j] = bias ? value + bias[j] : value;
+        }
+}
+#else
 static void uform_cuda_plan_release(uform_cuda_plan_t *plan) {
     if (!plan->used) return;
     uform_cublaslt()->matmul_desc_destroy(plan->operation);
@@ -168,7 +197,7 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
     if (!m || !n) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     if (!k) {
-        uform_empty_product<<<uform_cuda_blocks(m * n, 256), 256, 0, context->stream>>>(m, n, bias, accumulate,
+        UFORM_LAUNCH(uform_empty_product, uform_cuda_blocks(m * n, 256), 256, context->stream)(m, n, bias, accumulate,
                                                                                           c, c_stride);
         uform_cuda_launched(b, "gemm (k = 0)");
         return;
@@ -192,11 +221,12 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
                                   UFORM_CUDA_WORKSPACE_BYTES, context->stream),
                 "cublasLtMatmul");
     if (late_bias) {
-        uform_empty_product<<<uform_cuda_blocks(m * n, 256), 256, 0, context->stream>>>(m, n, late_bias, true, c,
+        UFORM_LAUNCH(uform_empty_product, uform_cuda_blocks(m * n, 256), 256, context->stream)(m, n, late_bias, true, c,
                                                                                           c_stride);
         uform_cuda_launched(b, "gemm (bias)");
     }
 }
+#endif /* UFORM_CUDA_EMULATION */
 
 void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,
                      const float *bias, bool accumulate, float *c, size_t c_stride) {
@@ -247,7 +277,7 @@ static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, uform_cuda_
     __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, buffer, rows * k * sizeof(__nv_bfloat16),
                                                           "BF16 operands");
     if (!out) return NULL;
-    uform_round_rows_bf16<<<uform_cuda_blocks(rows * k, 256), 256, 0, context->stream>>>(x, stride, rows, k, out);
+    UFORM_LAUNCH(uform_round_rows_bf16, uform_cuda_blocks(rows * k, 256), 256, context->stream)(x, stride, rows, k, out);
     uform_cuda_launched(b, "BF16 operands");
     return out;
 }
@@ -301,7 +331,7 @@ void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, con
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
     if (dbias && rows) {
-        uform_column_sums<<<uform_cuda_blocks(n, 256), 256, 0, context->stream>>>(dy, rows, n, dbias);
+        UFORM_LAUNCH(uform_column_sums, uform_cuda_blocks(n, 256), 256, context->stream)(dy, rows, n, dbias);
         uform_cuda_launched(b, "linear_backward (bias)");
     }
     if (!rows || (!dweight && !dx)) return;

@@ -32,7 +32,7 @@ __global__ static void uform_ln_forward(const float *x, size_t width, const floa
 void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t rows, size_t width,
                                    const float *weight, const float *bias, float *y, float *mean, float *rstd) {
     if (!rows || !width) return;
-    uform_ln_forward<<<(unsigned)rows, UFORM_CUDA_ROW_THREADS, 0, uform_cuda_context(b)->stream>>>(
+    UFORM_LAUNCH(uform_ln_forward, (unsigned)rows, UFORM_CUDA_ROW_THREADS, uform_cuda_context(b)->stream)(
         x, width, weight, bias, y, mean, rstd);
     uform_cuda_launched(b, "layer_norm_forward");
 }
@@ -83,12 +83,12 @@ void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const f
     cudaStream_t stream = uform_cuda_context(b)->stream;
     /* weight gradients first: they read dy, which dx may alias */
     if (dweight || dbias) {
-        uform_ln_backward_columns<<<uform_cuda_blocks(width, 128), 128, 0, stream>>>(dy, x, mean, rstd, rows, width,
+        UFORM_LAUNCH(uform_ln_backward_columns, uform_cuda_blocks(width, 128), 128, stream)(dy, x, mean, rstd, rows, width,
                                                                                     dweight, dbias);
         uform_cuda_launched(b, "layer_norm_backward (weights)");
     }
     if (dx) {
-        uform_ln_backward_rows<<<(unsigned)rows, UFORM_CUDA_ROW_THREADS, 0, stream>>>(dy, x, weight, mean, rstd,
+        UFORM_LAUNCH(uform_ln_backward_rows, (unsigned)rows, UFORM_CUDA_ROW_THREADS, stream)(dy, x, weight, mean, rstd,
                                                                                     width, dx);
         uform_cuda_launched(b, "layer_norm_backward (rows)");
     }

@@ -30,13 +30,13 @@ __global__ static void uform_gelu_backward_kernel(const float *x, const float *d
 
 void uform_cuda_gelu_forward(uform_backend_t *b, const float *x, size_t count, float *y) {
     if (!count) return;
-    uform_gelu_forward_kernel<<<uform_cuda_blocks(count, 256), 256, 0, uform_cuda_context(b)->stream>>>(x, count, y);
+    UFORM_LAUNCH(uform_gelu_forward_kernel, uform_cuda_blocks(count, 256), 256, uform_cuda_context(b)->stream)(x, count, y);
     uform_cuda_launched(b, "gelu_forward");
 }
 
 void uform_cuda_gelu_backward(uform_backend_t *b, const float *x, const float *dy, size_t count, float *dx) {
     if (!count) return;
-    uform_gelu_backward_kernel<<<uform_cuda_blocks(count, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+    UFORM_LAUNCH(uform_gelu_backward_kernel, uform_cuda_blocks(count, 256), 256, uform_cuda_context(b)->stream)(
         x, dy, count, dx);
     uform_cuda_launched(b, "gelu_backward");
 }
@@ -66,7 +66,7 @@ __global__ static void uform_rope_tables_kernel(const uform_segment_t *segments,
 void uform_cuda_rope_tables(uform_backend_t *b, const uform_segment_t *segments, size_t count,
                             const uint32_t *positions, float *cosines, float *sines) {
     if (!count) return;
-    uform_rope_tables_kernel<<<(unsigned)count, 256, 0, uform_cuda_context(b)->stream>>>(segments, positions,
+    UFORM_LAUNCH(uform_rope_tables_kernel, (unsigned)count, 256, uform_cuda_context(b)->stream)(segments, positions,
                                                                                        cosines, sines);
     uform_cuda_launched(b, "rope_tables");
 }
@@ -96,7 +96,7 @@ void uform_cuda_rope_forward(uform_backend_t *b, float *qkv, size_t rows, size_t
                              const float *sines) {
     if (!rows) return;
     size_t total = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
-    uform_rope_kernel<<<uform_cuda_blocks(total, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+    UFORM_LAUNCH(uform_rope_kernel, uform_cuda_blocks(total, 256), 256, uform_cuda_context(b)->stream)(
         qkv, rows, hidden, cosines, sines, 1);
     uform_cuda_launched(b, "rope_forward");
 }
@@ -105,7 +105,7 @@ void uform_cuda_rope_backward(uform_backend_t *b, float *dqkv, size_t rows, size
                               const float *sines) {
     if (!rows) return;
     size_t total = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
-    uform_rope_kernel<<<uform_cuda_blocks(total, 256), 256, 0, uform_cuda_context(b)->stream>>>(
+    UFORM_LAUNCH(uform_rope_kernel, uform_cuda_blocks(total, 256), 256, uform_cuda_context(b)->stream)(
         dqkv, rows, hidden, cosines, sines, -1);
     uform_cuda_launched(b, "rope_backward");
 }

@@ -28,7 +28,7 @@ __global__ static void uform_embedding_forward_kernel(const float *table, const 
 void uform_cuda_embedding_forward(uform_backend_t *b, const float *table, const float *modality,
                                   const uint32_t *ids, size_t rows, size_t width, float *y) {
     if (!rows || !width) return;
-    uform_embedding_forward_kernel<<<uform_cuda_blocks(rows * width, 256), 256, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_embedding_forward_kernel, uform_cuda_blocks(rows * width, 256), 256, uform_stream(b))(
         table, modality, ids, rows, width, y);
     uform_cuda_launched(b, "embedding_forward");
 }
@@ -51,7 +51,7 @@ __global__ static void uform_embedding_backward_kernel(const float *dy, const ui
 void uform_cuda_embedding_backward(uform_backend_t *b, const float *dy, const uint32_t *ids, size_t rows,
                                    size_t width, float *dtable, float *dmodality) {
     if (!rows || !width) return;
-    uform_embedding_backward_kernel<<<uform_cuda_blocks(width, 128), 128, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_embedding_backward_kernel, uform_cuda_blocks(width, 128), 128, uform_stream(b))(
         dy, ids, rows, width, dtable, dmodality);
     uform_cuda_launched(b, "embedding_backward");
 }
@@ -72,7 +72,7 @@ __global__ static void uform_mean_pool_forward_kernel(const float *x, size_t wid
 void uform_cuda_mean_pool_forward(uform_backend_t *b, const float *x, size_t width, const uform_segment_t *segments,
                                   size_t count, float *pooled) {
     if (!count || !width) return;
-    uform_mean_pool_forward_kernel<<<uform_cuda_blocks(count * width, 256), 256, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_mean_pool_forward_kernel, uform_cuda_blocks(count * width, 256), 256, uform_stream(b))(
         x, width, segments, count, pooled);
     uform_cuda_launched(b, "mean_pool_forward");
 }
@@ -91,7 +91,7 @@ __global__ static void uform_mean_pool_backward_kernel(const float *dpooled, siz
 void uform_cuda_mean_pool_backward(uform_backend_t *b, const float *dpooled, size_t width,
                                    const uform_segment_t *segments, size_t count, float *dx) {
     if (!count || !width) return;
-    uform_mean_pool_backward_kernel<<<uform_cuda_blocks(count * width, 256), 256, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_mean_pool_backward_kernel, uform_cuda_blocks(count * width, 256), 256, uform_stream(b))(
         dpooled, width, segments, count, dx);
     uform_cuda_launched(b, "mean_pool_backward");
 }
@@ -114,7 +114,7 @@ __global__ static void uform_normalize_forward_kernel(const float *x, size_t wid
 void uform_cuda_normalize_forward(uform_backend_t *b, const float *x, size_t rows, size_t width, float *y,
                                   float *norms) {
     if (!rows) return;
-    uform_normalize_forward_kernel<<<(unsigned)rows, UFORM_CUDA_ROW_THREADS, 0, uform_stream(b)>>>(x, width, y,
+    UFORM_LAUNCH(uform_normalize_forward_kernel, (unsigned)rows, UFORM_CUDA_ROW_THREADS, uform_stream(b))(x, width, y,
                                                                                                  norms);
     uform_cuda_launched(b, "normalize_forward");
 }
@@ -138,7 +138,7 @@ __global__ static void uform_normalize_backward_kernel(const float *dy, const fl
 void uform_cuda_normalize_backward(uform_backend_t *b, const float *dy, const float *y, const float *norms,
                                    size_t rows, size_t width, float *dx) {
     if (!rows) return;
-    uform_normalize_backward_kernel<<<(unsigned)rows, UFORM_CUDA_ROW_THREADS, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_normalize_backward_kernel, (unsigned)rows, UFORM_CUDA_ROW_THREADS, uform_stream(b))(
         dy, y, norms, width, dx);
     uform_cuda_launched(b, "normalize_backward");
 }
@@ -176,7 +176,7 @@ __global__ static void uform_cross_entropy_forward_kernel(const float *logits, s
 void uform_cuda_cross_entropy_forward(uform_backend_t *b, const float *logits, size_t rows, size_t classes,
                                       const uint32_t *targets, float *losses) {
     if (!rows) return;
-    uform_cross_entropy_forward_kernel<<<(unsigned)rows, UFORM_CUDA_ROW_THREADS, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_cross_entropy_forward_kernel, (unsigned)rows, UFORM_CUDA_ROW_THREADS, uform_stream(b))(
         logits, classes, targets, losses);
     uform_cuda_launched(b, "cross_entropy_forward");
 }
@@ -201,7 +201,7 @@ __global__ static void uform_cross_entropy_backward_kernel(const float *logits, 
 void uform_cuda_cross_entropy_backward(uform_backend_t *b, const float *logits, size_t rows, size_t classes,
                                        const uint32_t *targets, const float *scale, float *dlogits) {
     if (!rows) return;
-    uform_cross_entropy_backward_kernel<<<(unsigned)rows, UFORM_CUDA_ROW_THREADS, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_cross_entropy_backward_kernel, (unsigned)rows, UFORM_CUDA_ROW_THREADS, uform_stream(b))(
         logits, classes, targets, scale, dlogits);
     uform_cuda_launched(b, "cross_entropy_backward");
 }
@@ -219,7 +219,7 @@ __global__ static void uform_gather_rows_kernel(const float *src, size_t width, 
 void uform_cuda_gather_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows, size_t count,
                             float *dst) {
     if (!count || !width) return;
-    uform_gather_rows_kernel<<<uform_cuda_blocks(count * width, 256), 256, 0, uform_stream(b)>>>(src, width, rows,
+    UFORM_LAUNCH(uform_gather_rows_kernel, uform_cuda_blocks(count * width, 256), 256, uform_stream(b))(src, width, rows,
                                                                                                 count, dst);
     uform_cuda_launched(b, "gather_rows");
 }
@@ -235,7 +235,7 @@ __global__ static void uform_scatter_add_rows_kernel(const float *src, size_t wi
 void uform_cuda_scatter_add_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows,
                                  size_t count, float *dst) {
     if (!count || !width) return;
-    uform_scatter_add_rows_kernel<<<uform_cuda_blocks(width, 128), 128, 0, uform_stream(b)>>>(src, width, rows,
+    UFORM_LAUNCH(uform_scatter_add_rows_kernel, uform_cuda_blocks(width, 128), 128, uform_stream(b))(src, width, rows,
                                                                                              count, dst);
     uform_cuda_launched(b, "scatter_add_rows");
 }
@@ -252,7 +252,7 @@ __global__ static void uform_scatter_rows_kernel(const float *src, size_t src_st
 void uform_cuda_scatter_rows(uform_backend_t *b, const float *src, size_t src_stride, const float *add,
                              size_t width, const size_t *rows, size_t count, float *dst) {
     if (!count || !width) return;
-    uform_scatter_rows_kernel<<<uform_cuda_blocks(count * width, 256), 256, 0, uform_stream(b)>>>(
+    UFORM_LAUNCH(uform_scatter_rows_kernel, uform_cuda_blocks(count * width, 256), 256, uform_stream(b))(
         src, src_stride, add, width, rows, count, dst);
     uform_cuda_launched(b, "scatter_rows");
 }
@@ -269,6 +269,6 @@ __global__ static void uform_sum_rows_kernel(const float *src, size_t width, con
 void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows, size_t count,
                          float *sums) {
     if (!count || !width) return;
-    uform_sum_rows_kernel<<<uform_cuda_blocks(width, 128), 128, 0, uform_stream(b)>>>(src, width, rows, count, sums);
+    UFORM_LAUNCH(uform_sum_rows_kernel, uform_cuda_blocks(width, 128), 128, uform_stream(b))(src, width, rows, count, sums);
     uform_cuda_launched(b, "sum_rows");
 }

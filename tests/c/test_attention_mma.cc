@@ -17,7 +17,7 @@
  * And bit for bit: the same results whatever the number of blocks a
  * (segment, head) gets (its tiles looped over by fewer blocks), and the
  * inference forward (no logsumexp) equal to the training forward. */
-#include "cuda_emulation.h"
+#include "../../c/cuda/emulation.h"
 
 extern "C" {
 #include "backend/backend.h"

@@ -1,0 +1,328 @@
+/* emulation.h: enough of CUDA to run the CUDA backend's own code on the CPU,
+ * for tests of kernels no GPU has run yet. Compiled as C++17 with
+ * UFORM_CUDA_EMULATION defined (cuda_internal.h then includes this instead
+ * of the CUDA headers): tests/c/test_attention_mma.cc runs the tensor-core
+ * attention kernels this way, and `make test-cuda-emulated` builds the whole
+ * backend but cuBLASLt so and runs tests/gpu/test_cuda_ops.c against it.
+ *
+ * A launch runs the grid's blocks one after another, synchronously (so a
+ * stream is only a name); a block's threads are fibers (ucontext) taking
+ * turns on the launching thread, each running until it waits at a barrier,
+ * so `__shared__` (a function's static) is shared by them as on a GPU.
+ * __syncthreads is a barrier of the block; a warp's collectives
+ * (__shfl_xor_sync, __shfl_down_sync, mma.sync m16n8k16) are exchanges
+ * through per-warp slots between two barriers of the warp, with every lane
+ * arriving as `.sync.aligned` requires. mma.sync's fragments follow the PTX
+ * ISA's layout for m16n8k16 with .bf16 operands ("Matrix Fragments for
+ * mma.m16n8k16 with floating point type"), the layout the kernels were written
+ * against: a misreading of it is shared and not caught here; the kernels'
+ * indexing, masking, ordering and arithmetic are. Products are summed in
+ * float, k in order (the hardware's order differs, within FP32 rounding).
+ * Device memory is host memory (malloc), so AddressSanitizer sees a kernel's
+ * reads and writes out of bounds. Not emulated: timing, data races between a
+ * block's threads (they take turns, switching only at barriers: a race a
+ * barrier should have ordered shows only if this order exposes it), and
+ * anything of cuBLASLt (gemm.cu multiplies on the host instead). */
+#ifndef UFORM_CUDA_EMULATION_H
+#define UFORM_CUDA_EMULATION_H
+
+#ifndef UFORM_CUDA_EMULATION
+#define UFORM_CUDA_EMULATION 1
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <math.h>
+#include <ucontext.h>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(n)
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+};
+struct __attribute__((aligned(8))) float2 {
+    float x, y;
+};
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+/* Round to nearest even; NaN stays NaN (quiet). */
+static inline __nv_bfloat16 __float2bfloat16_rn(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{(uint16_t)((bits >> 16) | 0x40u)};
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return __nv_bfloat16{(uint16_t)(bits >> 16)};
+}
+static inline uint16_t __bfloat16_as_ushort(__nv_bfloat16 value) { return value.bits; }
+static inline float uform_emulated_float(uint16_t bits) {
+    uint32_t wide = (uint32_t)bits << 16;
+    float value;
+    memcpy(&value, &wide, 4);
+    return value;
+}
+
+/* A block's threads are fibers (ucontext) on the launching thread, one running
+ * at a time: a thread runs until it waits at a barrier, then the next one runs.
+ * Deterministic, and cheap enough for blocks of 256 threads. */
+struct uform_emulated_barrier {
+    unsigned count = 0, arrived = 0, generation = 0;
+    void reset(unsigned threads) { count = threads, arrived = 0, generation = 0; }
+    inline void wait();
+};
+
+#define UFORM_EMULATED_WARPS 32                 /* blocks of up to 1024 threads */
+#define UFORM_EMULATED_STACK ((size_t)128 << 10)  /* bytes of stack per thread (ASan's redzones included) */
+
+struct uform_emulated_warp {
+    uform_emulated_barrier barrier;
+    double values[32];   /* a register of each lane (float, double, an integer) */
+    uint32_t a[32][4], b[32][2];
+};
+
+struct uform_emulated_fiber {
+    ucontext_t context;
+    bool done;
+};
+
+static struct {
+    uform_emulated_barrier barrier;   /* __syncthreads */
+    uform_emulated_warp warps[UFORM_EMULATED_WARPS];
+    ucontext_t scheduler;
+    std::vector<uform_emulated_fiber> fibers;
+    std::vector<char> stacks;
+    std::function<void()> body;   /* the kernel with its arguments */
+    unsigned current;
+    unsigned long long progress;  /* arrivals and finished threads: a pass without any is a deadlock */
+} uform_emulated_state;
+
+static dim3 threadIdx, blockIdx, blockDim, gridDim;   /* threadIdx: the running thread's */
+
+static inline void uform_emulated_yield() {
+    swapcontext(&uform_emulated_state.fibers[uform_emulated_state.current].context, &uform_emulated_state.scheduler);
+}
+
+inline void uform_emulated_barrier::wait() {
+    unsigned entered = generation;
+    uform_emulated_state.progress++;
+    if (++arrived == count) {
+        arrived = 0;
+        generation++;
+        return;
+    }
+    while (generation == entered) uform_emulated_yield();
+}
+
+static void uform_emulated_thread() {
+    uform_emulated_state.body();
+    uform_emulated_state.fibers[uform_emulated_state.current].done = true;
+    uform_emulated_state.progress++;
+}   /* returns to the scheduler (uc_link) */
+
+static inline void __syncthreads() { uform_emulated_state.barrier.wait(); }
+
+static inline uform_emulated_warp &uform_emulated_my_warp() { return uform_emulated_state.warps[threadIdx.x / 32]; }
+
+
+template <typename T>
+static inline T uform_emulated_exchange(T value, unsigned from) {
+    static_assert(sizeof(T) <= sizeof(double), "a register");
+    uform_emulated_warp &warp = uform_emulated_my_warp();
+    unsigned lane = threadIdx.x % 32;
+    memcpy(&warp.values[lane], &value, sizeof(T));
+    warp.barrier.wait();
+    T partner;
+    memcpy(&partner, &warp.values[from < 32 ? from : lane], sizeof(T));
+    warp.barrier.wait();   /* every lane read before the slots are reused */
+    return partner;
+}
+
+template <typename T>
+static inline T __shfl_xor_sync(unsigned mask, T value, int offset) {
+    (void)mask;   /* the kernels pass every lane */
+    return uform_emulated_exchange(value, (threadIdx.x % 32) ^ (unsigned)offset);
+}
+
+/* __shfl_down_sync: lanes past the end get their own value, as on a GPU. */
+template <typename T>
+static inline T __shfl_down_sync(unsigned mask, T value, unsigned offset) {
+    (void)mask;
+    return uform_emulated_exchange(value, threadIdx.x % 32 + offset);
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: c += A B over the warp. */
+static inline void uform_emulated_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    uform_emulated_warp &warp = uform_emulated_my_warp();
+    unsigned lane = threadIdx.x % 32;
+    memcpy(warp.a[lane], a, sizeof(warp.a[lane]));
+    warp.b[lane][0] = b0, warp.b[lane][1] = b1;
+    warp.barrier.wait();
+    float A[16][16], B[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned g = l / 4, t = 2 * (l % 4);
+        const uint32_t *r = warp.a[l];
+        unsigned rows[4] = {g, g + 8, g, g + 8}, columns[4] = {t, t, t + 8, t + 8};
+        for (int i = 0; i < 4; i++) {
+            A[rows[i]][columns[i]] = uform_emulated_float((uint16_t)(r[i] & 0xffffu));
+            A[rows[i]][columns[i] + 1] = uform_emulated_float((uint16_t)(r[i] >> 16));
+        }
+        B[t][g] = uform_emulated_float((uint16_t)(warp.b[l][0] & 0xffffu));
+        B[t + 1][g] = uform_emulated_float((uint16_t)(warp.b[l][0] >> 16));
+        B[t + 8][g] = uform_emulated_float((uint16_t)(warp.b[l][1] & 0xffffu));
+        B[t + 9][g] = uform_emulated_float((uint16_t)(warp.b[l][1] >> 16));
+    }
+    warp.barrier.wait();   /* every lane read the slots */
+    unsigned g = lane / 4, t = 2 * (lane % 4);
+    for (int i = 0; i < 4; i++) {
+        unsigned row = g + (i >= 2 ? 8 : 0), column = t + (i & 1);
+        float sum = c[i];
+        for (int k = 0; k < 16; k++) sum += A[row][k] * B[k][column];
+        c[i] = sum;
+    }
+}
+
+/* kernel<<<grid, threads>>>(arguments...): the blocks in order, each block's
+ * threads as fibers until every one has returned. Threads that wait at
+ * barriers no other thread will reach (a barrier in divergent code, a warp
+ * collective some lanes skip: undefined on a GPU) abort with a message. */
+template <typename... Parameters, typename... Arguments>
+static void uform_emulated_launch(dim3 grid, unsigned threads, void (*kernel)(Parameters...),
+                                  Arguments... arguments) {
+    if (threads == 0 || threads % 32 || threads > 32 * UFORM_EMULATED_WARPS) {
+        fprintf(stderr, "emulated launch: %u threads per block (a multiple of 32 up to 1024 is emulated)\n", threads);
+        abort();
+    }
+    gridDim = grid;
+    blockDim = dim3(threads);
+    auto &state = uform_emulated_state;
+    state.body = [=] { kernel(arguments...); };
+    state.fibers.resize(threads);
+    if (state.stacks.size() < threads * UFORM_EMULATED_STACK) state.stacks.resize(threads * UFORM_EMULATED_STACK);
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = dim3(x, y, z);
+                state.barrier.reset(threads);
+                for (unsigned w = 0; w < threads / 32; w++) state.warps[w].barrier.reset(32);
+                for (unsigned i = 0; i < threads; i++) {
+                    uform_emulated_fiber &fiber = state.fibers[i];
+                    getcontext(&fiber.context);
+                    fiber.context.uc_stack.ss_sp = state.stacks.data() + i * UFORM_EMULATED_STACK;
+                    fiber.context.uc_stack.ss_size = UFORM_EMULATED_STACK;
+                    fiber.context.uc_link = &state.scheduler;
+                    makecontext(&fiber.context, uform_emulated_thread, 0);
+                    fiber.done = false;
+                }
+                for (;;) {
+                    unsigned long long before = state.progress;
+                    bool running = false;
+                    for (unsigned i = 0; i < threads; i++) {
+                        if (state.fibers[i].done) continue;
+                        running = true;
+                        state.current = i;
+                        threadIdx = dim3(i);
+                        swapcontext(&state.scheduler, &state.fibers[i].context);
+                    }
+                    if (!running) break;
+                    if (state.progress == before) {
+                        fprintf(stderr, "emulated launch: block (%u, %u, %u) deadlocked: its threads wait at barriers "
+                                        "no other thread reaches\n", x, y, z);
+                        abort();
+                    }
+                }
+            }
+}
+
+/* atomicMin on an integer (adamw.cu's first non-finite index); one thread
+ * runs at a time. */
+static inline unsigned long long atomicMin(unsigned long long *address, unsigned long long value) {
+    unsigned long long old = *address;
+    if (value < old) *address = value;
+    return old;
+}
+
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+/* UFORM_LAUNCH(kernel, grid, threads, stream)(arguments...) (cuda_internal.h). */
+typedef void *cudaStream_t;
+
+template <typename Kernel>
+struct uform_emulated_launcher {
+    dim3 grid;
+    unsigned threads;
+    Kernel kernel;
+    cudaStream_t stream;   /* launches are synchronous here */
+    template <typename... Arguments>
+    void operator()(Arguments... arguments) const {
+        uform_emulated_launch(grid, threads, kernel, arguments...);
+    }
+};
+
+/* ---- the runtime API calls the backend makes ---- */
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+#define cudaStreamNonBlocking 0x01
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+};
+
+static inline const char *cudaGetErrorString(cudaError_t error) {
+    return error == cudaSuccess ? "no error" : "out of memory";
+}
+static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int *count) { return *count = 1, cudaSuccess; }
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *properties, int device) {
+    (void)device;
+    snprintf(properties->name, sizeof(properties->name), "CUDA emulated on the CPU (c/cuda/emulation.h)");
+    properties->major = 9, properties->minor = 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int device) {
+    (void)attribute, (void)device;
+    return *value = 4, cudaSuccess;   /* a few SMs: grids sized for it stay small */
+}
+static inline cudaError_t cudaSetDevice(int device) { return (void)device, cudaSuccess; }
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+    (void)flags;
+    static char name;
+    return *stream = &name, cudaSuccess;
+}
+static inline cudaError_t cudaStreamDestroy(cudaStream_t stream) { return (void)stream, cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return (void)stream, cudaSuccess; }
+static inline cudaError_t cudaMalloc(void **memory, size_t bytes) {
+    *memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    return *memory ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaFree(void *memory) { return free(memory), cudaSuccess; }
+static inline cudaError_t cudaMallocHost(void **memory, size_t bytes) { return cudaMalloc(memory, bytes); }
+static inline cudaError_t cudaFreeHost(void *memory) { return cudaFree(memory); }
+static inline cudaError_t cudaMemcpyAsync(void *destination, const void *source, size_t bytes, cudaMemcpyKind kind,
+                                          cudaStream_t stream) {
+    (void)kind, (void)stream;
+    memmove(destination, source, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void *memory, int value, size_t bytes, cudaStream_t stream) {
+    (void)stream;
+    memset(memory, value, bytes);
+    return cudaSuccess;
+}
+
+#endif /* UFORM_CUDA_EMULATION_H */
