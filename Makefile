@@ -288,8 +288,9 @@ test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
 # c/cuda/ (all but cuBLASLt's loader) compiled as C++ for the CPU under an
 # emulation of CUDA: a block's threads are host threads, warp collectives and
 # mma.sync exchanges between them, cuBLASLt's products done on the host; with
-# ASan/UBSan. tests/gpu/test_cuda_ops.c runs against it: every hand-written
-# kernel runs here, without a GPU or nvcc (make test runs it).
+# ASan/UBSan. Every test of tests/gpu/ runs against it: every hand-written
+# kernel, a VRAM model's verbs, a GPU trainer's steps, GPU hosts of a mesh, here
+# without a GPU or nvcc (make test runs it).
 EMULATION_FLAGS := -DUFORM_CUDA_EMULATION -DUFORM_HAVE_CUDA
 EMULATED_CUDA_OBJECTS := $(patsubst c/cuda/%.cu,$(BUILD)/emulated/%.o,$(filter-out c/cuda/cublaslt.cu,$(wildcard c/cuda/*.cu))) \
                          $(BUILD)/emulated/vram.o
@@ -300,13 +301,15 @@ $(BUILD)/emulated/%.o: c/cuda/%.cu $(wildcard c/cuda/*.h c/cuda/*.cuh) $(HEADERS
 $(BUILD)/emulated/vram.o: c/src/backend/vram.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ASAN) -DUFORM_HAVE_CUDA -c $< -o $@
-$(BUILD)/emulated/test_cuda_ops: tests/gpu/test_cuda_ops.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJECTS) $(SANITIZED_OBJECTS)
+$(BUILD)/emulated/test_%: tests/gpu/test_%.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJECTS) $(SANITIZED_OBJECTS)
 	$(CC) $(CFLAGS_ASAN) $(EMULATION_FLAGS) -Itests/c $< \
 	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/asan/backend/vram.o,$(SANITIZED_OBJECTS)) $(EMULATED_CUDA_OBJECTS) \
 	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
 
-test-cuda-emulated: $(BUILD)/emulated/test_cuda_ops
-	$(BUILD)/emulated/test_cuda_ops
+EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_trainer test_vram_mesh
+test-cuda-emulated: $(addprefix $(BUILD)/emulated/,$(EMULATED_GPU_TESTS))
+	@set -e; for t in $(EMULATED_GPU_TESTS); do echo "== $$t (CUDA emulated on the CPU; ASan+UBSan)"; \
+	  $(BUILD)/emulated/$$t; done
 
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or

@@ -14,8 +14,10 @@
  * temperature, up to ~20): ~3e-3 relative on the first step. AdamW's first
  * steps move every weight by about the learning rate whatever the gradient's
  * size, so a gradient component near 0 can flip sign between the two and move
- * its weight the other way: steps 2 and 3 drift further. 3e-2 is allowed; each
- * row prints the measured difference. The GPU against itself (a run of 5
+ * its weight the other way: steps 2 and 3 drift further. Measured under the
+ * CUDA emulation (make test-cuda-emulated: the same roundings, sums in another
+ * order): 2.8e-6 on the first MASKED step, at most 9.2e-4 over 3 steps of
+ * every objective. 1e-2 is allowed; each row prints the measured difference. The GPU against itself (a run of 5
  * steps, and 3 steps, save, resume, 2 steps)
  * must agree bit for bit: its kernels are deterministic (docs/gpu.md). */
 #include "check.h"
@@ -36,7 +38,7 @@ int main(void) {
 }
 #else
 
-#define LOSS_TOLERANCE 3e-2
+#define LOSS_TOLERANCE 1e-2
 
 static void row(const char *what, bool ok, const char *detail) {
     printf("| %-48s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
