@@ -76,6 +76,7 @@ typedef struct {
     /* the trainer's dense products: its FP32 weights and gradients dy rounded
      * to BF16 (gemm.cu) */
     uform_cuda_buffer_t bf16_weights, bf16_gradients;
+    uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     float *host_rows;
     size_t host_rows_bytes;
 } uform_cuda_context_t;
@@ -132,6 +133,11 @@ void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, si
                                      size_t first_entry, const uint32_t *groups, const float *table,
                                      const float *bias, const float *log_temperature, const size_t *offsets,
                                      float *probabilities);
+/* columns.cu: sums[c] += the column sums of dy [rows, width]; a layer norm's
+ * dweight += column sums of dy xhat and dbias += those of dy (either NULL) */
+void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums);
+void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
+                                   const float *rstd, size_t rows, size_t width, float *dweight, float *dbias);
 /* gemm.cu */
 uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
                                uform_packed_t *packed);

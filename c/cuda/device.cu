@@ -111,6 +111,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->bf16_rows);
     uform_cuda_buffer_free(&context->bf16_weights);
     uform_cuda_buffer_free(&context->bf16_gradients);
+    uform_cuda_buffer_free(&context->column_partials);
     uform_cuda_buffer_free(&context->choices);
     cudaFreeHost(context->host_rows);
     cudaStreamDestroy(context->stream);

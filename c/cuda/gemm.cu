@@ -316,24 +316,12 @@ static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const 
     return false;
 }
 
-/* dbias[j] += sum over rows of dy[r, j], rows in order (one thread per column). */
-__global__ static void uform_column_sums(const float *dy, size_t rows, size_t n, float *dbias) {
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= n) return;
-    float sum = 0.0f;
-    for (size_t r = 0; r < rows; r++) sum += dy[r * n + j];
-    dbias[j] += sum;
-}
-
 void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x, const float *dy,
                                 size_t rows, float *dweight, float *dbias, float *dx, bool accumulate_dx) {
     if (!uform_cuda_dense(b, w, "linear_backward")) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
-    if (dbias && rows) {
-        UFORM_LAUNCH(uform_column_sums, uform_cuda_blocks(n, 256), 256, context->stream)(dy, rows, n, dbias);
-        uform_cuda_launched(b, "linear_backward (bias)");
-    }
+    if (dbias) uform_cuda_column_sums(b, dy, rows, n, dbias);
     if (!rows || (!dweight && !dx)) return;
     const __nv_bfloat16 *dy16 = uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
     if (!dy16) return;

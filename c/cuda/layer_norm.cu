@@ -1,7 +1,7 @@
 /* layer_norm.cu: LayerNorm's forward and backward on the CUDA backend
  * (backend.h): biased variance, eps 1e-5, one block per row for the forward
- * and dx; the weight gradients one thread per column over the rows in order.
- * Compiled, not yet run on a GPU. */
+ * and dx; the weight gradients as column sums in two fixed passes (columns.cu).
+ * Compiled, not yet run on a GPU; runs under the emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 
@@ -60,33 +60,13 @@ __global__ static void uform_ln_backward_rows(const float *dy, const float *x, c
     }
 }
 
-/* dweight[c] += sum_r dy xhat, dbias[c] += sum_r dy, rows in order. */
-__global__ static void uform_ln_backward_columns(const float *dy, const float *x, const float *mean,
-                                                 const float *rstd, size_t rows, size_t width, float *dweight,
-                                                 float *dbias) {
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= width) return;
-    float sum_w = 0.0f, sum_b = 0.0f;
-    for (size_t r = 0; r < rows; r++) {
-        float g = dy[r * width + c];
-        sum_w += g * (x[r * width + c] - mean[r]) * rstd[r];
-        sum_b += g;
-    }
-    if (dweight) dweight[c] += sum_w;
-    if (dbias) dbias[c] += sum_b;
-}
-
 void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const float *x, const float *weight,
                                     const float *mean, const float *rstd, size_t rows, size_t width, float *dx,
                                     float *dweight, float *dbias) {
     if (!rows || !width) return;
     cudaStream_t stream = uform_cuda_context(b)->stream;
     /* weight gradients first: they read dy, which dx may alias */
-    if (dweight || dbias) {
-        UFORM_LAUNCH(uform_ln_backward_columns, uform_cuda_blocks(width, 128), 128, stream)(dy, x, mean, rstd, rows, width,
-                                                                                    dweight, dbias);
-        uform_cuda_launched(b, "layer_norm_backward (weights)");
-    }
+    uform_cuda_layer_norm_columns(b, dy, x, mean, rstd, rows, width, dweight, dbias);
     if (dx) {
         UFORM_LAUNCH(uform_ln_backward_rows, (unsigned)rows, UFORM_CUDA_ROW_THREADS, stream)(dy, x, weight, mean, rstd,
                                                                                     width, dx);

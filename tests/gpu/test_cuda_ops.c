@@ -515,12 +515,14 @@ int main(void) {
     test_gemm(&b, 7, 5, 3, true, true, true, true);
     test_gemm(&b, 9, 11, 0, false, false, true, true);
     test_linear_backward(&b, 37, 48, 64);
+    test_linear_backward(&b, 700, 48, 64);   /* the bias gradient's column sums over 3 chunks of rows */
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_download_rows(&b, 13, 40);
     test_choices(&b, 128);
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);
+    test_rows(&b, 700, 64);   /* the layer norm's weight gradients over 3 chunks of rows */
     test_segments(&b, 128);
     test_attention(&b, 128, true);
     test_attention(&b, 128, false);

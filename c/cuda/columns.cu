@@ -1,0 +1,83 @@
+/* columns.cu: sums over the rows of each column, for the weight gradients of
+ * biases and layer norms (dbias[c] += sum over r of dy[r][c]; a layer norm's
+ * dweight[c] += sum over r of dy[r][c] xhat[r][c] as well).
+ *
+ * One thread per column walking every row would leave a GPU nearly idle (a
+ * few hundred threads for 16k rows: milliseconds per call, several calls per
+ * layer). Two passes instead, each a fixed chain, so a column's sum does not
+ * depend on the GPU or the launch: rows in chunks of UFORM_COLUMN_CHUNK (more
+ * for more than 65535 chunks; the chunk size depends on the row count only),
+ * one thread per (chunk, column) summing the chunk's rows in order, then one
+ * thread per column summing the chunks in order. Compiled, not yet run on a
+ * GPU; runs under the emulation (emulation.h). */
+#include "cuda_internal.h"
+
+#define UFORM_COLUMN_CHUNK 256
+#define UFORM_COLUMN_THREADS 128
+
+/* partial_b[chunk][c] = sum of dy over the chunk's rows; partial_w (when x is
+ * not NULL) the same of dy (x - mean) rstd. */
+__global__ static void uform_column_partials(const float *dy, const float *x, const float *mean, const float *rstd,
+                                             size_t rows, size_t width, size_t chunk_rows, float *partial_w,
+                                             float *partial_b) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= width) return;
+    size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
+    float sum_w = 0.0f, sum_b = 0.0f;
+    for (size_t r = first; r < last; r++) {
+        float g = dy[r * width + c];
+        sum_b += g;
+        if (x) sum_w += g * (x[r * width + c] - mean[r]) * rstd[r];
+    }
+    partial_b[chunk * width + c] = sum_b;
+    if (x) partial_w[chunk * width + c] = sum_w;
+}
+
+/* sums[c] += the chunks' partials in order. */
+__global__ static void uform_column_totals(const float *partials, size_t chunks, size_t width, float *sums) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= width) return;
+    float sum = 0.0f;
+    for (size_t k = 0; k < chunks; k++) sum += partials[k * width + c];
+    sums[c] += sum;
+}
+
+/* dbias += column sums of dy; with x, dweight += column sums of dy xhat (a
+ * layer norm's, mean and rstd per row). dweight or dbias may be NULL. */
+static void uform_cuda_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
+                               const float *rstd, size_t rows, size_t width, float *dweight, float *dbias) {
+    if (!rows || !width || (!dweight && !dbias)) return;
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t chunk_rows = UFORM_COLUMN_CHUNK;
+    if ((rows + chunk_rows - 1) / chunk_rows > 65535) chunk_rows = (rows + 65534) / 65535;
+    size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    float *partial_b = (float *)uform_cuda_grow(b, &context->column_partials, 2 * chunks * width * sizeof(float),
+                                                "column sums");
+    if (!partial_b) return;
+    float *partial_w = partial_b + chunks * width;
+    bool weights = x && dweight;
+    dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
+    UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
+        dy, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
+    uform_cuda_launched(b, "column sums");
+    unsigned blocks = (unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS);
+    if (dbias) {
+        UFORM_LAUNCH(uform_column_totals, blocks, UFORM_COLUMN_THREADS, context->stream)(partial_b, chunks, width,
+                                                                                        dbias);
+        uform_cuda_launched(b, "column sums (total)");
+    }
+    if (weights) {
+        UFORM_LAUNCH(uform_column_totals, blocks, UFORM_COLUMN_THREADS, context->stream)(partial_w, chunks, width,
+                                                                                        dweight);
+        uform_cuda_launched(b, "column sums (total)");
+    }
+}
+
+void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums) {
+    uform_cuda_columns(b, dy, NULL, NULL, NULL, rows, width, NULL, sums);
+}
+
+void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
+                                   const float *rstd, size_t rows, size_t width, float *dweight, float *dbias) {
+    uform_cuda_columns(b, dy, x, mean, rstd, rows, width, dweight, dbias);
+}
