@@ -77,6 +77,7 @@ typedef struct {
      * to BF16 (gemm.cu) */
     uform_cuda_buffer_t bf16_weights, bf16_gradients;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
+    uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
     float *host_rows;
     size_t host_rows_bytes;
 } uform_cuda_context_t;
@@ -168,6 +169,9 @@ void uform_cuda_rope_forward(uform_backend_t *b, float *qkv, size_t rows, size_t
                              const float *cosines, const float *sines);
 void uform_cuda_rope_backward(uform_backend_t *b, float *dqkv, size_t rows, size_t hidden,
                               const float *cosines, const float *sines);
+/* reconstruction_loss.cu */
+double uform_cuda_reconstruction_loss(uform_backend_t *b, const float *predictions, const float *targets,
+                                      size_t rows, size_t width, float scale, float *d_predictions);
 /* rows.cu */
 void uform_cuda_embedding_forward(uform_backend_t *b, const float *table, const float *modality,
                                   const uint32_t *ids, size_t rows, size_t width, float *y);

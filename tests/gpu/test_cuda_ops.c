@@ -442,6 +442,26 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     free(qkv), free(out), free(lse), free(dout), free(dqkv);
 }
 
+/* The masked media objective's loss: the difference in float, its square
+ * summed in double; the rows' means summed in another order (double: 1e-12
+ * relative); the gradient the same float expression on both (1e-6). */
+static void test_reconstruction(backends_t *b, size_t rows, size_t width) {
+    float *predictions = random_floats(rows * width, 1), *targets = random_floats(rows * width, 1);
+    float *d = random_floats(rows * width, 1);
+    float *gp = on_gpu(b, predictions, rows * width * 4), *gt = on_gpu(b, targets, rows * width * 4);
+    float *gd = on_gpu(b, d, rows * width * 4);
+    double cpu = b->cpu.ops->reconstruction_loss(&b->cpu, predictions, targets, rows, width, 0.25f, d);
+    double gpu = b->gpu.ops->reconstruction_loss(&b->gpu, gp, gt, rows, width, 0.25f, gd);
+    bool ok = fabs(cpu - gpu) <= 1e-12 * fabs(cpu);
+    printf("| %-34s | %8zu | %10.3g | %10.3g | %s |\n", "reconstruction_loss", rows, fabs(cpu - gpu),
+           1e-12 * fabs(cpu), ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+    compare(b, "reconstruction_loss d_predictions", d, gd, rows * width, 1e-6);
+    void *all[] = {gp, gt, gd};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(predictions), free(targets), free(d);
+}
+
 static void test_optimizer(backends_t *b, size_t count) {
     float *p = random_floats(count, 1), *g = random_floats(count, 0.1f), *m = random_floats(count, 0.01f);
     float *v = random_floats(count, 0.001f);
@@ -526,6 +546,7 @@ int main(void) {
     test_segments(&b, 128);
     test_attention(&b, 128, true);
     test_attention(&b, 128, false);
+    test_reconstruction(&b, 300, 48);
 #ifdef UFORM_CUDA_EMULATION
     test_optimizer(&b, 10007);
 #else

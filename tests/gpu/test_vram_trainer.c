@@ -172,7 +172,7 @@ int main(void) {
     }
 
     /* text and audio items, MASKED: the audio rows on the GPU, their
-     * reconstruction loss lent from the CPU */
+     * reconstruction loss on the GPU too */
     if (uform_media_formats() & UFORM_MEDIA_AUDIO) {
         options.objective = UFORM_OBJECTIVE_MASKED;
         options.late_interaction = NULL;
