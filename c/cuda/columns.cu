@@ -1,6 +1,14 @@
 /* columns.cu: sums over the rows of each column, for the weight gradients of
  * biases and layer norms (dbias[c] += sum over r of dy[r][c]; a layer norm's
- * dweight[c] += sum over r of dy[r][c] xhat[r][c] as well).
+ * dweight[c] += sum over r of dy[r][c] xhat[r][c] as well), for sums over a
+ * list of rows (sum_rows), and for the embedding table's gradient (each row's
+ * dy added into its id's row: a sum per (id, column)).
+ *
+ * The embedding table has UFORM_BYTES + 1 rows (the bytes and MASK), which
+ * bounds the ids (backend.h): each chunk of rows keeps a partial table of
+ * that many rows, zeroed, then summed over the chunks in order; at most
+ * UFORM_COLUMN_TABLE_CHUNKS chunks, so the partials stay within
+ * 64 x 257 x width floats (50 MB at width 768) whatever the rows.
  *
  * One thread per column walking every row would leave a GPU nearly idle (a
  * few hundred threads for 16k rows: milliseconds per call, several calls per
@@ -15,16 +23,18 @@
 #define UFORM_COLUMN_CHUNK 256
 #define UFORM_COLUMN_THREADS 128
 
-/* partial_b[chunk][c] = sum of dy over the chunk's rows; partial_w (when x is
- * not NULL) the same of dy (x - mean) rstd. */
-__global__ static void uform_column_partials(const float *dy, const float *x, const float *mean, const float *rstd,
-                                             size_t rows, size_t width, size_t chunk_rows, float *partial_w,
-                                             float *partial_b) {
+/* partial_b[chunk][c] = sum of dy over the chunk's rows (row i is list[i],
+ * or i without a list); partial_w (when x is not NULL) the same of
+ * dy (x - mean) rstd. */
+__global__ static void uform_column_partials(const float *dy, const size_t *list, const float *x, const float *mean,
+                                             const float *rstd, size_t rows, size_t width, size_t chunk_rows,
+                                             float *partial_w, float *partial_b) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (c >= width) return;
     size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
     float sum_w = 0.0f, sum_b = 0.0f;
-    for (size_t r = first; r < last; r++) {
+    for (size_t i = first; i < last; i++) {
+        size_t r = list ? list[i] : i;
         float g = dy[r * width + c];
         sum_b += g;
         if (x) sum_w += g * (x[r * width + c] - mean[r]) * rstd[r];
@@ -44,8 +54,9 @@ __global__ static void uform_column_totals(const float *partials, size_t chunks,
 
 /* dbias += column sums of dy; with x, dweight += column sums of dy xhat (a
  * layer norm's, mean and rstd per row). dweight or dbias may be NULL. */
-static void uform_cuda_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
-                               const float *rstd, size_t rows, size_t width, float *dweight, float *dbias) {
+static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t *list, const float *x,
+                               const float *mean, const float *rstd, size_t rows, size_t width, float *dweight,
+                               float *dbias) {
     if (!rows || !width || (!dweight && !dbias)) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t chunk_rows = UFORM_COLUMN_CHUNK;
@@ -58,7 +69,7 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const float 
     bool weights = x && dweight;
     dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
     UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
-        dy, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
+        dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
     uform_cuda_launched(b, "column sums");
     unsigned blocks = (unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS);
     if (dbias) {
@@ -74,10 +85,68 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const float 
 }
 
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums) {
-    uform_cuda_columns(b, dy, NULL, NULL, NULL, rows, width, NULL, sums);
+    uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums);
 }
 
 void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
                                    const float *rstd, size_t rows, size_t width, float *dweight, float *dbias) {
-    uform_cuda_columns(b, dy, x, mean, rstd, rows, width, dweight, dbias);
+    uform_cuda_columns(b, dy, NULL, x, mean, rstd, rows, width, dweight, dbias);
+}
+
+void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows, size_t count,
+                         float *sums) {
+    uform_cuda_columns(b, src, rows, NULL, NULL, NULL, count, width, NULL, sums);
+}
+
+/* ---- the embedding table's gradient ---- */
+
+#define UFORM_COLUMN_TABLE_ROWS (UFORM_BYTES + 1)
+#define UFORM_COLUMN_TABLE_CHUNKS 64
+
+/* tables[chunk][id][c] += dy[r][c] and modality[chunk][c] += dy[r][c] over the
+ * chunk's rows in order (UFORM_NOT_TEXT rows skipped); the tables start zeroed. */
+__global__ static void uform_embedding_partials(const float *dy, const uint32_t *ids, size_t rows, size_t width,
+                                                size_t chunk_rows, float *tables, float *modality) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= width) return;
+    size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
+    float *table = tables + chunk * UFORM_COLUMN_TABLE_ROWS * width;
+    float sum = 0.0f;
+    for (size_t r = first; r < last; r++) {
+        uint32_t id = ids[r];
+        if (id == UFORM_NOT_TEXT) continue;
+        float g = dy[r * width + c];
+        table[(size_t)id * width + c] += g;
+        sum += g;
+    }
+    modality[chunk * width + c] = sum;
+}
+
+void uform_cuda_embedding_backward(uform_backend_t *b, const float *dy, const uint32_t *ids, size_t rows,
+                                   size_t width, float *dtable, float *dmodality) {
+    if (!rows || !width || (!dtable && !dmodality)) return;
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t chunks = (rows + UFORM_COLUMN_CHUNK - 1) / UFORM_COLUMN_CHUNK;
+    if (chunks > UFORM_COLUMN_TABLE_CHUNKS) chunks = UFORM_COLUMN_TABLE_CHUNKS;
+    size_t chunk_rows = (rows + chunks - 1) / chunks, table = UFORM_COLUMN_TABLE_ROWS * width;
+    float *tables = (float *)uform_cuda_grow(b, &context->column_partials, chunks * (table + width) * sizeof(float),
+                                             "embedding gradient");
+    if (!tables) return;
+    float *modality = tables + chunks * table;
+    uform_cuda_zero(b, tables, chunks * table * sizeof(float));
+    dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
+    UFORM_LAUNCH(uform_embedding_partials, grid, UFORM_COLUMN_THREADS, context->stream)(dy, ids, rows, width,
+                                                                                       chunk_rows, tables, modality);
+    uform_cuda_launched(b, "embedding_backward");
+    /* the chunks' tables summed in order: a column sum over `chunks` rows of a [chunks, table] matrix */
+    if (dtable) {
+        UFORM_LAUNCH(uform_column_totals, (unsigned)((table + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS),
+                     UFORM_COLUMN_THREADS, context->stream)(tables, chunks, table, dtable);
+        uform_cuda_launched(b, "embedding_backward (table)");
+    }
+    if (dmodality) {
+        UFORM_LAUNCH(uform_column_totals, (unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS),
+                     UFORM_COLUMN_THREADS, context->stream)(modality, chunks, width, dmodality);
+        uform_cuda_launched(b, "embedding_backward (modality)");
+    }
 }

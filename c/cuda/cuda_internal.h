@@ -139,6 +139,7 @@ void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, si
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums);
 void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
                                    const float *rstd, size_t rows, size_t width, float *dweight, float *dbias);
+/* (and the table entries embedding_backward and sum_rows, declared below with rows.cu's) */
 /* gemm.cu */
 uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
                                uform_packed_t *packed);

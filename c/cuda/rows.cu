@@ -1,8 +1,9 @@
-/* rows.cu: the CUDA backend's row operations (backend.h): embedding lookup and
- * its scatter-add, mean pooling, L2 normalisation, byte cross-entropy, and
- * row gathers, scatters and sums. Sums over rows run one thread per column,
- * rows in order (the order backend.h promises); sums within a row use the
- * fixed block tree of reduce.cuh. Compiled, not yet run on a GPU. */
+/* rows.cu: the CUDA backend's row operations (backend.h): embedding lookup,
+ * mean pooling, L2 normalisation, byte cross-entropy, and row gathers and
+ * scatters (the embedding's backward and sums of rows: columns.cu). A sum
+ * over a few rows runs one thread per column, rows in order; sums within a
+ * row use the fixed block tree of reduce.cuh. Compiled, not yet run on a GPU;
+ * runs under the emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 
@@ -31,29 +32,6 @@ void uform_cuda_embedding_forward(uform_backend_t *b, const float *table, const 
     UFORM_LAUNCH(uform_embedding_forward_kernel, uform_cuda_blocks(rows * width, 256), 256, uform_stream(b))(
         table, modality, ids, rows, width, y);
     uform_cuda_launched(b, "embedding_forward");
-}
-
-__global__ static void uform_embedding_backward_kernel(const float *dy, const uint32_t *ids, size_t rows,
-                                                       size_t width, float *dtable, float *dmodality) {
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= width) return;
-    float modality = 0.0f;
-    for (size_t r = 0; r < rows; r++) {
-        uint32_t id = ids[r];
-        if (id == UFORM_NOT_TEXT) continue;
-        float g = dy[r * width + c];
-        if (dtable) dtable[(size_t)id * width + c] += g;
-        modality += g;
-    }
-    if (dmodality) dmodality[c] += modality;
-}
-
-void uform_cuda_embedding_backward(uform_backend_t *b, const float *dy, const uint32_t *ids, size_t rows,
-                                   size_t width, float *dtable, float *dmodality) {
-    if (!rows || !width) return;
-    UFORM_LAUNCH(uform_embedding_backward_kernel, uform_cuda_blocks(width, 128), 128, uform_stream(b))(
-        dy, ids, rows, width, dtable, dmodality);
-    uform_cuda_launched(b, "embedding_backward");
 }
 
 /* ---- mean pooling ------------------------------------------------------------ */
@@ -257,18 +235,3 @@ void uform_cuda_scatter_rows(uform_backend_t *b, const float *src, size_t src_st
     uform_cuda_launched(b, "scatter_rows");
 }
 
-__global__ static void uform_sum_rows_kernel(const float *src, size_t width, const size_t *rows, size_t count,
-                                             float *sums) {
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= width) return;
-    float sum = sums[c];
-    for (size_t i = 0; i < count; i++) sum += src[(rows ? rows[i] : i) * width + c];
-    sums[c] = sum;
-}
-
-void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, const size_t *rows, size_t count,
-                         float *sums) {
-    if (!count || !width) return;
-    UFORM_LAUNCH(uform_sum_rows_kernel, uform_cuda_blocks(width, 128), 128, uform_stream(b))(src, width, rows, count, sums);
-    uform_cuda_launched(b, "sum_rows");
-}

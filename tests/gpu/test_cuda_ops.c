@@ -442,6 +442,27 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     free(qkv), free(out), free(lse), free(dout), free(dqkv);
 }
 
+/* The embedding table's gradient over many rows (the CUDA backend sums them
+ * in chunks of 256, then the chunks: 3 here) with ids repeated across chunks,
+ * media rows skipped: sums over up to `rows` terms in another order (1e-4). */
+static void test_embedding_backward(backends_t *b, size_t rows, size_t width) {
+    size_t table_rows = 257;
+    float *dy = random_floats(rows * width, 1), *dtable = random_floats(table_rows * width, 1);
+    float *dmodality = random_floats(width, 1);
+    uint32_t *ids = malloc(rows * sizeof(uint32_t));
+    for (size_t r = 0; r < rows; r++) ids[r] = r % 7 == 3 ? UFORM_NOT_TEXT : (uint32_t)((r * 11) % 40);
+    float *gdy = on_gpu(b, dy, rows * width * 4), *gdtable = on_gpu(b, dtable, table_rows * width * 4);
+    float *gdmodality = on_gpu(b, dmodality, width * 4);
+    uint32_t *gids = on_gpu(b, ids, rows * sizeof(uint32_t));
+    b->cpu.ops->embedding_backward(&b->cpu, dy, ids, rows, width, dtable, dmodality);
+    b->gpu.ops->embedding_backward(&b->gpu, gdy, gids, rows, width, gdtable, gdmodality);
+    compare(b, "embedding_backward dtable (chunks)", dtable, gdtable, table_rows * width, 1e-4);
+    compare(b, "embedding_backward dmodality (chunks)", dmodality, gdmodality, width, 1e-4);
+    void *all[] = {gdy, gdtable, gdmodality, gids};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(dy), free(dtable), free(dmodality), free(ids);
+}
+
 /* The masked media objective's loss: the difference in float, its square
  * summed in double; the rows' means summed in another order (double: 1e-12
  * relative); the gradient the same float expression on both (1e-6). */
@@ -546,6 +567,7 @@ int main(void) {
     test_segments(&b, 128);
     test_attention(&b, 128, true);
     test_attention(&b, 128, false);
+    test_embedding_backward(&b, 700, 64);
     test_reconstruction(&b, 300, 48);
 #ifdef UFORM_CUDA_EMULATION
     test_optimizer(&b, 10007);

@@ -182,7 +182,9 @@ typedef struct {
     void (*rope_backward)(uform_backend_t *b, float *dqkv, size_t rows, size_t hidden,
                           const float *cosines, const float *sines);
     /* y[r] = table[ids[r]] + modality, skipping UFORM_NOT_TEXT rows; backward
-     * scatters dy into dtable and sums it into dmodality, rows in order. */
+     * scatters dy into dtable and sums it into dmodality, rows in order (the
+     * CUDA backend: in fixed chunks of rows, then the chunks in order). The
+     * table is the model's bytes and MASK: ids < UFORM_BYTES + 1. */
     void (*embedding_forward)(uform_backend_t *b, const float *table, const float *modality,
                               const uint32_t *ids, size_t rows, size_t width, float *y);
     void (*embedding_backward)(uform_backend_t *b, const float *dy, const uint32_t *ids,
