@@ -276,12 +276,14 @@ $(BUILD)/gpu/%: tests/gpu/%.c $(TEST_HEADERS) $(BUILD)/libuform.a $(MEDIA_FILE)
 test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
 	@status=0; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t || { echo "== $$t FAILED"; status=1; }; done; \
-	echo "== bench/gpu_report.py (text_encode on the GPU against PyTorch; docs/benchmarks-gpu.md)"; \
-	if $(PYTHON) -c "import cffi, numpy" 2>/dev/null; then \
-	  $(MAKE) --no-print-directory python && $(PYTHON) bench/gpu_report.py --output docs/benchmarks-gpu.md || status=1; \
+	if $(PYTHON) -c "import cffi, numpy" 2>/dev/null && $(MAKE) --no-print-directory python; then \
+	  echo "== learns_retrieval (200 steps on the GPU and on the CPU, side by side)"; \
+	  $(PYTHON) tests/gpu/learns_retrieval.py || status=1; \
+	  echo "== bench/gpu_report.py (text_encode on the GPU against PyTorch; docs/benchmarks-gpu.md)"; \
+	  $(PYTHON) bench/gpu_report.py --output docs/benchmarks-gpu.md || status=1; \
 	  echo "== bench/gpu_train_report.py (one training step on the GPU against PyTorch)"; \
 	  $(PYTHON) bench/gpu_train_report.py --output docs/benchmarks-gpu.md || status=1; \
-	else echo "skip gpu_report: $(PYTHON) lacks cffi or numpy (scripts/gpu-check.sh --prepare brings them)"; fi; \
+	else echo "skip learns_retrieval and gpu_report: $(PYTHON) lacks cffi or numpy (scripts/gpu-check.sh --prepare brings them), or the module did not build"; fi; \
 	exit $$status
 
 # ---- the CUDA backend on the CPU (c/cuda/emulation.h) ---------------------------
