@@ -75,7 +75,7 @@ void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t h
                                   const uform_segment_t *segments, size_t count, float *out, float *logsumexp,
                                   void *scratch) {
     (void)scratch;
-    if (!count || !hidden) return;
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;   /* no whole head: nothing to attend */
     if (uform_attention_on_tensor_cores(b, qkv, out, NULL, NULL)) {
         uform_cuda_attention_forward_mma(b, qkv, hidden, segments, count, out, logsumexp);
         return;
@@ -149,7 +149,7 @@ __global__ static void uform_attention_dkv_kernel(const float *qkv, const float 
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                    size_t count, float *dqkv) {
-    if (!count || !hidden) return;
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;   /* no whole head: nothing to attend */
     if (uform_attention_on_tensor_cores(b, qkv, out, dout, dqkv)) {
         uform_cuda_attention_backward_mma(b, qkv, out, dout, logsumexp, hidden, segments, count, dqkv);
         return;

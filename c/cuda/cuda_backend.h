@@ -13,8 +13,8 @@
  * cuBLASLt (gemm; linear, linear_gelu, linear_backward on dense weights in
  * BF16),
  * packed BF16 weights and their products, download_rows, acquire/release,
- * the choices head (choice_probabilities), the reconstruction loss, the
- * contrastive, late-interaction and choices losses lent from the CPU backend
+ * the choices head (choice_probabilities), the reconstruction and choices
+ * losses, the contrastive and late-interaction losses lent from the CPU backend
  * (backend/cpu/on_host.c: on the host, through transfers),
  * the row-wise layers and their backwards, the heads' row operations,
  * attention forward and backward (flash-style on BF16 tensor cores, and the

@@ -78,6 +78,7 @@ typedef struct {
     uform_cuda_buffer_t bf16_weights, bf16_gradients;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
+    uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
     float *host_rows;
     size_t host_rows_bytes;
 } uform_cuda_context_t;
@@ -134,6 +135,10 @@ void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, si
                                      size_t first_entry, const uint32_t *groups, const float *table,
                                      const float *bias, const float *log_temperature, const size_t *offsets,
                                      float *probabilities);
+/* choices_loss.cu */
+void uform_cuda_choices_loss(uform_backend_t *b, const uform_choices_batch_t *batch, const float *bytes_table,
+                             const float *bytes_bias, const float *log_temperature, float scale, double *loss_sum,
+                             float *d_states, float *d_bytes_table, float *d_bytes_bias, float *d_log_temperature);
 /* columns.cu: sums[c] += the column sums of dy [rows, width]; a layer norm's
  * dweight += column sums of dy xhat and dbias += those of dy (either NULL) */
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums);

@@ -113,6 +113,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->bf16_gradients);
     uform_cuda_buffer_free(&context->column_partials);
     uform_cuda_buffer_free(&context->loss_rows);
+    uform_cuda_buffer_free(&context->choices_loss);
     uform_cuda_buffer_free(&context->choices);
     cudaFreeHost(context->host_rows);
     cudaStreamDestroy(context->stream);
@@ -150,7 +151,7 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     /* on the host through the CPU's losses until kernels replace them (cpu_backend.h) */
     ops.contrastive_loss = uform_contrastive_loss_on_host;
     ops.late_interaction_loss = uform_late_interaction_loss_on_host;
-    ops.choices_loss = uform_choices_loss_on_host;
+    ops.choices_loss = uform_cuda_choices_loss;
     ops.reconstruction_loss = uform_cuda_reconstruction_loss;
     ops.pack = uform_cuda_pack;
     ops.packed_free = uform_cuda_packed_free;

@@ -60,7 +60,7 @@ typedef struct {
 /* A device copy of host bytes. */
 static void *on_gpu(backends_t *b, const void *host, size_t bytes) {
     void *device = b->gpu.ops->alloc(&b->gpu, bytes ? bytes : 1);
-    if (device && bytes) b->gpu.ops->upload(&b->gpu, device, host, bytes);
+    if (device && bytes && host) b->gpu.ops->upload(&b->gpu, device, host, bytes);
     return device;
 }
 
@@ -128,12 +128,19 @@ static void test_gemm(backends_t *b, size_t m, size_t n, size_t k, bool ta, bool
  * the raw ones: its rounding is checked too); what is left is the order of
  * the sums (1e-4 as for gemm). The bias gradient sums the raw dy in FP32 on
  * both. */
-static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k) {
+/* offset: the gradients, biases and outputs start that many floats into
+ * their allocations (a slice of the trainer's flat buffers can be 4-byte
+ * aligned: cuBLASLt's plans for such pointers, and the bias added after the
+ * product). */
+static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k, size_t offset) {
     float *w = random_floats(n * k, 0.1f), *x = random_floats(rows * k, 1), *dy = random_floats(rows * n, 1);
     float *dw = random_floats(n * k, 1), *dbias = random_floats(n, 1), *dx = random_floats(rows * k, 1);
     float *w16 = rounded_to_bf16(w, n * k), *x16 = rounded_to_bf16(x, rows * k), *dy16 = rounded_to_bf16(dy, rows * n);
     float *gw = on_gpu(b, w, n * k * 4), *gx = on_gpu(b, x, rows * k * 4), *gdy = on_gpu(b, dy, rows * n * 4);
-    float *gdw = on_gpu(b, dw, n * k * 4), *gdbias = on_gpu(b, dbias, n * 4), *gdx = on_gpu(b, dx, rows * k * 4);
+    float *gdw_base = on_gpu(b, NULL, (n * k + offset) * 4), *gdbias_base = on_gpu(b, NULL, (n + offset) * 4);
+    float *gdw = gdw_base + offset, *gdbias = gdbias_base + offset, *gdx = on_gpu(b, dx, rows * k * 4);
+    sync(b, gdw, dw, n * k);
+    sync(b, gdbias, dbias, n);
     uform_weight_t cw = {NULL, w16, n, k}, gwt = {NULL, gw, n, k};
     b->cpu.ops->linear_backward(&b->cpu, &cw, x16, dy16, rows, dw, NULL, dx, true);
     b->cpu.ops->linear_backward(&b->cpu, &cw, x16, dy, rows, NULL, dbias, NULL, true);
@@ -142,7 +149,9 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k)
     compare(b, "linear_backward dbias", dbias, gdbias, n, 1e-4);
     compare(b, "linear_backward dx", dx, gdx, rows * k, 1e-4);
     float *y = random_floats(rows * n, 1), *pre = random_floats(rows * n, 1);
-    float *gy = on_gpu(b, y, rows * n * 4), *gpre = on_gpu(b, pre, rows * n * 4);
+    float *gy_base = on_gpu(b, NULL, (rows * n + offset) * 4), *gy = gy_base + offset;
+    float *gpre = on_gpu(b, pre, rows * n * 4);
+    sync(b, gy, y, rows * n);
     sync(b, gdbias, dbias, n);
     b->cpu.ops->linear_gelu(&b->cpu, &cw, x16, k, rows, dbias, pre, y);
     b->gpu.ops->linear_gelu(&b->gpu, &gwt, gx, k, rows, gdbias, gpre, gy);
@@ -152,7 +161,7 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k)
     b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, NULL, true, y, n);
     b->gpu.ops->linear(&b->gpu, &gwt, gx, k, rows, NULL, true, gy, n);
     compare(b, "linear (dense) +=", y, gy, rows * n, 1e-4);
-    void *all[] = {gw, gx, gdy, gdw, gdbias, gdx, gy, gpre};
+    void *all[] = {gw, gx, gdy, gdw_base, gdbias_base, gdx, gy_base, gpre};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
     free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre), free(w16), free(x16), free(dy16);
 }
@@ -442,6 +451,46 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     free(qkv), free(out), free(lse), free(dout), free(dqkv);
 }
 
+/* The calibrated-choices term: items of 1 to 37 choices (bytes repeating
+ * within and across items), two temperature groups. The logits and the
+ * per-item sums are float64 in the CPU's order (1e-12 relative on the loss:
+ * exp and log in another library); the gradients FP32 sums in the CPU's order
+ * per element, with fused multiply-adds on the GPU (1e-5 of the largest). */
+static void test_choices_loss(backends_t *b, size_t hidden) {
+    enum { ITEMS = 5 };
+    size_t offsets[ITEMS + 1] = {3, 4, 41, 50, 70, 92}, total = 92;   /* the call's first choice is 3 */
+    uint32_t groups[ITEMS] = {0, 1, 1, 0, 1};
+    uint8_t *bytes = malloc(total);
+    float *targets = malloc(total * sizeof(float));
+    for (size_t t = 0; t < total; t++) bytes[t] = (uint8_t)((t * 37) % 23 + (t % 3) * 80), targets[t] = (float)(t % 4) * 0.25f;
+    float *states = random_floats(ITEMS * hidden, 1), *table = random_floats(UFORM_BYTES * hidden, 0.1f);
+    float *bias = random_floats(UFORM_BYTES, 0.1f), *log_t = random_floats(2, 0.3f);
+    float *d_states = random_floats(ITEMS * hidden, 1), *d_table = random_floats(UFORM_BYTES * hidden, 1);
+    float *d_bias = random_floats(UFORM_BYTES, 1), *d_log_t = random_floats(2, 1);
+    float *g_states = on_gpu(b, states, ITEMS * hidden * 4), *g_table = on_gpu(b, table, UFORM_BYTES * hidden * 4);
+    float *g_bias = on_gpu(b, bias, UFORM_BYTES * 4), *g_log_t = on_gpu(b, log_t, 2 * 4);
+    float *g_d_states = on_gpu(b, d_states, ITEMS * hidden * 4), *g_d_table = on_gpu(b, d_table, UFORM_BYTES * hidden * 4);
+    float *g_d_bias = on_gpu(b, d_bias, UFORM_BYTES * 4), *g_d_log_t = on_gpu(b, d_log_t, 2 * 4);
+    uform_choices_batch_t batch = {ITEMS, hidden, states, bytes, targets, offsets, groups};
+    double cpu = 0.5, gpu = 0.5;   /* both add to what is there */
+    b->cpu.ops->choices_loss(&b->cpu, &batch, table, bias, log_t, 0.75f, &cpu, d_states, d_table, d_bias, d_log_t);
+    batch.states = g_states;
+    b->gpu.ops->choices_loss(&b->gpu, &batch, g_table, g_bias, g_log_t, 0.75f, &gpu, g_d_states, g_d_table,
+                             g_d_bias, g_d_log_t);
+    bool ok = fabs(cpu - gpu) <= 1e-12 * fabs(cpu);
+    printf("| %-34s | %8zu | %10.3g | %10.3g | %s |\n", "choices_loss", total, fabs(cpu - gpu), 1e-12 * fabs(cpu),
+           ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+    compare(b, "choices_loss d_states", d_states, g_d_states, ITEMS * hidden, 1e-5);
+    compare(b, "choices_loss d_table", d_table, g_d_table, UFORM_BYTES * hidden, 1e-5);
+    compare(b, "choices_loss d_bias", d_bias, g_d_bias, UFORM_BYTES, 1e-5);
+    compare(b, "choices_loss d_log_temperature", d_log_t, g_d_log_t, 2, 1e-5);
+    void *all[] = {g_states, g_table, g_bias, g_log_t, g_d_states, g_d_table, g_d_bias, g_d_log_t};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(bytes), free(targets), free(states), free(table), free(bias), free(log_t), free(d_states), free(d_table);
+    free(d_bias), free(d_log_t);
+}
+
 /* The embedding table's gradient over many rows (the CUDA backend sums them
  * in chunks of 256, then the chunks: 3 here) with ids repeated across chunks,
  * media rows skipped: sums over up to `rows` terms in another order (1e-4). */
@@ -555,8 +604,9 @@ int main(void) {
     test_gemm(&b, 40, 24, 200, true, false, false, true);
     test_gemm(&b, 7, 5, 3, true, true, true, true);
     test_gemm(&b, 9, 11, 0, false, false, true, true);
-    test_linear_backward(&b, 37, 48, 64);
-    test_linear_backward(&b, 700, 48, 64);   /* the bias gradient's column sums over 3 chunks of rows */
+    test_linear_backward(&b, 37, 48, 64, 0);
+    test_linear_backward(&b, 37, 48, 64, 1);   /* 4-byte aligned outputs and bias */
+    test_linear_backward(&b, 700, 48, 64, 0);   /* the bias gradient's column sums over 3 chunks of rows */
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_download_rows(&b, 13, 40);
@@ -568,6 +618,7 @@ int main(void) {
     test_attention(&b, 128, true);
     test_attention(&b, 128, false);
     test_embedding_backward(&b, 700, 64);
+    test_choices_loss(&b, 96);
     test_reconstruction(&b, 300, 48);
 #ifdef UFORM_CUDA_EMULATION
     test_optimizer(&b, 10007);
