@@ -80,12 +80,14 @@ __device__ static inline void uform_mma_clear(float c[8][4]) {
 /* Rows first .. first + 63 of a head's 64 columns at `source` (row stride
  * `stride` floats, 16-byte aligned), rounded to BF16 into `rows` (row-major)
  * and/or `columns` (transposed: columns[c][r]); rows at or past `length` are
- * zeros. Consecutive threads take consecutive rows, so the transposed stores
- * of a warp fall into distinct banks. */
+ * zeros. A tile wanted row-major only is read 16 threads to a row (a warp
+ * reads two rows' 256 contiguous bytes each); one wanted transposed is read a
+ * thread to a row (consecutive threads, consecutive rows), so that a warp's
+ * transposed stores fall into distinct banks. */
 __device__ static void uform_mma_load(const float *source, size_t stride, size_t first, size_t length,
                                       uform_mma_tile_t rows, uform_mma_tile_t columns) {
     for (int f = threadIdx.x; f < UFORM_MMA_TILE * 16; f += UFORM_MMA_THREADS) {
-        int r = f % UFORM_MMA_TILE, c = (f / UFORM_MMA_TILE) * 4;
+        int r = columns ? f % UFORM_MMA_TILE : f / 16, c = columns ? (f / UFORM_MMA_TILE) * 4 : (f % 16) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (first + r < length) v = *(const float4 *)(source + (first + r) * stride + c);
         if (rows) {
