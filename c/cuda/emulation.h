@@ -207,6 +207,12 @@ static void uform_emulated_launch(dim3 grid, unsigned threads, void (*kernel)(Pa
         fprintf(stderr, "emulated launch: %u threads per block (a multiple of 32 up to 1024 is emulated)\n", threads);
         abort();
     }
+    /* what a GPU refuses as an invalid configuration (a recorded failure there,
+     * a silent success here unless checked) */
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "emulated launch: grid (%u, %u, %u) is not a valid CUDA grid\n", grid.x, grid.y, grid.z);
+        abort();
+    }
     gridDim = grid;
     blockDim = dim3(threads);
     auto &state = uform_emulated_state;
