@@ -116,36 +116,59 @@ __device__ static inline float uform_mma_delta(const float *dout, const float *o
     return uform_mma_warp_sum(dout[lane] * out[lane] + dout[lane + 32] * out[lane + 32]);
 }
 
+/* Where a block's thread works: its segment and head (grid x and y), the
+ * qkv rows' stride, the head's first column, its warp, and its place in
+ * mma's fragments (g, t: the header's layout). */
+typedef struct {
+    uform_segment_t segment;
+    size_t head, heads, stride, column;
+    int warp, lane, g, t;
+    const float *base;   /* the segment's first qkv row, at the head's column */
+} uform_mma_place_t;
+
+__device__ static inline uform_mma_place_t uform_mma_place(const float *qkv, size_t hidden,
+                                                           const uform_segment_t *segments) {
+    uform_mma_place_t at;
+    at.segment = segments[blockIdx.x];
+    at.head = blockIdx.y, at.heads = gridDim.y, at.stride = 3 * hidden, at.column = at.head * UFORM_HEAD_WIDTH;
+    at.warp = threadIdx.x / 32, at.lane = threadIdx.x % 32, at.g = at.lane / 4, at.t = 2 * (at.lane % 4);
+    at.base = qkv + at.segment.begin * at.stride + at.column;
+    return at;
+}
+
+/* Scores pre-scaled for exp2: 1/8 and log2(e). */
+#define UFORM_MMA_SCALE (0.125f * UFORM_MMA_LOG2E)
+
+/* The tiles of 64 rows a block takes: z, z + slots, ... of its segment. */
+#define UFORM_MMA_BLOCK_TILES(first, length)                                                     \
+    for (size_t first = (size_t)blockIdx.z * UFORM_MMA_TILE; first < (length);                  \
+         first += (size_t)gridDim.z * UFORM_MMA_TILE)
+
 /* Grid: (segment, head, slot); slot z takes the segment's tiles z, z + slots, ... */
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     uform_attention_forward_mma(const float *qkv, size_t hidden, const uform_segment_t *segments, float *out,
                                 float *logsumexp) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, k_rows, v_columns;
-    const uform_segment_t segment = segments[blockIdx.x];
-    const size_t head = blockIdx.y, heads = gridDim.y, stride = 3 * hidden, column = head * UFORM_HEAD_WIDTH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = 2 * (lane % 4);
-    const float *base = qkv + segment.begin * stride + column;
-    const float scale = 0.125f * UFORM_MMA_LOG2E;
-    for (size_t first = (size_t)blockIdx.z * UFORM_MMA_TILE; first < segment.length;
-         first += (size_t)gridDim.z * UFORM_MMA_TILE) {
+    const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
+    UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
         __syncthreads();   /* the previous tile's shared reads are done */
-        uform_mma_load(base, stride, first, segment.length, q_rows, NULL);
+        uform_mma_load(at.base, at.stride, first, at.segment.length, q_rows, NULL);
         __syncthreads();
         uint32_t q[4][4];
-        uform_mma_fragments(q_rows, 16 * warp, q);
+        uform_mma_fragments(q_rows, 16 * at.warp, q);
         float o[8][4], top[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
         uform_mma_clear(o);
-        for (size_t keys = 0; keys < segment.length; keys += UFORM_MMA_TILE) {
+        for (size_t keys = 0; keys < at.segment.length; keys += UFORM_MMA_TILE) {
             __syncthreads();
-            uform_mma_load(base + hidden, stride, keys, segment.length, k_rows, NULL);
-            uform_mma_load(base + 2 * hidden, stride, keys, segment.length, NULL, v_columns);
+            uform_mma_load(at.base + hidden, at.stride, keys, at.segment.length, k_rows, NULL);
+            uform_mma_load(at.base + 2 * hidden, at.stride, keys, at.segment.length, NULL, v_columns);
             __syncthreads();
             float s[8][4];
             uform_mma_clear(s);
             uform_mma_16x64x64(s, q, k_rows);
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++)
-                    s[n][e] = keys + 8 * n + t + (e & 1) < segment.length ? s[n][e] * scale : -INFINITY;
+                    s[n][e] = keys + 8 * n + at.t + (e & 1) < at.segment.length ? s[n][e] * UFORM_MMA_SCALE : -INFINITY;
             /* online softmax of rows g (h = 0) and g + 8 (h = 1); a tile always
              * holds a real key, so the new maximum is finite */
             for (int h = 0; h < 2; h++) {
@@ -171,14 +194,14 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
         for (int h = 0; h < 2; h++) {
             total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
             total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
-            size_t row = first + 16 * warp + g + 8 * h;
-            if (row >= segment.length) continue;
+            size_t row = first + 16 * at.warp + at.g + 8 * h;
+            if (row >= at.segment.length) continue;
             float inverse = 1.0f / total[h];
-            float *target = out + (segment.begin + row) * hidden + column;
+            float *target = out + (at.segment.begin + row) * hidden + at.column;
             for (int n = 0; n < 8; n++)
-                *(float2 *)(target + 8 * n + t) = make_float2(o[n][2 * h] * inverse, o[n][2 * h + 1] * inverse);
-            if (logsumexp && t == 0)
-                logsumexp[(segment.begin + row) * heads + head] = (top[h] + log2f(total[h])) * UFORM_MMA_LN2;
+                *(float2 *)(target + 8 * n + at.t) = make_float2(o[n][2 * h] * inverse, o[n][2 * h + 1] * inverse);
+            if (logsumexp && at.t == 0)
+                logsumexp[(at.segment.begin + row) * at.heads + at.head] = (top[h] + log2f(total[h])) * UFORM_MMA_LN2;
         }
     }
 }
@@ -188,41 +211,36 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     uform_attention_dq_mma(const float *qkv, const float *out, const float *dout, const float *logsumexp,
                            size_t hidden, const uform_segment_t *segments, float *dqkv) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, dout_rows, k_rows, k_columns, v_rows;
-    const uform_segment_t segment = segments[blockIdx.x];
-    const size_t head = blockIdx.y, heads = gridDim.y, stride = 3 * hidden, column = head * UFORM_HEAD_WIDTH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = 2 * (lane % 4);
-    const float *base = qkv + segment.begin * stride + column;
-    const float scale = 0.125f * UFORM_MMA_LOG2E;
-    for (size_t first = (size_t)blockIdx.z * UFORM_MMA_TILE; first < segment.length;
-         first += (size_t)gridDim.z * UFORM_MMA_TILE) {
+    const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
+    UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
         __syncthreads();
-        uform_mma_load(base, stride, first, segment.length, q_rows, NULL);
-        uform_mma_load(dout + segment.begin * hidden + column, hidden, first, segment.length, dout_rows, NULL);
+        uform_mma_load(at.base, at.stride, first, at.segment.length, q_rows, NULL);
+        uform_mma_load(dout + at.segment.begin * hidden + at.column, hidden, first, at.segment.length, dout_rows, NULL);
         __syncthreads();
         uint32_t q[4][4], d[4][4];
-        uform_mma_fragments(q_rows, 16 * warp, q);
-        uform_mma_fragments(dout_rows, 16 * warp, d);
+        uform_mma_fragments(q_rows, 16 * at.warp, q);
+        uform_mma_fragments(dout_rows, 16 * at.warp, d);
         float lse[2] = {0.0f, 0.0f}, delta[2] = {0.0f, 0.0f};
         for (int i = 0; i < 16; i++) {   /* D of the warp's 16 rows, kept by the lanes that own them */
-            size_t row = first + 16 * warp + i;
+            size_t row = first + 16 * at.warp + i;
             float value = 0.0f;
-            if (row < segment.length) {
-                size_t r = segment.begin + row;
-                value = uform_mma_delta(dout + r * hidden + column, out + r * hidden + column);
+            if (row < at.segment.length) {
+                size_t r = at.segment.begin + row;
+                value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
             }
-            if (i == g) delta[0] = value;
-            if (i == g + 8) delta[1] = value;
+            if (i == at.g) delta[0] = value;
+            if (i == at.g + 8) delta[1] = value;
         }
         for (int h = 0; h < 2; h++) {
-            size_t row = first + 16 * warp + g + 8 * h;
-            if (row < segment.length) lse[h] = logsumexp[(segment.begin + row) * heads + head] * UFORM_MMA_LOG2E;
+            size_t row = first + 16 * at.warp + at.g + 8 * h;
+            if (row < at.segment.length) lse[h] = logsumexp[(at.segment.begin + row) * at.heads + at.head] * UFORM_MMA_LOG2E;
         }
         float dq[8][4];
         uform_mma_clear(dq);
-        for (size_t keys = 0; keys < segment.length; keys += UFORM_MMA_TILE) {
+        for (size_t keys = 0; keys < at.segment.length; keys += UFORM_MMA_TILE) {
             __syncthreads();
-            uform_mma_load(base + hidden, stride, keys, segment.length, k_rows, k_columns);
-            uform_mma_load(base + 2 * hidden, stride, keys, segment.length, v_rows, NULL);
+            uform_mma_load(at.base + hidden, at.stride, keys, at.segment.length, k_rows, k_columns);
+            uform_mma_load(at.base + 2 * hidden, at.stride, keys, at.segment.length, v_rows, NULL);
             __syncthreads();
             float s[8][4], dp[8][4];
             uform_mma_clear(s);
@@ -232,7 +250,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++) {
                     int h = e / 2;
-                    float p = keys + 8 * n + t + (e & 1) < segment.length ? exp2f(s[n][e] * scale - lse[h]) : 0.0f;
+                    float p = keys + 8 * n + at.t + (e & 1) < at.segment.length ? exp2f(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - delta[h]) * 0.125f;   /* ds */
                 }
             uint32_t ds[4][4];
@@ -240,14 +258,14 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             uform_mma_16x64x64(dq, ds, k_columns);   /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
         }
         for (int h = 0; h < 2; h++) {
-            size_t row = first + 16 * warp + g + 8 * h;
-            if (row >= segment.length) continue;
-            float *target = dqkv + (segment.begin + row) * stride + column;
+            size_t row = first + 16 * at.warp + at.g + 8 * h;
+            if (row >= at.segment.length) continue;
+            float *target = dqkv + (at.segment.begin + row) * at.stride + at.column;
             for (int n = 0; n < 8; n++) {
-                float2 value = *(float2 *)(target + 8 * n + t);
+                float2 value = *(float2 *)(target + 8 * n + at.t);
                 value.x += dq[n][2 * h];
                 value.y += dq[n][2 * h + 1];
-                *(float2 *)(target + 8 * n + t) = value;
+                *(float2 *)(target + 8 * n + at.t) = value;
             }
         }
     }
@@ -260,38 +278,33 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
                             size_t hidden, const uform_segment_t *segments, float *dqkv) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, q_columns, dout_rows, dout_columns;
     __shared__ float lse[UFORM_MMA_TILE], delta[UFORM_MMA_TILE];
-    const uform_segment_t segment = segments[blockIdx.x];
-    const size_t head = blockIdx.y, heads = gridDim.y, stride = 3 * hidden, column = head * UFORM_HEAD_WIDTH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = 2 * (lane % 4);
-    const float *base = qkv + segment.begin * stride + column;
-    const float scale = 0.125f * UFORM_MMA_LOG2E;
-    for (size_t first = (size_t)blockIdx.z * UFORM_MMA_TILE; first < segment.length;
-         first += (size_t)gridDim.z * UFORM_MMA_TILE) {
+    const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
+    UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
         __syncthreads();
         /* the key tile's k and v pass through the query tiles' buffers */
-        uform_mma_load(base + hidden, stride, first, segment.length, q_rows, NULL);
-        uform_mma_load(base + 2 * hidden, stride, first, segment.length, dout_rows, NULL);
+        uform_mma_load(at.base + hidden, at.stride, first, at.segment.length, q_rows, NULL);
+        uform_mma_load(at.base + 2 * hidden, at.stride, first, at.segment.length, dout_rows, NULL);
         __syncthreads();
         uint32_t k[4][4], v[4][4];
-        uform_mma_fragments(q_rows, 16 * warp, k);
-        uform_mma_fragments(dout_rows, 16 * warp, v);
+        uform_mma_fragments(q_rows, 16 * at.warp, k);
+        uform_mma_fragments(dout_rows, 16 * at.warp, v);
         float dk[8][4], dv[8][4];
         uform_mma_clear(dk);
         uform_mma_clear(dv);
-        for (size_t queries = 0; queries < segment.length; queries += UFORM_MMA_TILE) {
+        for (size_t queries = 0; queries < at.segment.length; queries += UFORM_MMA_TILE) {
             __syncthreads();
-            uform_mma_load(base, stride, queries, segment.length, q_rows, q_columns);
-            uform_mma_load(dout + segment.begin * hidden + column, hidden, queries, segment.length, dout_rows,
+            uform_mma_load(at.base, at.stride, queries, at.segment.length, q_rows, q_columns);
+            uform_mma_load(dout + at.segment.begin * hidden + at.column, hidden, queries, at.segment.length, dout_rows,
                            dout_columns);
             for (int i = 0; i < 16; i++) {   /* the statistics of the tile's queries; +inf for none: p = 0 */
-                size_t row = queries + 16 * warp + i;
+                size_t row = queries + 16 * at.warp + i;
                 float value = 0.0f, statistic = INFINITY;
-                if (row < segment.length) {
-                    size_t r = segment.begin + row;
-                    value = uform_mma_delta(dout + r * hidden + column, out + r * hidden + column);
-                    statistic = logsumexp[r * heads + head] * UFORM_MMA_LOG2E;
+                if (row < at.segment.length) {
+                    size_t r = at.segment.begin + row;
+                    value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
+                    statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
                 }
-                if (lane == 0) delta[16 * warp + i] = value, lse[16 * warp + i] = statistic;
+                if (at.lane == 0) delta[16 * at.warp + i] = value, lse[16 * at.warp + i] = statistic;
             }
             __syncthreads();
             float s[8][4], dp[8][4];
@@ -301,8 +314,8 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             uform_mma_16x64x64(dp, v, dout_rows);   /* v . dout */
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++) {
-                    int query = 8 * n + t + (e & 1);
-                    s[n][e] = exp2f(s[n][e] * scale - lse[query]);   /* p */
+                    int query = 8 * n + at.t + (e & 1);
+                    s[n][e] = exp2f(s[n][e] * UFORM_MMA_SCALE - lse[query]);   /* p */
                     dp[n][e] = s[n][e] * (dp[n][e] - delta[query]) * 0.125f;   /* ds */
                 }
             uint32_t p[4][4], ds[4][4];
@@ -312,15 +325,15 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             uform_mma_16x64x64(dk, ds, q_columns);     /* dk[j][c] += sum over queries of ds[j][i] q[i][c] */
         }
         for (int h = 0; h < 2; h++) {
-            size_t row = first + 16 * warp + g + 8 * h;
-            if (row >= segment.length) continue;
-            float *target = dqkv + (segment.begin + row) * stride + hidden + column;
+            size_t row = first + 16 * at.warp + at.g + 8 * h;
+            if (row >= at.segment.length) continue;
+            float *target = dqkv + (at.segment.begin + row) * at.stride + hidden + at.column;
             for (int n = 0; n < 8; n++) {
-                float2 key = *(float2 *)(target + 8 * n + t), value = *(float2 *)(target + hidden + 8 * n + t);
+                float2 key = *(float2 *)(target + 8 * n + at.t), value = *(float2 *)(target + hidden + 8 * n + at.t);
                 key.x += dk[n][2 * h], key.y += dk[n][2 * h + 1];
                 value.x += dv[n][2 * h], value.y += dv[n][2 * h + 1];
-                *(float2 *)(target + 8 * n + t) = key;
-                *(float2 *)(target + hidden + 8 * n + t) = value;
+                *(float2 *)(target + 8 * n + at.t) = key;
+                *(float2 *)(target + hidden + 8 * n + at.t) = value;
             }
         }
     }
