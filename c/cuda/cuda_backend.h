@@ -13,13 +13,12 @@
  * cuBLASLt (gemm; linear, linear_gelu, linear_backward on dense weights in
  * BF16),
  * packed BF16 weights and their products, download_rows, acquire/release,
- * the choices head (choice_probabilities), the reconstruction and choices
- * losses, the contrastive and late-interaction losses lent from the CPU backend
- * (backend/cpu/on_host.c: on the host, through transfers),
- * the row-wise layers and their backwards, the heads' row operations,
- * attention forward and backward (flash-style on BF16 tensor cores, and the
- * first, simple FP32 kernel), AdamW and the global
- * norm. Not yet: E4M3 weights, the losses' own kernels, MaxSim
+ * the choices head (choice_probabilities), every training loss
+ * (reconstruction, choices, contrastive, late interaction; float64 where the
+ * CPU's are), the row-wise layers and their backwards, the heads' row
+ * operations, attention forward and backward (flash-style on BF16 tensor
+ * cores, and the first, simple FP32 kernel), AdamW and the global
+ * norm. Not yet: E4M3 weights, MaxSim
  * (their table entries are NULL;
  * tests/gpu/test_cuda_ops.c lists what it checked). */
 #ifndef UFORM_CUDA_BACKEND_H

@@ -79,6 +79,7 @@ typedef struct {
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
     uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
+    uform_cuda_buffer_t pair_loss;         /* contrastive_loss.cu's and late_interaction_loss.cu's layouts */
     float *host_rows;
     size_t host_rows_bytes;
 } uform_cuda_context_t;
@@ -118,6 +119,19 @@ static inline unsigned uform_cuda_blocks(size_t count, unsigned threads) {
     return (unsigned)(blocks < 65535u * 32u ? (blocks ? blocks : 1) : 65535u * 32u);
 }
 
+/* Section 3's relations of one loss call, laid out in device memory by
+ * pair_rules.cu for pair_loss.cuh's kernels: the host's size_t offsets as
+ * uint32 (a call holds fewer than 2^32 edges of each kind). */
+enum { UFORM_PAIR_RULES_ATTRACT = 0, UFORM_PAIR_RULES_REPEL = 1, UFORM_PAIR_RULES_IGNORE = 2 };
+typedef struct {
+    const uint32_t *bags;            /* [n], or NULL: no bag positives */
+    const uint32_t *offsets[3];      /* attract, repel, ignore: [n + 1] each, or NULL: none of that kind */
+    const uint32_t *ids[3];
+    const float *weights[3];         /* NULL: every edge of that kind weighs 1 */
+    bool ambient;                    /* AMBIENT negatives */
+    double ambient_weight;
+} uform_pair_rules_t;
+
 /* ---- the operations, by file ---- */
 /* memory.cu */
 void *uform_cuda_alloc(uform_backend_t *b, size_t bytes);
@@ -129,6 +143,22 @@ void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes);
 uform_status_t uform_cuda_synchronize(uform_backend_t *b);
 void uform_cuda_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
                               uform_scalar_t scalar, void *host, size_t row_bytes);
+/* pair_rules.cu: the bytes the relations of n items take in a layout
+ * (SIZE_MAX: more edges of one kind than uint32 offsets hold), and the layout
+ * written at host, the rules naming the same offsets from device. */
+size_t uform_cuda_pair_rules_bytes(size_t n, const uint32_t *bags, const uform_relations_t *relations);
+uform_pair_rules_t uform_cuda_pair_rules_layout(const uform_contrastive_config_t *config, size_t n,
+                                                const uint32_t *bags, const uform_relations_t *relations,
+                                                uint8_t *host, uint8_t *device);
+/* contrastive_loss.cu, late_interaction_loss.cu (backend.h; `loss` is host memory) */
+uform_status_t uform_cuda_contrastive_loss(uform_backend_t *b, const uform_contrastive_config_t *config,
+                                           const uform_contrastive_batch_t *batch,
+                                           const float *log_inverse_temperature, const float *bias, float *loss,
+                                           float *d_embeddings, float *d_log_inverse_temperature, float *d_bias);
+uform_status_t uform_cuda_late_interaction_loss(uform_backend_t *b, const uform_contrastive_config_t *relations_config,
+                                                uform_pair_loss_form_t form, const uform_late_batch_t *batch,
+                                                float log_inverse_temperature, float bias, float weight, float *loss,
+                                                float *d_vectors, float *d_log_inverse_temperature, float *d_bias);
 /* choices.cu */
 void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, size_t hidden,
                                      const uform_segment_t *segments, size_t count, const uform_tape_t *choices,

@@ -114,6 +114,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->column_partials);
     uform_cuda_buffer_free(&context->loss_rows);
     uform_cuda_buffer_free(&context->choices_loss);
+    uform_cuda_buffer_free(&context->pair_loss);
     uform_cuda_buffer_free(&context->choices);
     cudaFreeHost(context->host_rows);
     cudaStreamDestroy(context->stream);
@@ -148,9 +149,8 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.release = uform_cuda_release;
     ops.download_rows = uform_cuda_download_rows;
     ops.choice_probabilities = uform_cuda_choice_probabilities;
-    /* on the host through the CPU's losses until kernels replace them (cpu_backend.h) */
-    ops.contrastive_loss = uform_contrastive_loss_on_host;
-    ops.late_interaction_loss = uform_late_interaction_loss_on_host;
+    ops.contrastive_loss = uform_cuda_contrastive_loss;
+    ops.late_interaction_loss = uform_cuda_late_interaction_loss;
     ops.choices_loss = uform_cuda_choices_loss;
     ops.reconstruction_loss = uform_cuda_reconstruction_loss;
     ops.pack = uform_cuda_pack;

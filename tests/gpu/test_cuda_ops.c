@@ -491,6 +491,187 @@ static void test_choices_loss(backends_t *b, size_t hidden) {
     free(d_bias), free(d_log_t);
 }
 
+/* Edges over n items that exercise every precedence of section 3: attract
+ * i -> i+4 (weighted); repel i -> i+1 (in i's bag of 3 unless i % 3 == 2:
+ * the bag wins), i+5, and i+4 for every fourth i (attract wins); ignore
+ * i -> i+7 for every third i and i -> i+2 for every fifth (a bag member or
+ * an ambient negative dropped); self edges, which count for nothing, on
+ * item 2's attract and repel lists. */
+typedef struct {
+    size_t offsets[3][64];
+    uint32_t ids[3][160];
+    float weights[160];
+    uform_relations_t relations;
+} test_relations_t;
+
+static void make_relations(test_relations_t *r, size_t n) {
+    size_t counts[3] = {0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        r->offsets[0][i] = counts[0], r->offsets[1][i] = counts[1], r->offsets[2][i] = counts[2];
+        r->weights[counts[0]] = 0.25f + (float)(i % 4) * 0.5f;
+        r->ids[0][counts[0]++] = (uint32_t)((i + 4) % n);
+        if (i == 2) r->weights[counts[0]] = 1.0f, r->ids[0][counts[0]++] = 2, r->ids[1][counts[1]++] = 2;
+        r->ids[1][counts[1]++] = (uint32_t)((i + 1) % n);
+        r->ids[1][counts[1]++] = (uint32_t)((i + 5) % n);
+        if (i % 4 == 0) r->ids[1][counts[1]++] = (uint32_t)((i + 4) % n);
+        if (i % 3 == 0) r->ids[2][counts[2]++] = (uint32_t)((i + 7) % n);
+        if (i % 5 == 0) r->ids[2][counts[2]++] = (uint32_t)((i + 2) % n);
+    }
+    for (int set = 0; set < 3; set++) r->offsets[set][n] = counts[set];
+    r->relations.attract = (uform_edges_t){r->offsets[0], r->ids[0], r->weights};
+    r->relations.repel = (uform_edges_t){r->offsets[1], r->ids[1], NULL};
+    r->relations.ignore = (uform_edges_t){r->offsets[2], r->ids[2], NULL};
+}
+
+/* Unit rows (a zero row at `empty`, an empty item, when below count). */
+static float *unit_rows(size_t count, size_t width, size_t empty) {
+    float *rows = random_floats(count * width, 1);
+    for (size_t i = 0; i < count; i++) {
+        double sum = 0;
+        for (size_t k = 0; k < width; k++) sum += (double)rows[i * width + k] * rows[i * width + k];
+        for (size_t k = 0; k < width; k++) rows[i * width + k] = i == empty ? 0.0f : (float)(rows[i * width + k] / sqrt(sum));
+    }
+    return rows;
+}
+
+static void check_status(const char *what, uform_status_t cpu, uform_status_t gpu, float cpu_loss, float gpu_loss,
+                         double bound) {
+    bool ok = cpu == UFORM_OK && gpu == UFORM_OK && fabs((double)cpu_loss - gpu_loss) <= bound * fmax(1.0, fabs(cpu_loss));
+    printf("| %-34s | %8d | %10.3g | %10.3g | %s |\n", what, 1, fabs((double)cpu_loss - gpu_loss), bound,
+           ok ? "ok" : "FAIL");
+    if (!ok && (cpu != UFORM_OK || gpu != UFORM_OK))
+        printf("    status cpu %d, gpu %d: %s\n", (int)cpu, (int)gpu, uform_last_error());
+    ok ? passed++ : failed++;
+}
+
+/* The contrastive term on 40 items (more than the emulation's 8 blocks: the
+ * kernels' loops over anchors), bags of 3, two temperature groups, the
+ * relations above, an empty item, Matryoshka widths {24, 48}, each pair form
+ * with AMBIENT and NAMED negatives. Both compute in float64 with sums in other
+ * orders (trees against lanes), so the FP32 outputs round the same values to
+ * within an ulp or two: 1e-6 of the loss and of the largest gradient. Then a
+ * NAMED BALANCED call with neither bags nor relations scores no anchor (loss
+ * 0, nothing added), and a non-finite embedding is refused with nothing
+ * written. */
+static void test_contrastive_loss(backends_t *b) {
+    enum { N = 40, D = 48, G = 2 };
+    static const size_t widths[2] = {24, 48};
+    static test_relations_t r;
+    make_relations(&r, N);
+    uint32_t bags[N], groups[N];
+    for (size_t i = 0; i < N; i++) bags[i] = (uint32_t)(i / 3), groups[i] = (uint32_t)(i % G);
+    float *e = unit_rows(N, D, 17), tau[G] = {logf(8.0f), logf(12.0f)}, bias[G] = {-1.0f, -0.25f};
+    float *ge = on_gpu(b, e, sizeof(float) * N * D), *gtau = on_gpu(b, tau, sizeof(tau));
+    float *gbias = on_gpu(b, bias, sizeof(bias));
+    const uform_pair_loss_form_t forms[3] = {UFORM_PAIR_LOSS_BALANCED, UFORM_PAIR_LOSS_RANKED, UFORM_PAIR_LOSS_SIGMOID};
+    for (int f = 0; f < 3; f++)
+        for (int named = 0; named < 2; named++) {
+            uform_contrastive_config_t config = {widths, 2, named ? UFORM_NEGATIVES_NAMED : UFORM_NEGATIVES_AMBIENT,
+                                                 0.6f, forms[f], G};
+            float *de = random_floats(N * D, 0.01f), dtau[G] = {0.5f, -0.5f}, dbias[G] = {0.25f, 0.125f};
+            float *gde = on_gpu(b, de, sizeof(float) * N * D), *gdtau = on_gpu(b, dtau, sizeof(dtau));
+            float *gdbias = on_gpu(b, dbias, sizeof(dbias));
+            uform_contrastive_batch_t batch = {N, D, e, bags, groups, &r.relations};
+            float cpu_loss = -1, gpu_loss = -2;
+            uform_status_t cs = b->cpu.ops->contrastive_loss(&b->cpu, &config, &batch, tau, bias, &cpu_loss, de, dtau,
+                                                             dbias);
+            batch.embeddings = ge;
+            uform_status_t gs = b->gpu.ops->contrastive_loss(&b->gpu, &config, &batch, gtau, gbias, &gpu_loss, gde,
+                                                             gdtau, gdbias);
+            char what[96];
+            snprintf(what, sizeof(what), "contrastive_loss %s %s", forms[f] == UFORM_PAIR_LOSS_BALANCED ? "BALANCED"
+                     : forms[f] == UFORM_PAIR_LOSS_RANKED ? "RANKED" : "SIGMOID", named ? "NAMED" : "AMBIENT");
+            check_status(what, cs, gs, cpu_loss, gpu_loss, 1e-6);
+            compare(b, "  d_embeddings", de, gde, N * D, 1e-6);
+            compare(b, "  d_log_inverse_temperature", dtau, gdtau, G, 1e-6);
+            compare(b, "  d_bias", dbias, gdbias, G, 1e-6);
+            if (f == 0 && named) {
+                /* no bags, no relations, NAMED: no anchor is scored */
+                batch.bags = NULL, batch.relations = NULL;
+                gpu_loss = -1;
+                float *before = malloc(sizeof(float) * N * D), tau_before[G];
+                b->gpu.ops->download(&b->gpu, before, gde, sizeof(float) * N * D);
+                b->gpu.ops->download(&b->gpu, tau_before, gdtau, sizeof(tau_before));
+                gs = b->gpu.ops->contrastive_loss(&b->gpu, &config, &batch, gtau, gbias, &gpu_loss, gde, gdtau, gdbias);
+                check_status("contrastive_loss (no anchor)", UFORM_OK, gs, 0.0f, gpu_loss, 0);
+                compare(b, "  d_embeddings (unchanged)", before, gde, N * D, 0);
+                /* a NaN embedding: refused, naming it, nothing written */
+                float nan_value = NAN;
+                b->gpu.ops->upload(&b->gpu, ge + 5 * D + 7, &nan_value, sizeof(float));
+                batch.bags = bags, batch.relations = &r.relations;
+                gs = b->gpu.ops->contrastive_loss(&b->gpu, &config, &batch, gtau, gbias, &gpu_loss, gde, gdtau, gdbias);
+                bool ok = gs == UFORM_INVALID_ARGUMENT && strstr(uform_last_error(), "embeddings[5][7]");
+                printf("| %-34s | %8d | %10s | %10s | %s |\n", "contrastive_loss (NaN refused)", 1, "-", "-",
+                       ok ? "ok" : "FAIL");
+                if (!ok) printf("    status %d: %s\n", (int)gs, uform_last_error());
+                ok ? passed++ : failed++;
+                compare(b, "  d_embeddings (not written)", before, gde, N * D, 0);
+                compare(b, "  d_log_inverse_temperature (not written)", tau_before, gdtau, G, 0);
+                free(before);
+                b->gpu.ops->upload(&b->gpu, ge + 5 * D + 7, e + 5 * D + 7, sizeof(float));
+            }
+            void *all[] = {gde, gdtau, gdbias};
+            for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+            free(de);
+        }
+    void *all[] = {ge, gtau, gbias};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(e);
+}
+
+/* Late interaction on 14 items of 1 to 5 rows: queries of 0 to 3 rows (first
+ * rows), documents of 0 or all rows, bags of 2, the relations above, each
+ * pair form. The dot products are FP32 sums of 16 terms in another order
+ * (each within 16 x 2^-24 of sum |q||d| <= 1), the rest float64: the loss
+ * and scalars' gradients 1e-5 relative; the token gradients are FP32 sums in
+ * the CPU's order over at most 14 x 3 terms, 1e-5 of the largest. (A near tie
+ * of two rows could pick another winner; the fixed inputs here have none.) */
+static void test_late_interaction_loss(backends_t *b) {
+    enum { N = 14, W = 16 };
+    size_t first[N], query_rows[N], document_rows[N], rows = 0;
+    uint32_t bags[N];
+    for (size_t i = 0; i < N; i++) {
+        size_t length = 1 + (i * 7) % 5;
+        first[i] = rows;
+        query_rows[i] = i % 5 == 4 ? 0 : (i % 3 < length ? i % 3 + 1 : length);
+        document_rows[i] = i % 6 == 5 ? 0 : length;
+        bags[i] = (uint32_t)(i / 2);
+        rows += length;
+    }
+    static test_relations_t r;
+    make_relations(&r, N);
+    float *v = unit_rows(rows, W, SIZE_MAX), *gv = on_gpu(b, v, sizeof(float) * rows * W);
+    const uform_pair_loss_form_t forms[3] = {UFORM_PAIR_LOSS_BALANCED, UFORM_PAIR_LOSS_RANKED, UFORM_PAIR_LOSS_SIGMOID};
+    for (int f = 0; f < 3; f++) {
+        uform_contrastive_config_t config;
+        memset(&config, 0, sizeof(config));
+        config.negatives = f == 1 ? UFORM_NEGATIVES_NAMED : UFORM_NEGATIVES_AMBIENT;
+        config.ambient_repulsion_weight = 0.6f;
+        config.groups = 1;
+        float *dv = random_floats(rows * W, 0.01f), dtau = 0.5f, dbias = -0.25f;
+        float *gdv = on_gpu(b, dv, sizeof(float) * rows * W), *gdtau = on_gpu(b, &dtau, 4), *gdbias = on_gpu(b, &dbias, 4);
+        uform_late_batch_t batch = {N, W, v, first, query_rows, document_rows, bags, &r.relations};
+        float cpu_loss = -1, gpu_loss = -2, bias = f == 2 ? -0.5f : 0.0f;
+        uform_status_t cs = b->cpu.ops->late_interaction_loss(&b->cpu, &config, forms[f], &batch, 1.3f, bias, 0.75f,
+                                                              &cpu_loss, dv, &dtau, &dbias);
+        batch.vectors = gv;
+        uform_status_t gs = b->gpu.ops->late_interaction_loss(&b->gpu, &config, forms[f], &batch, 1.3f, bias, 0.75f,
+                                                              &gpu_loss, gdv, gdtau, gdbias);
+        char what[96];
+        snprintf(what, sizeof(what), "late_interaction_loss %s", forms[f] == UFORM_PAIR_LOSS_BALANCED ? "BALANCED"
+                 : forms[f] == UFORM_PAIR_LOSS_RANKED ? "RANKED" : "SIGMOID");
+        check_status(what, cs, gs, cpu_loss, gpu_loss, 1e-5);
+        compare(b, "  d_vectors", dv, gdv, rows * W, 1e-5);
+        compare(b, "  d_log_inverse_temperature", &dtau, gdtau, 1, 1e-5);
+        compare(b, "  d_bias", &dbias, gdbias, 1, 1e-5);
+        void *all[] = {gdv, gdtau, gdbias};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+        free(dv);
+    }
+    b->gpu.ops->free(&b->gpu, gv);
+    free(v);
+}
+
 /* The embedding table's gradient over many rows (the CUDA backend sums them
  * in chunks of 256, then the chunks: 3 here) with ids repeated across chunks,
  * media rows skipped: sums over up to `rows` terms in another order (1e-4). */
@@ -619,6 +800,8 @@ int main(void) {
     test_attention(&b, 128, false);
     test_embedding_backward(&b, 700, 64);
     test_choices_loss(&b, 96);
+    test_contrastive_loss(&b);
+    test_late_interaction_loss(&b);
     test_reconstruction(&b, 300, 48);
 #ifdef UFORM_CUDA_EMULATION
     test_optimizer(&b, 10007);

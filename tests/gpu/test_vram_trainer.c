@@ -138,9 +138,9 @@ int main(void) {
     row("save, resume, 2 steps = 5 steps, bit for bit (VRAM)", same, "");
     free(a), free(b);
 
-    /* CONTRASTIVE, JOINT, and JOINT with late interaction and choices: the
-     * contrastive and late-interaction losses run on the host through the
-     * CPU's (cpu_backend.h: on_host), the rest (the choices loss too) on the GPU */
+    /* CONTRASTIVE, JOINT, and JOINT with late interaction and choices: every
+     * loss on the GPU (contrastive_loss.cu, late_interaction_loss.cu,
+     * choices_loss.cu) */
     options.resume = NULL;
     uform_late_interaction_t late;
     memset(&late, 0, sizeof(late));

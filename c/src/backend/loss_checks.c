@@ -59,6 +59,13 @@ uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
                                        const uform_contrastive_batch_t *batch,
                                        const float *log_inverse_temperature, const float *bias,
                                        const float *loss) {
+    return uform_contrastive_check_parts(config, batch, log_inverse_temperature, bias, loss, true);
+}
+
+uform_status_t uform_contrastive_check_parts(const uform_contrastive_config_t *config,
+                                             const uform_contrastive_batch_t *batch,
+                                             const float *log_inverse_temperature, const float *bias,
+                                             const float *loss, bool scan_embeddings) {
     if (!config || !batch || !loss)
         return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive: NULL configuration, batch or loss");
     if (!config->widths || config->widths_count == 0 ||
@@ -112,7 +119,7 @@ uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
 
     if (!batch->embeddings)
         return uform_fail(UFORM_INVALID_ARGUMENT, "contrastive: embeddings is NULL");
-    for (size_t e = 0; e < elements; e++)
+    for (size_t e = 0; scan_embeddings && e < elements; e++)
         if (!isfinite(batch->embeddings[e]))
             return uform_fail(UFORM_INVALID_ARGUMENT,
                               "contrastive: embeddings[%zu][%zu] = %g is not finite", e / d, e % d,
@@ -124,15 +131,16 @@ uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
                                   "contrastive: groups[%zu] = %u is not below the %zu temperature "
                                   "groups",
                                   i, (unsigned)batch->groups[i], config->groups);
-    if (batch->relations) {
-        uint8_t *seen = uform_alloc_zeroed(n, 1, "contrastive edge check");
-        if (!seen) return UFORM_OUT_OF_MEMORY;
-        const uform_relations_t *r = batch->relations;
-        uform_status_t status = uform_check_edges(&r->attract, n, seen, "attract");
-        if (status == UFORM_OK) status = uform_check_edges(&r->repel, n, seen, "repel");
-        if (status == UFORM_OK) status = uform_check_edges(&r->ignore, n, seen, "ignore");
-        free(seen);
-        return status;
-    }
-    return UFORM_OK;
+    return uform_check_relations(batch->relations, n);
+}
+
+uform_status_t uform_check_relations(const uform_relations_t *relations, size_t count) {
+    if (!relations || count == 0) return UFORM_OK;
+    uint8_t *seen = uform_alloc_zeroed(count, 1, "relations check");
+    if (!seen) return UFORM_OUT_OF_MEMORY;
+    uform_status_t status = uform_check_edges(&relations->attract, count, seen, "attract");
+    if (status == UFORM_OK) status = uform_check_edges(&relations->repel, count, seen, "repel");
+    if (status == UFORM_OK) status = uform_check_edges(&relations->ignore, count, seen, "ignore");
+    free(seen);
+    return status;
 }

@@ -63,11 +63,21 @@ typedef struct {
  * zeroed bytes, left zeroed. */
 UFORM_INTERNAL uform_status_t uform_check_edges(const uform_edges_t *edges, size_t count, uint8_t *seen,
                                                 const char *name);
+/* The three edge sets of relations over `count` items (NULL: none), each by
+ * uform_check_edges. */
+UFORM_INTERNAL uform_status_t uform_check_relations(const uform_relations_t *relations, size_t count);
 /* Everything uform_contrastive checks before it computes (nothing is written
  * on failure). */
 UFORM_INTERNAL uform_status_t uform_contrastive_check(const uform_contrastive_config_t *config,
                                                       const uform_contrastive_batch_t *batch,
                                                       const float *log_inverse_temperature,
                                                       const float *bias, const float *loss);
+/* The same, the embeddings' finiteness scanned only when scan_embeddings (a
+ * device backend scans its device memory itself, before writing anything). */
+UFORM_INTERNAL uform_status_t uform_contrastive_check_parts(const uform_contrastive_config_t *config,
+                                                            const uform_contrastive_batch_t *batch,
+                                                            const float *log_inverse_temperature,
+                                                            const float *bias, const float *loss,
+                                                            bool scan_embeddings);
 
 #endif /* UFORM_BACKEND_LOSSES_H */

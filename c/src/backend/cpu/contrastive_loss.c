@@ -502,15 +502,7 @@ uform_status_t uform_pair_losses(uform_executor_t *executor, const uform_contras
                                  const uint8_t *candidates, double *scores, double *row_loss,
                                  uint8_t *scored) {
     if (n == 0) return UFORM_OK;
-    if (relations) {
-        uint8_t *seen = uform_alloc_zeroed(n, 1, "pair edge check");
-        if (!seen) return UFORM_OUT_OF_MEMORY;
-        uform_status_t status = uform_check_edges(&relations->attract, n, seen, "attract");
-        if (status == UFORM_OK) status = uform_check_edges(&relations->repel, n, seen, "repel");
-        if (status == UFORM_OK) status = uform_check_edges(&relations->ignore, n, seen, "ignore");
-        free(seen);
-        UFORM_TRY(status);
-    }
+    UFORM_TRY(uform_check_relations(relations, n));
     const size_t threads = executor ? uform_executor_width(executor) : 1;
     uform_contrastive_scratch_t *scratch = uform_alloc_zeroed(threads, sizeof(*scratch), "pair scratch");
     uform_status_t status = scratch ? UFORM_OK : UFORM_OUT_OF_MEMORY;

@@ -27,8 +27,9 @@ UFORM_INTERNAL uform_backend_t uform_cpu_backend(uform_cpu_class_t cpu_class,
 /* Operations lent to device backends that have none of their own yet
  * (on_host.c): the inputs downloaded through `b`'s table, the CPU backend's
  * operation run on the threads of b->executor (which must be set), the outputs
- * uploaded; the CPU backend's bits. The CUDA backend's losses until kernels
- * replace them: their inputs are the world's embeddings (N x D floats), the
+ * uploaded; the CPU backend's bits. For a device backend without losses of
+ * its own (tests/c/guarded_backend.h; the CUDA backend has its own kernels
+ * for all four): their inputs are the world's embeddings (N x D floats), the
  * choice items' MASK states with the byte table, the world's token vectors,
  * and a replica's masked media rows' predictions and targets. choices_loss
  * records a failure of its own in b->failure. */
