@@ -311,7 +311,9 @@ $(BUILD)/emulated/test_%: tests/gpu/test_%.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJ
 EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_trainer test_vram_mesh
 test-cuda-emulated: $(addprefix $(BUILD)/emulated/,$(EMULATED_GPU_TESTS))
 	@set -e; for t in $(EMULATED_GPU_TESTS); do echo "== $$t (CUDA emulated on the CPU; ASan+UBSan)"; \
-	  $(BUILD)/emulated/$$t; done
+	  $(BUILD)/emulated/$$t; done; \
+	echo "== test_cuda_ops again, blocks and threads in the opposite order (a race a barrier should order shows in one of the two)"; \
+	UFORM_EMULATION_ORDER=reverse $(BUILD)/emulated/test_cuda_ops
 
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or

@@ -22,7 +22,13 @@
  * reads and writes out of bounds. Not emulated: timing, data races between a
  * block's threads (they take turns, switching only at barriers: a race a
  * barrier should have ordered shows only if this order exposes it), and
- * anything of cuBLASLt (gemm.cu multiplies on the host instead). */
+ * anything of cuBLASLt (gemm.cu multiplies on the host instead).
+ *
+ * UFORM_EMULATION_ORDER=reverse in the environment runs the blocks of a grid
+ * and the threads of a block in the opposite order (last first), so that a
+ * read a missing barrier leaves unordered sees the other side of the race:
+ * `make test-cuda-emulated` runs test_cuda_ops both ways, and a kernel whose
+ * results differ between them has a race. */
 #ifndef UFORM_CUDA_EMULATION_H
 #define UFORM_CUDA_EMULATION_H
 
@@ -213,15 +219,21 @@ static void uform_emulated_launch(dim3 grid, unsigned threads, void (*kernel)(Pa
         fprintf(stderr, "emulated launch: grid (%u, %u, %u) is not a valid CUDA grid\n", grid.x, grid.y, grid.z);
         abort();
     }
+    static const bool reverse = [] {
+        const char *order = getenv("UFORM_EMULATION_ORDER");
+        return order && strcmp(order, "reverse") == 0;
+    }();
     gridDim = grid;
     blockDim = dim3(threads);
     auto &state = uform_emulated_state;
     state.body = [=] { kernel(arguments...); };
     state.fibers.resize(threads);
     if (state.stacks.size() < threads * UFORM_EMULATED_STACK) state.stacks.resize(threads * UFORM_EMULATED_STACK);
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
+    for (unsigned zz = 0; zz < grid.z; zz++)
+        for (unsigned yy = 0; yy < grid.y; yy++)
+            for (unsigned xx = 0; xx < grid.x; xx++) {
+                unsigned x = reverse ? grid.x - 1 - xx : xx, y = reverse ? grid.y - 1 - yy : yy;
+                unsigned z = reverse ? grid.z - 1 - zz : zz;
                 blockIdx = dim3(x, y, z);
                 state.barrier.reset(threads);
                 for (unsigned w = 0; w < threads / 32; w++) state.warps[w].barrier.reset(32);
@@ -237,7 +249,8 @@ static void uform_emulated_launch(dim3 grid, unsigned threads, void (*kernel)(Pa
                 for (;;) {
                     unsigned long long before = state.progress;
                     bool running = false;
-                    for (unsigned i = 0; i < threads; i++) {
+                    for (unsigned turn = 0; turn < threads; turn++) {
+                        unsigned i = reverse ? threads - 1 - turn : turn;
                         if (state.fibers[i].done) continue;
                         running = true;
                         state.current = i;
