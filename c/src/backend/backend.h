@@ -262,7 +262,10 @@ typedef struct {
     /* -- the objectives (losses.h; docs/training.md sections 3, 9, 10): each
      * checks its inputs (loss_checks.c) and fails with INVALID_ARGUMENT before
      * computing anything; gradients ADD into their outputs, except choices_loss's
-     * d_states [count, H], which it writes -- */
+     * d_states [count, H], which it writes. `loss` and `loss_sum` are host
+     * memory (the CPU backend's tests/c/test_ops.c passes its own memory,
+     * host memory too); the contrastive parameters and every gradient are
+     * device memory; late interaction's two scalars are values -- */
     uform_status_t (*contrastive_loss)(uform_backend_t *b, const uform_contrastive_config_t *config,
                                        const uform_contrastive_batch_t *batch,
                                        const float *log_inverse_temperature, const float *bias,
