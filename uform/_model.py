@@ -465,8 +465,6 @@ class Model:
                                            outputs_scalar=outputs_scalar, progress=progress,
                                            progress_steps=progress_steps, stats=stats)
 
-    # ---- not built yet ----------------------------------------------------------------
-
 
 def _executor_pointer(executor: Executor | None) -> Any:
     if executor is None:
