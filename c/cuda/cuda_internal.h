@@ -178,6 +178,10 @@ void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const fl
 /* gemm.cu */
 uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
                                uform_packed_t *packed);
+uform_status_t uform_cuda_pack_e4m3(uform_backend_t *b, const uint8_t *codes, const float *scales, size_t n,
+                                    size_t k, uform_packed_t *packed);
+uform_status_t uform_cuda_unpack_e4m3(uform_backend_t *b, const uform_packed_t *packed, uint8_t *codes,
+                                      float *scales);
 void uform_cuda_packed_free(uform_backend_t *b, uform_packed_t *packed);
 void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_matrix_t a, uform_matrix_t bm,
                      const float *bias, bool accumulate, float *c, size_t c_stride);

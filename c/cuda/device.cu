@@ -154,6 +154,8 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.choices_loss = uform_cuda_choices_loss;
     ops.reconstruction_loss = uform_cuda_reconstruction_loss;
     ops.pack = uform_cuda_pack;
+    ops.pack_e4m3 = uform_cuda_pack_e4m3;
+    ops.unpack_e4m3 = uform_cuda_unpack_e4m3;
     ops.packed_free = uform_cuda_packed_free;
     ops.gemm = uform_cuda_gemm;
     ops.linear = uform_cuda_linear;

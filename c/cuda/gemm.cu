@@ -13,7 +13,12 @@
  *   gradient dy: the masters, the gradients they accumulate and every
  *   activation stay FP32 (mixed precision). Rounding costs 6 bytes of traffic
  *   per element, against 2 x rows multiply-adds per weight in the product.
- * E4M3 weights are not built yet.
+ * - E4M3 weights (`pack_e4m3`) are kept as their codes [n, k] and each row's
+ *   power-of-two scale, and decoded to BF16 into the context's scratch at each
+ *   product (exact: 3 mantissa bits times a power of two), then multiplied as
+ *   BF16 weights are: the memory of FP8, the arithmetic of BF16, and the CPU's
+ *   E4M3 results (its classes decode to BF16 in registers). FP8 tensor-core
+ *   products (cuBLASLt's FP8 matmul, activations quantized too) are not built.
  *
  * Row-major operands map onto cuBLASLt's column-major ones without copies: a
  * row-major matrix with stride s is the column-major transpose with leading
@@ -256,6 +261,73 @@ uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size
     return UFORM_OK;
 }
 
+/* ---- E4M3 weights: codes [n, k], then the row scales (16-byte aligned) ---- */
+
+static size_t uform_e4m3_scales_at(size_t n, size_t k) { return (n * k + 15) & ~(size_t)15; }
+
+uform_status_t uform_cuda_pack_e4m3(uform_backend_t *b, const uint8_t *codes, const float *scales, size_t n,
+                                    size_t k, uform_packed_t *packed) {
+    memset(packed, 0, sizeof(*packed));
+    size_t at = uform_e4m3_scales_at(n, k), bytes = at + n * sizeof(float);
+    uint8_t *data = (uint8_t *)uform_cuda_alloc(b, bytes);
+    if (!data) return UFORM_OUT_OF_MEMORY;
+    uform_cuda_upload(b, data, codes, n * k);
+    uform_cuda_upload(b, data + at, scales, n * sizeof(float));
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    if (context->failure != UFORM_OK) {
+        uform_cuda_free(b, data);
+        return uform_cuda_synchronize(b);
+    }
+    packed->n = n;
+    packed->k = k;
+    packed->data = data;
+    packed->bytes = bytes;
+    packed->scalar = UFORM_SCALAR_E4M3;
+    return UFORM_OK;
+}
+
+uform_status_t uform_cuda_unpack_e4m3(uform_backend_t *b, const uform_packed_t *packed, uint8_t *codes,
+                                      float *scales) {
+    if (packed->scalar != UFORM_SCALAR_E4M3)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "unpack_e4m3: the matrix is not E4M3");
+    const uint8_t *data = (const uint8_t *)packed->data;
+    uform_cuda_download(b, codes, data, packed->n * packed->k);
+    uform_cuda_download(b, scales, data + uform_e4m3_scales_at(packed->n, packed->k), packed->n * sizeof(float));
+    return uform_cuda_synchronize(b);
+}
+
+/* OCP E4M3 (bias 7, no infinities, S.1111.111 NaN) as a float. */
+__device__ static inline float uform_e4m3_float(uint8_t code) {
+    unsigned exponent = (code >> 3) & 15u, mantissa = code & 7u;
+    float magnitude = exponent == 15 && mantissa == 7 ? NAN
+                      : exponent == 0                 ? ldexpf((float)mantissa, -9)
+                                                      : ldexpf((float)(8 + mantissa), (int)exponent - 10);
+    return code & 0x80u ? -magnitude : magnitude;
+}
+
+/* out[i, p] = bf16(e4m3(codes[i, p]) x scales[i]): exact. */
+__global__ static void uform_decode_e4m3_rows(const uint8_t *codes, const float *scales, size_t n, size_t k,
+                                              __nv_bfloat16 *out) {
+    size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < n * k; index += (size_t)gridDim.x * blockDim.x)
+        out[index] = __float2bfloat16_rn(uform_e4m3_float(codes[index]) * scales[index / k]);
+}
+
+/* An E4M3 matrix decoded to BF16 into the context's weight scratch; NULL on
+ * failure (recorded). */
+static const __nv_bfloat16 *uform_cuda_e4m3_weights(uform_backend_t *b, const uform_packed_t *packed) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t n = packed->n, k = packed->k;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, &context->bf16_weights,
+                                                          n * k * sizeof(__nv_bfloat16), "E4M3 weights as BF16");
+    if (!out) return NULL;
+    const uint8_t *data = (const uint8_t *)packed->data;
+    UFORM_LAUNCH(uform_decode_e4m3_rows, uform_cuda_blocks(n * k, 256), 256, context->stream)(
+        data, (const float *)(data + uform_e4m3_scales_at(n, k)), n, k, out);
+    uform_cuda_launched(b, "E4M3 weights as BF16");
+    return out;
+}
+
 void uform_cuda_packed_free(uform_backend_t *b, uform_packed_t *packed) {
     if (packed->data) uform_cuda_free(b, packed->data);
     memset(packed, 0, sizeof(*packed));
@@ -286,8 +358,8 @@ void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float 
                        size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     const uform_packed_t *packed = (const uform_packed_t *)w->packed;
-    if (!w->dense && packed->scalar != UFORM_SCALAR_BF16) {
-        uform_cuda_record(b, UFORM_UNSUPPORTED, "linear", "E4M3 weights are not built yet on the CUDA backend");
+    if (!w->dense && packed->scalar != UFORM_SCALAR_BF16 && packed->scalar != UFORM_SCALAR_E4M3) {
+        uform_cuda_record(b, UFORM_INVALID_ARGUMENT, "linear", "packed weights neither BF16 nor E4M3");
         return;
     }
     if (!rows) return;
@@ -297,8 +369,10 @@ void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float 
     }
     /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
     const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, x_stride, rows, w->k);
-    const void *w16 = w->dense ? uform_cuda_bf16_rows(b, &context->bf16_weights, w->dense, w->k, w->n, w->k)
-                               : packed->data;
+    const void *w16 = w->dense                               ? uform_cuda_bf16_rows(b, &context->bf16_weights, w->dense,
+                                                                                      w->k, w->n, w->k)
+                      : packed->scalar == UFORM_SCALAR_E4M3 ? uform_cuda_e4m3_weights(b, packed)
+                                                              : packed->data;
     if (!x16 || !w16) return;
     uform_cuda_product(b, rows, w->n, w->k, x16, w->k, false, w16, w->k, true, bias, accumulate, y, y_stride,
                        true);

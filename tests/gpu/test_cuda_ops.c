@@ -199,6 +199,53 @@ static void test_packed(backends_t *b, size_t rows, size_t n, size_t k) {
     free(x), free(bias), free(y), free(w), free(x16);
 }
 
+/* E4M3 weights (codes, and a power-of-two scale per row; NaN codes left
+ * out, the quantizer never writes them): decoded exactly on both sides, so
+ * the tolerance is the BF16 products' (1e-4, test_packed); unpack gives back
+ * the bytes packed. */
+static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
+    float *x = random_floats(rows * k, 1), *bias = random_floats(n, 1), *y = random_floats(rows * n, 1);
+    uint8_t *codes = malloc(n * k), *codes_back = malloc(n * k);
+    float *scales = malloc(n * sizeof(float)), *scales_back = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n * k; i++) {
+        random_float();
+        codes[i] = (uint8_t)(state >> 24);
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;
+    }
+    for (size_t i = 0; i < n; i++) scales[i] = ldexpf(1.0f, -8 - (int)(i % 5));
+    float *x16 = malloc(rows * k * sizeof(float));
+    for (size_t i = 0; i < rows * k; i++) x16[i] = uform_bf16_to_f32(uform_f32_to_bf16(x[i]));
+    uform_packed_t cpu_packed, gpu_packed;
+    bool packed = b->cpu.ops->pack_e4m3(&b->cpu, codes, scales, n, k, &cpu_packed) == UFORM_OK &&
+                  b->gpu.ops->pack_e4m3(&b->gpu, codes, scales, n, k, &gpu_packed) == UFORM_OK;
+    bool back = packed && b->gpu.ops->unpack_e4m3(&b->gpu, &gpu_packed, codes_back, scales_back) == UFORM_OK &&
+                memcmp(codes, codes_back, n * k) == 0 && memcmp(scales, scales_back, n * sizeof(float)) == 0;
+    printf("| %-34s | %8zu | %10s | %10s | %s |\n", "pack_e4m3, unpack_e4m3", n * k, "", "",
+           back ? "ok" : packed ? "FAIL" : uform_last_error());
+    back ? passed++ : failed++;
+    if (packed) {
+        float *gx = on_gpu(b, x, rows * k * 4), *gbias = on_gpu(b, bias, n * 4), *gy = on_gpu(b, y, rows * n * 4);
+        uform_weight_t cw = {&cpu_packed, NULL, n, k}, gw = {&gpu_packed, NULL, n, k};
+        b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, bias, true, y, n);
+        b->gpu.ops->linear(&b->gpu, &gw, gx, k, rows, gbias, true, gy, n);
+        compare(b, "linear E4M3 +bias +=", y, gy, rows * n, 1e-4);
+        /* one-hot rows read the decoded weights back exactly: every code's value */
+        float *eye = calloc(k * k, sizeof(float)), *w_cpu = malloc(k * n * sizeof(float));
+        for (size_t p = 0; p < k; p++) eye[p * k + p] = 1.0f;
+        float *geye = on_gpu(b, eye, k * k * 4), *gw_out = on_gpu(b, NULL, k * n * 4);
+        b->cpu.ops->linear(&b->cpu, &cw, eye, k, k, NULL, false, w_cpu, n);
+        b->gpu.ops->linear(&b->gpu, &gw, geye, k, k, NULL, false, gw_out, n);
+        compare(b, "E4M3 decoded weights (exact)", w_cpu, gw_out, k * n, 0);
+        b->gpu.ops->free(&b->gpu, geye), b->gpu.ops->free(&b->gpu, gw_out);
+        free(eye), free(w_cpu);
+        b->cpu.ops->packed_free(&b->cpu, &cpu_packed);
+        b->gpu.ops->packed_free(&b->gpu, &gpu_packed);
+        void *all[] = {gx, gbias, gy};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    }
+    free(x), free(bias), free(y), free(codes), free(codes_back), free(scales), free(scales_back), free(x16);
+}
+
 /* download_rows: the same bytes as the CPU's for every scalar (the CUDA
  * backend converts on the host with the CPU's code). */
 static void test_download_rows(backends_t *b, size_t rows, size_t width) {
@@ -790,6 +837,7 @@ int main(void) {
     test_linear_backward(&b, 700, 48, 64, 0);   /* the bias gradient's column sums over 3 chunks of rows */
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
+    test_packed_e4m3(&b, 37, 96, 64);
     test_download_rows(&b, 13, 40);
     test_choices(&b, 128);
     test_rows(&b, 29, 192);

@@ -569,5 +569,8 @@ uform_status_t uform_model_quantized_matrix(const uform_model_t *model, const ch
     if (!codes || !scales)
         return uform_fail(UFORM_INVALID_ARGUMENT, "codes, scales: give both or neither");
     uform_backend_t backend = uform_model_backend(model, NULL);
-    return backend.ops->unpack_e4m3(&backend, packed, codes, scales);
+    if (backend.ops->acquire) backend.ops->acquire(&backend);   /* a device's: its copies run on its stream */
+    uform_status_t status = backend.ops->unpack_e4m3(&backend, packed, codes, scales);
+    if (backend.ops->release) backend.ops->release(&backend);
+    return status;
 }
