@@ -113,8 +113,6 @@ __global__ static void uform_choices_totals(uform_choices_layout_t l, size_t cou
     *l.total = total;
 }
 
-static size_t uform_align8(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
-
 void uform_cuda_choices_loss(uform_backend_t *b, const uform_choices_batch_t *batch, const float *bytes_table,
                              const float *bytes_bias, const float *log_temperature, float scale, double *loss_sum,
                              float *d_states, float *d_bytes_table, float *d_bytes_bias, float *d_log_temperature) {
@@ -128,8 +126,8 @@ void uform_cuda_choices_loss(uform_backend_t *b, const uform_choices_batch_t *ba
     }
     /* the host part of the block */
     size_t host_words = (count + 1) + count + total + (UFORM_BYTES + 1) + 2 * total;
-    size_t host_bytes = uform_align8(host_words * sizeof(uint32_t) + total * sizeof(float));
-    size_t block_bytes = host_bytes + uform_align8(total * sizeof(float)) + (2 * count + 1) * sizeof(double);
+    size_t host_bytes = uform_cuda_align8(host_words * sizeof(uint32_t) + total * sizeof(float));
+    size_t block_bytes = host_bytes + uform_cuda_align8(total * sizeof(float)) + (2 * count + 1) * sizeof(double);
     uint32_t *host = (uint32_t *)calloc(1, host_bytes);
     uint8_t *device = (uint8_t *)uform_cuda_grow(b, &context->choices_loss, block_bytes, "choices loss");
     if (!host || !device) {
@@ -176,7 +174,7 @@ void uform_cuda_choices_loss(uform_backend_t *b, const uform_choices_batch_t *ba
     l.entry_items = l.entry_choices + total;
     l.targets = (const float *)(l.entry_items + total);
     l.dlogit = (float *)(device + host_bytes);
-    l.item_loss = (double *)(device + host_bytes + uform_align8(total * sizeof(float)));
+    l.item_loss = (double *)(device + host_bytes + uform_cuda_align8(total * sizeof(float)));
     l.item_dlogt = l.item_loss + count;
     l.total = l.item_dlogt + count;
 

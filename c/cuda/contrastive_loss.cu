@@ -220,13 +220,11 @@ __global__ static void uform_contrastive_finish(uform_contrastive_layout_t l, si
     }
 }
 
-static size_t uform_align8(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
-
 /* a * b + c bytes, or SIZE_MAX on overflow */
 static size_t uform_bytes(size_t a, size_t b, size_t c) {
     size_t product;
     if (c > SIZE_MAX / 2 || !uform_mul_ok(a, b, &product) || product > SIZE_MAX / 2 - c) return SIZE_MAX;
-    return uform_align8(product + c);
+    return uform_cuda_align8(product + c);
 }
 
 uform_status_t uform_cuda_contrastive_loss(uform_backend_t *b, const uform_contrastive_config_t *config,
@@ -270,7 +268,7 @@ uform_status_t uform_cuda_contrastive_loss(uform_backend_t *b, const uform_contr
     size_t groups_at = host_bytes;
     host_bytes = uform_bytes(batch->groups ? n : 0, sizeof(uint32_t), host_bytes);
     size_t rules_at = host_bytes;
-    host_bytes = uform_align8(host_bytes + rules_bytes);
+    host_bytes = uform_cuda_align8(host_bytes + rules_bytes);
     size_t scratch_bytes = uform_bytes(3 * n + widest, sizeof(double), n);
     size_t at[6], total = host_bytes;
     const size_t sizes[6][2] = {

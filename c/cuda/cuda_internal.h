@@ -114,6 +114,9 @@ static inline void uform_cuda_launched(uform_backend_t *b, const char *what) {
     uform_cuda_ok(b, cudaGetLastError(), what);
 }
 
+/* bytes rounded up to a multiple of 8 (the offsets of a layout's doubles) */
+static inline size_t uform_cuda_align8(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
+
 static inline unsigned uform_cuda_blocks(size_t count, unsigned threads) {
     size_t blocks = (count + threads - 1) / threads;
     return (unsigned)(blocks < 65535u * 32u ? (blocks ? blocks : 1) : 65535u * 32u);

@@ -241,15 +241,18 @@ void uform_cuda_gemm(uform_backend_t *b, size_t m, size_t n, size_t k, uform_mat
 
 /* ---- packed (BF16) weights ---- */
 
-uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
-                               uform_packed_t *packed) {
+/* A packed matrix of `bytes` device bytes: `first_bytes` from first at 0 and
+ * `second_bytes` from second (NULL: none) at second_at. */
+static uform_status_t uform_cuda_packed_upload(uform_backend_t *b, size_t n, size_t k, uform_scalar_t scalar,
+                                               size_t bytes, const void *first, size_t first_bytes,
+                                               const void *second, size_t second_at, size_t second_bytes,
+                                               uform_packed_t *packed) {
     memset(packed, 0, sizeof(*packed));
-    size_t bytes = n * k * sizeof(uint16_t);
-    void *data = uform_cuda_alloc(b, bytes);
+    uint8_t *data = (uint8_t *)uform_cuda_alloc(b, bytes);
     if (!data) return UFORM_OUT_OF_MEMORY;
-    uform_cuda_upload(b, data, weights, bytes);
-    uform_cuda_context_t *context = uform_cuda_context(b);
-    if (context->failure != UFORM_OK) {
+    uform_cuda_upload(b, data, first, first_bytes);
+    if (second) uform_cuda_upload(b, data + second_at, second, second_bytes);
+    if (uform_cuda_context(b)->failure != UFORM_OK) {
         uform_cuda_free(b, data);
         return uform_cuda_synchronize(b);
     }
@@ -257,8 +260,14 @@ uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size
     packed->k = k;
     packed->data = data;
     packed->bytes = bytes;
-    packed->scalar = UFORM_SCALAR_BF16;
+    packed->scalar = scalar;
     return UFORM_OK;
+}
+
+uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size_t n, size_t k,
+                               uform_packed_t *packed) {
+    size_t bytes = n * k * sizeof(uint16_t);
+    return uform_cuda_packed_upload(b, n, k, UFORM_SCALAR_BF16, bytes, weights, bytes, NULL, 0, 0, packed);
 }
 
 /* ---- E4M3 weights: codes [n, k], then the row scales (16-byte aligned) ---- */
@@ -267,23 +276,9 @@ static size_t uform_e4m3_scales_at(size_t n, size_t k) { return (n * k + 15) & ~
 
 uform_status_t uform_cuda_pack_e4m3(uform_backend_t *b, const uint8_t *codes, const float *scales, size_t n,
                                     size_t k, uform_packed_t *packed) {
-    memset(packed, 0, sizeof(*packed));
-    size_t at = uform_e4m3_scales_at(n, k), bytes = at + n * sizeof(float);
-    uint8_t *data = (uint8_t *)uform_cuda_alloc(b, bytes);
-    if (!data) return UFORM_OUT_OF_MEMORY;
-    uform_cuda_upload(b, data, codes, n * k);
-    uform_cuda_upload(b, data + at, scales, n * sizeof(float));
-    uform_cuda_context_t *context = uform_cuda_context(b);
-    if (context->failure != UFORM_OK) {
-        uform_cuda_free(b, data);
-        return uform_cuda_synchronize(b);
-    }
-    packed->n = n;
-    packed->k = k;
-    packed->data = data;
-    packed->bytes = bytes;
-    packed->scalar = UFORM_SCALAR_E4M3;
-    return UFORM_OK;
+    size_t at = uform_e4m3_scales_at(n, k);
+    return uform_cuda_packed_upload(b, n, k, UFORM_SCALAR_E4M3, at + n * sizeof(float), codes, n * k, scales, at,
+                                    n * sizeof(float), packed);
 }
 
 uform_status_t uform_cuda_unpack_e4m3(uform_backend_t *b, const uform_packed_t *packed, uint8_t *codes,

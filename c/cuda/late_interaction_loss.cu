@@ -199,8 +199,6 @@ __global__ static void uform_late_documents(uform_late_layout_t l, const float *
     }
 }
 
-static size_t uform_align8(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
-
 uform_status_t uform_cuda_late_interaction_loss(uform_backend_t *b, const uform_contrastive_config_t *relations_config,
                                                 uform_pair_loss_form_t form, const uform_late_batch_t *batch,
                                                 float log_inverse_temperature, float bias, float weight, float *loss,
@@ -230,15 +228,15 @@ uform_status_t uform_cuda_late_interaction_loss(uform_backend_t *b, const uform_
     /* The host's part: state, 4 A + 4 K sizes, tokens' anchors, items'
      * document flags, rules; then the device's. */
     size_t host_bytes = sizeof(uform_late_state_t) + (4 * anchors + 4 * documents) * sizeof(size_t);
-    size_t token_at = host_bytes, flags_at = uform_align8(token_at + tokens * sizeof(uint32_t));
-    size_t rules_at = uform_align8(flags_at + n);
-    host_bytes = uform_align8(rules_at + rules_bytes);
-    size_t scratch_bytes = uform_align8(n * (sizeof(double) + 1));
-    size_t winners_at = host_bytes, maxsim_at = uform_align8(winners_at + winners * sizeof(uint32_t));
+    size_t token_at = host_bytes, flags_at = uform_cuda_align8(token_at + tokens * sizeof(uint32_t));
+    size_t rules_at = uform_cuda_align8(flags_at + n);
+    host_bytes = uform_cuda_align8(rules_at + rules_bytes);
+    size_t scratch_bytes = uform_cuda_align8(n * (sizeof(double) + 1));
+    size_t winners_at = host_bytes, maxsim_at = uform_cuda_align8(winners_at + winners * sizeof(uint32_t));
     size_t rows_at = maxsim_at + 2 * pairs * sizeof(double), scored_at = rows_at + 3 * anchors * sizeof(double);
-    size_t forces_at = uform_align8(scored_at + anchors);
-    size_t packed_at = uform_align8(forces_at + anchors * documents * sizeof(float));
-    size_t scratch_at = uform_align8(packed_at + packed * sizeof(float));
+    size_t forces_at = uform_cuda_align8(scored_at + anchors);
+    size_t packed_at = uform_cuda_align8(forces_at + anchors * documents * sizeof(float));
+    size_t scratch_at = uform_cuda_align8(packed_at + packed * sizeof(float));
     size_t total = scratch_at + blocks * scratch_bytes;
     uint8_t *host = (uint8_t *)calloc(1, host_bytes);
     if (!host) return uform_fail(UFORM_OUT_OF_MEMORY, "late_interaction_loss: its host layout");
