@@ -18,26 +18,6 @@
 
 #include <math.h>
 
-/* Every tensor of every buffer of the two trainers, equal bit for bit. */
-static bool same_state(const uform_trainer_t *a, const uform_trainer_t *b, const char *const *names,
-                       size_t names_count) {
-    for (size_t n = 0; n < names_count; n++)
-        for (uint32_t which = 0; which < 4; which++) {
-            size_t count = 0;
-            if (uform_trainer_tensor(a, names[n], which, NULL, &count) != UFORM_OK) return false;
-            float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
-            bool same = uform_trainer_tensor(a, names[n], which, x, &count) == UFORM_OK &&
-                        uform_trainer_tensor(b, names[n], which, y, &count) == UFORM_OK &&
-                        memcmp(x, y, count * sizeof(float)) == 0;
-            free(x), free(y);
-            if (!same) {
-                printf("FAIL: \"%s\" buffer %u differs\n", names[n], which);
-                return false;
-            }
-        }
-    return true;
-}
-
 /* Whether the run has late interaction and choices (test_objective sets it):
  * every item then carries the shared choices "abcd", the first one right. */
 static bool with_terms;

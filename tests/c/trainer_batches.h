@@ -10,6 +10,8 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ITEMS 8
@@ -106,6 +108,26 @@ static inline void mixed_make(mixed_t *m, unsigned seed) {
         m->offsets[i + 1] = m->offsets[i] + size;
     }
     m->tape = (uform_tape_t){m->data, m->offsets[ITEMS], m->offsets, ITEMS};
+}
+
+/* Every tensor of every buffer of the two trainers, equal bit for bit. */
+static inline bool same_state(const uform_trainer_t *a, const uform_trainer_t *b, const char *const *names,
+                              size_t names_count) {
+    for (size_t n = 0; n < names_count; n++)
+        for (uint32_t which = 0; which < 4; which++) {
+            size_t count = 0;
+            if (uform_trainer_tensor(a, names[n], which, NULL, &count) != UFORM_OK) return false;
+            float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
+            bool same = uform_trainer_tensor(a, names[n], which, x, &count) == UFORM_OK &&
+                        uform_trainer_tensor(b, names[n], which, y, &count) == UFORM_OK &&
+                        memcmp(x, y, count * sizeof(float)) == 0;
+            free(x), free(y);
+            if (!same) {
+                printf("FAIL: \"%s\" buffer %u differs\n", names[n], which);
+                return false;
+            }
+        }
+    return true;
 }
 
 #endif /* UFORM_TESTS_TRAINER_BATCHES_H */

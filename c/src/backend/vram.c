@@ -283,12 +283,14 @@ uform_status_t uform_trainer_init_vram(uform_executor_t *executor, const uform_t
         return uform_fail(UFORM_INVALID_ARGUMENT,
                           "executor: a RAM executor cannot run a VRAM trainer; make one with Executor.for_vram "
                           "listing the GPU");
-    if (devices->count > 1)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "Trainer.init_vram: one replica per GPU over %zu GPUs is not built yet; give an "
-                          "executor of one GPU (docs/gpu.md)",
-                          devices->count);
-    return uform_trainer_init_on_device(executor, options, &devices->devices[0].backend, result);
+    if (devices->count == 1) return uform_trainer_init_on_device(executor, options, &devices->devices[0].backend, result);
+    /* a replica per GPU, stepping together (train/replica_group.c) */
+    uform_backend_t *backends = uform_alloc(devices->count, sizeof(uform_backend_t), "GPU backends");
+    if (!backends) return UFORM_OUT_OF_MEMORY;
+    for (size_t d = 0; d < devices->count; d++) backends[d] = devices->devices[d].backend;
+    uform_status_t status = uform_trainer_init_on_devices(executor, options, backends, devices->count, result);
+    free(backends);
+    return status;
 #else
     (void)executor, (void)options;
     return uform_no_cuda("Trainer.init_vram");

@@ -182,9 +182,11 @@ uform_status_t uform_checkpoint_write(uform_trainer_t *t, const char *path,
     return status;
 }
 
-/* On a mesh host 0 writes and every host hears how it went (trainer_mesh.c). */
+/* On a mesh host 0 writes and every host hears how it went (trainer_mesh.c);
+ * over several GPUs, GPU 0's replica writes (replica_group.c). */
 uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
                                       const uform_progress_t *progress) {
+    if (t->group) return uform_group_save(t, path, progress);
     uform_trainer_hold(t);
     uform_status_t status =
         t->mesh ? uform_trainer_save_on_mesh(t, path, progress) : uform_checkpoint_write(t, path, progress);

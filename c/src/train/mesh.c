@@ -66,6 +66,11 @@ static void uform_list_host(char *list, size_t size, size_t host) {
  * others' notes, and name those that sent none, or the one that left the
  * mesh after its own failure (its note says why). */
 static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
+    if (m->local) {   /* threads of this process: the rank that broke it said why */
+        m->broken = true;
+        snprintf(m->broken_message, sizeof(m->broken_message), "%s", uform_local_message(m->local));
+        return uform_fail(UFORM_MESH, "%s", m->broken_message);
+    }
     char engine_message[384];
     snprintf(engine_message, sizeof(engine_message), "%s", uform_last_error());
     m->broken = true;
@@ -126,6 +131,14 @@ void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status) {
     char own[1024];   /* the caller's failure stays this thread's message */
     snprintf(own, sizeof(own), "%s", uform_last_error());
     m->broken = true;
+    if (m->local) {
+        snprintf(m->broken_message, sizeof(m->broken_message),
+                 "the trainer's GPU %zu (of %zu) failed mid-step, so its GPUs no longer hold the same "
+                 "run; free the trainer and resume from the last checkpoint: %.800s", m->host, m->hosts, own);
+        uform_local_break(m->local, m->broken_message);
+        uform_set_error_text(own);
+        return;
+    }
     snprintf(m->broken_message, sizeof(m->broken_message),
              "mesh: this host (%zu of %zu) left the mesh mid-step after its own failure: %.900s", m->host, m->hosts,
              own);
@@ -139,7 +152,9 @@ void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status) {
 
 static uform_status_t uform_mesh_usable(const uform_mesh_t *m) {
     if (m->broken)
-        return uform_fail(UFORM_MESH, "%s (the mesh is broken: bootstrap a new one)", m->broken_message);
+        return uform_fail(UFORM_MESH, "%s (%s)", m->broken_message,
+                          m->local ? "the trainer is broken: free it and resume from the last checkpoint"
+                                   : "the mesh is broken: bootstrap a new one");
     return UFORM_OK;
 }
 
@@ -153,8 +168,9 @@ uform_status_t uform_mesh_allgatherv(uform_mesh_t *m, const void *in, const size
         memmove(out, in, counts[0]);
         return UFORM_OK;
     }
-    if (uform_gloo_allgatherv(m->engine, in, counts, m->hosts, out, m->timeout_ms) != UFORM_OK)
-        return uform_mesh_broke(m);
+    uform_status_t status = m->local ? uform_local_allgatherv(m->local, m->host, in, counts, out)
+                                     : uform_gloo_allgatherv(m->engine, in, counts, m->hosts, out, m->timeout_ms);
+    if (status != UFORM_OK) return uform_mesh_broke(m);
     return UFORM_OK;
 }
 
@@ -170,7 +186,9 @@ uform_status_t uform_mesh_allgather(uform_mesh_t *m, const void *in, size_t byte
 uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, size_t count) {
     UFORM_TRY(uform_mesh_usable(m));
     if (m->hosts == 1 || count == 0) return UFORM_OK;
-    if (uform_gloo_sum(m->engine, values, count, m->timeout_ms) != UFORM_OK) return uform_mesh_broke(m);
+    uform_status_t status = m->local ? uform_local_sum(m->local, m->host, values, count)
+                                     : uform_gloo_sum(m->engine, values, count, m->timeout_ms);
+    if (status != UFORM_OK) return uform_mesh_broke(m);
     return UFORM_OK;
 }
 

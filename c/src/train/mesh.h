@@ -33,6 +33,9 @@ struct uform_mesh {
     char **names;               /* [hosts] host names, as each host reported its own */
     size_t rank, ranks;
     void *engine;               /* the Gloo context (mesh_gloo.cc); NULL once closed */
+    /* Instead of Gloo: the threads of one process, this view being rank `host`
+     * (mesh_local.c: the replicas of a trainer over several GPUs). */
+    struct uform_local_ranks *local;
     bool broken;                /* a collective failed: every later call fails */
     char broken_message[1024];
     atomic_flag taken;          /* a trainer uses the mesh */
@@ -64,5 +67,26 @@ UFORM_INTERNAL void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status);
 /* A trainer takes the mesh for its life (one trainer per mesh at a time). */
 UFORM_INTERNAL uform_status_t uform_mesh_take(uform_mesh_t *m, uform_executor_t *executor);
 UFORM_INTERNAL void uform_mesh_release(uform_mesh_t *m);
+
+/* ---- ranks that are threads of one process (mesh_local.c) ---- */
+
+typedef struct uform_local_ranks uform_local_ranks_t;
+UFORM_INTERNAL uform_status_t uform_local_ranks_new(size_t ranks, uform_local_ranks_t **result);
+UFORM_INTERNAL void uform_local_ranks_free(uform_local_ranks_t *engine);
+/* As the Gloo calls, for rank `rank`; UFORM_MESH with the break's message
+ * once a rank broke the engine. */
+UFORM_INTERNAL uform_status_t uform_local_allgatherv(uform_local_ranks_t *engine, size_t rank,
+                                                     const void *in, const size_t *counts, void *out);
+UFORM_INTERNAL uform_status_t uform_local_sum(uform_local_ranks_t *engine, size_t rank, float *values,
+                                              size_t count);
+/* A rank failed where the others wait (or will): every collective under way
+ * or to come fails with `message` (the first break's). */
+UFORM_INTERNAL void uform_local_break(uform_local_ranks_t *engine, const char *message);
+UFORM_INTERNAL const char *uform_local_message(uform_local_ranks_t *engine);
+/* `ranks` mesh views over one new engine, view r being rank r. */
+UFORM_INTERNAL uform_status_t uform_mesh_local_views(uform_executor_t *executor, size_t ranks,
+                                                     uform_mesh_t ***views, uform_local_ranks_t **engine);
+UFORM_INTERNAL void uform_mesh_local_views_free(uform_mesh_t **views, size_t ranks,
+                                                uform_local_ranks_t *engine);
 
 #endif /* UFORM_MESH_H */

@@ -45,7 +45,10 @@ static uform_status_t uform_check_diverged(uform_trainer_t *t, const float *devi
     return status;
 }
 
+/* given_tokens: the batch's media tokens, tokenized by the caller (a replica
+ * of several GPUs: replica_group.c) and kept by it; NULL: tokenized here. */
 static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                              uform_media_tokens_t *given_tokens,
                                               uform_arena_t *arena, bool arena_held,
                                               uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
                                               uform_trainer_step_stats_t *stats) {
@@ -61,8 +64,8 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
                             (int)outputs_scalar);
     size_t count = status == UFORM_OK ? batch->contents.count : 0, replicas = 1;
     uform_executor_memory_domains(t->executor, &replicas);
-    uform_media_tokens_t *tokens = NULL;
-    if (status == UFORM_OK) status = uform_tokenize_media(t, batch, &tokens);
+    uform_media_tokens_t *tokens = given_tokens;
+    if (status == UFORM_OK && !given_tokens) status = uform_tokenize_media(t, batch, &tokens);
     size_t *lengths = NULL;
     uform_replica_t *replica = NULL;
     if (status == UFORM_OK) {
@@ -74,7 +77,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     status = uform_world_agree(wd, status, step);
     if (status != UFORM_OK) {
         free(lengths), free(replica);
-        uform_tokens_free(tokens, count);
+        if (!given_tokens) uform_tokens_free(tokens, count);
         uform_world_free(wd);
         return status;
     }
@@ -84,11 +87,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     size_t *kept = lengths + count, *row = kept + count, *index = row + count;
     size_t *row_used = index + count;
     uint32_t *bags_seen = (uint32_t *)(row_used + t->limits.rows + 1); /* count words fit in count size_t */
-    /* an item with choices carries MASK after its bytes (section 10) */
-    for (size_t i = 0; i < count; i++)
-        lengths[i] = batch->modalities[i] != UFORM_MODALITY_TEXT
-                         ? tokens[i].rows
-                         : offsets[i + 1] - offsets[i] + (uform_has_choices(batch, i) ? 1 : 0);
+    uform_item_lengths(batch, tokens, lengths);
 
     /* Items to replicas by token count, then each replica packs its own rows. */
     uform_split_by_tokens(lengths, count, t->limits.columns, replica, replicas);
@@ -439,9 +438,20 @@ done:
     if (media_rows)
         for (size_t k = 0; k < 4 * replicas; k++) uform_media_rows_free(&media_rows[k], b);
     free(media_rows);
-    uform_tokens_free(tokens, count);
+    if (!given_tokens) uform_tokens_free(tokens, count);
     free(ids);
     free(chosen);
+    return status;
+}
+
+uform_status_t uform_trainer_step_tokens(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                        uform_media_tokens_t *tokens, uform_arena_t *arena,
+                                        bool arena_held, uform_scalar_t outputs_scalar,
+                                        uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
+    uform_trainer_hold(t);
+    uform_status_t status =
+        uform_trainer_step_body(t, batch, tokens, arena, arena_held, outputs_scalar, embeddings_out, stats);
+    uform_trainer_unhold(t);
     return status;
 }
 
@@ -449,11 +459,8 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                                       uform_arena_t *arena, bool arena_held,
                                       uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
                                       uform_trainer_step_stats_t *stats) {
-    uform_trainer_hold(t);
-    uform_status_t status =
-        uform_trainer_step_body(t, batch, arena, arena_held, outputs_scalar, embeddings_out, stats);
-    uform_trainer_unhold(t);
-    return status;
+    if (t->group) return uform_group_step(t, batch, arena, arena_held, outputs_scalar, embeddings_out, stats);
+    return uform_trainer_step_tokens(t, batch, NULL, arena, arena_held, outputs_scalar, embeddings_out, stats);
 }
 
 uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,

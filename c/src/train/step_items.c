@@ -79,7 +79,8 @@ uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trai
     if (!b) return uform_fail(UFORM_INVALID_ARGUMENT, "batch: NULL");
     const uform_tape_t *tape = &b->contents;
     size_t count = tape->count;
-    if (count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: the batch is empty");
+    /* A host of a mesh (or a GPU's replica) may have no items when others do. */
+    if (world_count == 0) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: the batch is empty");
     if (!tape->offsets) return uform_fail(UFORM_INVALID_ARGUMENT, "contents: offsets are NULL");
     if (!b->modalities) return uform_fail(UFORM_INVALID_ARGUMENT, "modalities: NULL");
     for (size_t i = 0; i < count; i++) {
@@ -219,6 +220,16 @@ void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept
     }
     w->rows = replica->rows;
     w->items = replica->items;
+}
+
+void uform_item_lengths(const uform_trainer_batch_t *batch, const uform_media_tokens_t *tokens,
+                        size_t *lengths) {
+    const size_t *offsets = batch->contents.offsets;
+    /* an item with choices carries MASK after its bytes (section 10) */
+    for (size_t i = 0; i < batch->contents.count; i++)
+        lengths[i] = batch->modalities[i] != UFORM_MODALITY_TEXT
+                         ? tokens[i].rows
+                         : offsets[i + 1] - offsets[i] + (uform_has_choices(batch, i) ? 1 : 0);
 }
 
 bool uform_has_choices(const uform_trainer_batch_t *batch, size_t i) {

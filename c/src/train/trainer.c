@@ -5,7 +5,8 @@
  *
  * Scope: text, image, video and audio items; the MASKED, CONTRASTIVE and JOINT
  * objectives with late interaction and calibrated choices; one replica per memory
- * domain of the executor, data parallel (step.c). GPUs answer UFORM_UNSUPPORTED. */
+ * domain of the executor, data parallel (step.c). One GPU: the same trainer on
+ * the GPU's backend; several: one such trainer per GPU (replica_group.c). */
 #include "train/trainer_internal.h"
 #include "train/trainer_on_device.h"
 
@@ -26,11 +27,11 @@ void uform_trainer_leave(const uform_trainer_t *t) {
 /* A device backend is held (backend.h: acquire) by the thread that runs a
  * call's work, which for a submitted call is not the one that entered. */
 void uform_trainer_hold(uform_trainer_t *t) {
-    if (t->backend.ops->acquire) t->backend.ops->acquire(&t->backend);
+    if (t->backend.ops && t->backend.ops->acquire) t->backend.ops->acquire(&t->backend);
 }
 
 void uform_trainer_unhold(uform_trainer_t *t) {
-    if (t->backend.ops->release) t->backend.ops->release(&t->backend);
+    if (t->backend.ops && t->backend.ops->release) t->backend.ops->release(&t->backend);
 }
 
 static size_t uform_add_slot(uform_trainer_t *t, const char *name, size_t rows, size_t cols,
@@ -162,6 +163,7 @@ static void uform_initialise(uform_trainer_t *t, const uform_host_state_t *h,
 
 void uform_trainer_free(uform_trainer_t *t) {
     if (!t) return;
+    uform_group_free(t->group);
     uform_mesh_release(t->mesh);
     uform_backend_t *b = &t->backend;
     if (b->ops) {   /* set before anything of its memory is taken */
@@ -480,8 +482,9 @@ static const uform_slot_t *uform_find_slot(const uform_trainer_t *t, const char 
     return NULL;
 }
 
-static uform_status_t uform_trainer_tensor_held(const uform_trainer_t *t, const char *name, uint32_t which,
-                                               float *values, size_t *count) {
+uform_status_t uform_trainer_tensor_held(const uform_trainer_t *t, const char *name, uint32_t which,
+                                        float *values, size_t *count) {
+    if (t->group) return uform_group_tensor(t, name, which, values, count);
     const uform_slot_t *slot = uform_find_slot(t, name);
     if (!slot) return uform_fail(UFORM_INVALID_ARGUMENT, "name: the run has no tensor \"%s\"", name);
     if (which > 3) return uform_fail(UFORM_INVALID_ARGUMENT, "which: %u is not 0..3", which);

@@ -93,6 +93,10 @@ struct uform_trainer {
     /* On a mesh, a device trainer's gradients pass through host memory to be
      * summed (step_world.c): [count] floats, taken at the first step. */
     float *mesh_gradients;
+    /* Several GPUs: this handle holds a replica per GPU, each a one-GPU
+     * trainer, and every verb goes to them (replica_group.c); then nothing
+     * above but executor and busy is set. NULL otherwise. */
+    struct uform_replica_group *group;
 };
 
 
@@ -204,6 +208,27 @@ UFORM_INTERNAL uform_status_t uform_trainer_step_held(uform_trainer_t *t,
 UFORM_INTERNAL uform_status_t uform_trainer_save_held(uform_trainer_t *t, const char *path,
                                                       const uform_progress_t *progress);
 UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
+/* step.c: a step of a one-backend trainer whose caller tokenized the batch's
+ * media (tokens: one per item, kept by the caller; NULL for text only). */
+UFORM_INTERNAL uform_status_t uform_trainer_step_tokens(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                                        uform_media_tokens_t *tokens, uform_arena_t *arena,
+                                                        bool arena_held, uform_scalar_t outputs_scalar,
+                                                        uform_encoded_t *embeddings_out,
+                                                        uform_trainer_step_stats_t *stats);
+UFORM_INTERNAL uform_status_t uform_trainer_tensor_held(const uform_trainer_t *t, const char *name,
+                                                        uint32_t which, float *values, size_t *count);
+
+/* replica_group.c: the verbs of a trainer over several GPUs. */
+typedef struct uform_replica_group uform_replica_group_t;
+UFORM_INTERNAL uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
+                                               uform_arena_t *arena, bool arena_held,
+                                               uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
+                                               uform_trainer_step_stats_t *stats);
+UFORM_INTERNAL uform_status_t uform_group_save(uform_trainer_t *t, const char *path,
+                                               const uform_progress_t *progress);
+UFORM_INTERNAL uform_status_t uform_group_tensor(const uform_trainer_t *t, const char *name, uint32_t which,
+                                                 float *values, size_t *count);
+UFORM_INTERNAL void uform_group_free(uform_replica_group_t *group);
 /* Hold and let go of the trainer's backend around a call's work, on the thread
  * that does it (nothing on the CPU backend). */
 UFORM_INTERNAL void uform_trainer_hold(uform_trainer_t *t);
@@ -247,6 +272,10 @@ UFORM_INTERNAL void uform_replica_layout(const uform_trainer_batch_t *batch, con
                                          size_t row_base, const uform_media_tokens_t *tokens,
                                          uform_replica_t *replica);
 UFORM_INTERNAL bool uform_has_choices(const uform_trainer_batch_t *batch, size_t i);
+/* Each item's rows before truncation: its bytes (and MASK after a question
+ * with choices), or its media tokens. */
+UFORM_INTERNAL void uform_item_lengths(const uform_trainer_batch_t *batch, const uform_media_tokens_t *tokens,
+                                       size_t *lengths);
 /* Item i's number of choices, where its bytes and its targets start (one
  * entry per item, or one shared by all: step_items.c). */
 UFORM_INTERNAL size_t uform_item_choices(const uform_trainer_batch_t *batch, size_t i, size_t *bytes,

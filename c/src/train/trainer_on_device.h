@@ -15,4 +15,16 @@ UFORM_INTERNAL uform_status_t uform_trainer_init_on_device(uform_executor_t *exe
                                                            const uform_backend_t *device,
                                                            uform_trainer_t **result);
 
+/* The same over several devices: a replica per device, each such a trainer,
+ * stepping together in one process (replica_group.c); one device is
+ * uform_trainer_init_on_device. Not on a mesh (UFORM_UNSUPPORTED). */
+UFORM_INTERNAL uform_status_t uform_trainer_init_on_devices(uform_executor_t *executor,
+                                                            const uform_trainer_options_t *options,
+                                                            const uform_backend_t *devices, size_t count,
+                                                            uform_trainer_t **result);
+
+/* Replica r of a trainer over several devices (r below their count), else NULL:
+ * for tests, which check that the replicas stay equal. */
+UFORM_INTERNAL uform_trainer_t *uform_trainer_replica(const uform_trainer_t *t, size_t r);
+
 #endif /* UFORM_TRAINER_ON_DEVICE_H */
