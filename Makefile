@@ -308,10 +308,11 @@ $(BUILD)/emulated/test_%: tests/gpu/test_%.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJ
 	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/asan/backend/vram.o,$(SANITIZED_OBJECTS)) $(EMULATED_CUDA_OBJECTS) \
 	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
 
-EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_trainer test_vram_mesh
+EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_trainer test_vram_mesh test_vram_replicas
+# two emulated devices for all: the one-GPU tests use the first
 test-cuda-emulated: $(addprefix $(BUILD)/emulated/,$(EMULATED_GPU_TESTS))
 	@set -e; for t in $(EMULATED_GPU_TESTS); do echo "== $$t (CUDA emulated on the CPU; ASan+UBSan)"; \
-	  $(BUILD)/emulated/$$t; done; \
+	  UFORM_EMULATION_DEVICES=2 $(BUILD)/emulated/$$t; done; \
 	echo "== test_cuda_ops again, blocks and threads in the opposite order (a race a barrier should order shows in one of the two)"; \
 	UFORM_EMULATION_ORDER=reverse $(BUILD)/emulated/test_cuda_ops
 

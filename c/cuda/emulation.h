@@ -24,6 +24,12 @@
  * barrier should have ordered shows only if this order exposes it), and
  * anything of cuBLASLt (gemm.cu multiplies on the host instead).
  *
+ * UFORM_EMULATION_DEVICES=N in the environment (1 to 8; 1 without it) makes N
+ * devices visible, sharing the host's memory: a trainer over several GPUs
+ * steps them from threads of its own, so a launch holds its translation
+ * unit's lock (the state above, `__shared__` and the indices are statics of
+ * the unit) and launches from several threads take turns.
+ *
  * UFORM_EMULATION_ORDER=reverse in the environment runs the blocks of a grid
  * and the threads of a block in the opposite order (last first), so that a
  * read a missing barrier leaves unordered sees the other side of the race:
@@ -42,6 +48,7 @@
 #include <cstring>
 #include <functional>
 #include <math.h>
+#include <mutex>
 #include <ucontext.h>
 #include <vector>
 
@@ -118,6 +125,7 @@ static struct {
 } uform_emulated_state;
 
 static dim3 threadIdx, blockIdx, blockDim, gridDim;   /* threadIdx: the running thread's */
+static std::mutex uform_emulated_launch_lock;   /* the unit's statics above, one launch at a time */
 
 static inline void uform_emulated_yield() {
     swapcontext(&uform_emulated_state.fibers[uform_emulated_state.current].context, &uform_emulated_state.scheduler);
@@ -207,8 +215,8 @@ static inline void uform_emulated_mma(float c[4], const uint32_t a[4], uint32_t 
  * barriers no other thread will reach (a barrier in divergent code, a warp
  * collective some lanes skip: undefined on a GPU) abort with a message. */
 template <typename... Parameters, typename... Arguments>
-static void uform_emulated_launch(dim3 grid, unsigned threads, void (*kernel)(Parameters...),
-                                  Arguments... arguments) {
+static void uform_emulated_run(dim3 grid, unsigned threads, void (*kernel)(Parameters...),
+                               Arguments... arguments) {
     if (threads == 0 || threads % 32 || threads > 32 * UFORM_EMULATED_WARPS) {
         fprintf(stderr, "emulated launch: %u threads per block (a multiple of 32 up to 1024 is emulated)\n", threads);
         abort();
@@ -277,6 +285,15 @@ static inline unsigned long long atomicMin(unsigned long long *address, unsigned
 
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
+/* A launch holds its unit's lock (outside the function that switches
+ * contexts, whose locals must not live across them). */
+template <typename... Parameters, typename... Arguments>
+static void uform_emulated_launch(dim3 grid, unsigned threads, void (*kernel)(Parameters...),
+                                  Arguments... arguments) {
+    std::lock_guard<std::mutex> launching(uform_emulated_launch_lock);
+    uform_emulated_run(grid, threads, kernel, arguments...);
+}
+
 /* UFORM_LAUNCH(kernel, grid, threads, stream)(arguments...) (cuda_internal.h). */
 typedef void *cudaStream_t;
 
@@ -306,7 +323,12 @@ static inline const char *cudaGetErrorString(cudaError_t error) {
     return error == cudaSuccess ? "no error" : "out of memory";
 }
 static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-static inline cudaError_t cudaGetDeviceCount(int *count) { return *count = 1, cudaSuccess; }
+static inline int uform_emulated_devices() {
+    const char *given = getenv("UFORM_EMULATION_DEVICES");
+    int count = given ? atoi(given) : 1;
+    return count >= 1 && count <= 8 ? count : 1;
+}
+static inline cudaError_t cudaGetDeviceCount(int *count) { return *count = uform_emulated_devices(), cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *properties, int device) {
     (void)device;
     snprintf(properties->name, sizeof(properties->name), "CUDA emulated on the CPU (c/cuda/emulation.h)");

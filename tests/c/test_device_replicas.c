@@ -274,6 +274,51 @@ static void test_small_and_refused(uform_executor_t *executor) {
     gpus_free(&gpus, "small and refused");
 }
 
+/* Text and audio items (tokenized once for both GPUs, their masked rows and
+ * reconstruction loss on each replica), MASKED and JOINT, against the CPU
+ * trainer: the bounds of test_against_one_replica. */
+static void test_media(uform_executor_t *executor) {
+    if (!(uform_media_formats() & UFORM_MEDIA_AUDIO)) {
+        printf("skip the media run: this build decodes no WAV (libsndfile missing)\n");
+        return;
+    }
+    for (int joint = 0; joint < 2; joint++) {
+        uform_trainer_options_t options = options_for(joint ? UFORM_OBJECTIVE_JOINT : UFORM_OBJECTIVE_MASKED, NULL);
+        options.batch.audio = (uform_audio_shape_t){32, 16000};
+        options.batch.max_rows_per_device = 8;
+        gpus_t gpus;
+        gpus_make(&gpus, executor);
+        uform_trainer_t *one = NULL, *two = NULL;
+        CHECK(uform_trainer_init_ram(executor, &options, &one) == UFORM_OK &&
+                  uform_trainer_init_on_devices(executor, &options, gpus.devices, GPUS, &two) == UFORM_OK,
+              "media: init %s", uform_last_error());
+        double worst = 0;
+        for (unsigned s = 0; s < 3 && one && two; s++) {
+            mixed_t items;
+            mixed_make(&items, s);
+            uform_trainer_batch_t batch = {.modalities = items.modalities, .contents = items.tape};
+            uform_trainer_step_stats_t sa, sb;
+            uform_status_t ra = uform_trainer_step(one, &batch, NULL, UFORM_SCALAR_F32, NULL, &sa);
+            uform_status_t rb = uform_trainer_step(two, &batch, NULL, UFORM_SCALAR_F32, NULL, &sb);
+            CHECK(ra == UFORM_OK && rb == UFORM_OK && sb.masked_audio_loss > 0, "media step %u: %d/%d %s", s, ra, rb,
+                  uform_last_error());
+            worst = fmax(worst, fabs((double)sa.loss - sb.loss) / fabs((double)sa.loss));
+            worst = fmax(worst, fabs((double)sa.masked_audio_loss - sb.masked_audio_loss) / sa.masked_audio_loss);
+        }
+        static const char *const media_names[] = {"audio.chunk.weight", "audio.modality", "audio.mask",
+                                                  "heads.audio.weight"};
+        if (one && two)
+            CHECK(same_state(uform_trainer_replica(two, 0), uform_trainer_replica(two, 1), media_names, 4),
+                  "media: the replicas' audio tensors differ");
+        printf("text + audio, %s: 2 GPUs against one replica over 3 steps: losses %.2e (relative)\n",
+               joint ? "JOINT" : "MASKED", worst);
+        CHECK(worst < 1e-5, "media: the losses differ by %.2e of themselves", worst);
+        uform_trainer_free(two);
+        uform_trainer_free(one);
+        gpus_free(&gpus, "media");
+    }
+}
+
 /* A device failure on GPU 1 mid-step. Before the step's last agreement
  * every replica hears of it and none applies the step: the step answers the
  * failure as itself and the trainer goes on. In the update itself (the last
@@ -325,6 +370,7 @@ int main(void) {
     test_against_one_replica(executor, false, "JOINT");
     test_against_one_replica(executor, true, "JOINT + late interaction + choices");
     test_save_resume(executor);
+    test_media(executor);
     test_small_and_refused(executor);
     test_device_failures(executor);
     uform_executor_free(executor);
