@@ -407,14 +407,19 @@ class Trainer:
                   late_interaction: Optional[LateInteraction] = None, choices: Optional[Choices] = None,
                   schedule: Optional[Schedule] = None, seed: int = 0, progress: Optional[Progress] = None,
                   progress_steps: int = 0) -> "Trainer":
-        """Starts a run on the GPU of a VRAM executor (Executor.for_vram([gpu])).
+        """Starts a run on the GPUs of a VRAM executor (Executor.for_vram(devices)), one replica
+        per GPU, with every item kind, objective and term (every loss on the GPU).
 
-        So far one GPU, with every item kind, objective and term (the four losses run on the
-        host through the CPU's); several GPUs raise UnsupportedError saying so. On a mesh
-        (mesh=, bootstrapped on this executor) each step's gathers and gradient sum pass through
-        host memory over Gloo (NCCL is not built: docs/distributed.md). A build without the CUDA
-        backend raises UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet
-        run on a GPU (docs/gpu.md)."""
+        On several GPUs each step splits the items among them by token count, in order, each
+        GPU steps its share on a thread of its own, the pairing terms see every GPU's items, the
+        gradients are summed in GPU order through host memory, and every GPU applies the same
+        update (docs/gpu.md, "Several GPUs"); save and the tensor reads use GPU 0's copy, which
+        every GPU holds bit for bit. On a mesh (mesh=, bootstrapped on this executor) each
+        step's gathers and gradient sum pass through host memory over Gloo (NCCL is not built:
+        docs/distributed.md); a mesh whose processes each hold several GPUs is not built yet
+        (UnsupportedError: run a process per GPU). A build without the CUDA backend raises
+        UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet run on a GPU;
+        runs on the CPU under the CUDA emulation (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
         return cls._start(lib.uform_trainer_init_vram, executor, mesh, progress, progress_steps, resume, depth,
