@@ -416,8 +416,8 @@ class Trainer:
         update (docs/gpu.md, "Several GPUs"); save and the tensor reads use GPU 0's copy, which
         every GPU holds bit for bit. On a mesh (mesh=, bootstrapped on this executor) each
         step's gathers and gradient sum pass through host memory over Gloo (NCCL is not built:
-        docs/distributed.md); a mesh whose processes each hold several GPUs is not built yet
-        (UnsupportedError: run a process per GPU). A build without the CUDA backend raises
+        docs/distributed.md), whether this process holds one GPU or several (its GPUs are then
+        ranks of the mesh's world). A build without the CUDA backend raises
         UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet run on a GPU;
         runs on the CPU under the CUDA emulation (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):

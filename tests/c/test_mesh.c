@@ -136,13 +136,19 @@ static void host_main(const char *directory, const char *job, size_t host, size_
     if (status == UFORM_OK) status = uform_mesh_bootstrap(executor, &mo, &mesh);
     uform_trainer_options_t o = options_for(mesh, NULL);
     if (hidden) o.hidden = hidden;
-    guard_t *guard = NULL;
+    guard_t *guards[2] = {NULL, NULL};
     if (status == UFORM_OK && on_device) {
-        uform_backend_t device = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
-        guard = guard_of(&device);
-        status = uform_trainer_init_on_device(executor, &o, &device, &trainer);
-        guard->synchronizes = 0;
-        guard->fail_synchronize_at = fail_at;   /* a device failure at that synchronize of the steps */
+        /* with two replicas, two devices: a replica per device, the host's
+         * last device failing when asked */
+        uform_backend_t devices[2];
+        for (int d = 0; d < replicas; d++) {
+            devices[d] = guarded_backend(UFORM_CPU_CLASS_AUTO, executor);
+            guards[d] = guard_of(&devices[d]);
+        }
+        status = uform_trainer_init_on_devices(executor, &o, devices, (size_t)replicas, &trainer);
+        guard_t *failing = guards[replicas - 1];
+        failing->synchronizes = 0;
+        failing->fail_synchronize_at = fail_at;   /* a device failure at that synchronize of the steps */
     } else if (status == UFORM_OK) {
         status = uform_trainer_init_ram(executor, &o, &trainer);
     }
@@ -152,11 +158,14 @@ static void host_main(const char *directory, const char *job, size_t host, size_
     r.status = (int32_t)status;
     if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
     uform_trainer_free(trainer);
-    if (guard) {
+    for (int d = 0; d < 2; d++) {
+        guard_t *guard = guards[d];
+        if (!guard) continue;
         if (guard->violations || guard->allocations) {   /* failed steps too: their error paths */
             r.status = -2;
-            snprintf(r.message, sizeof(r.message), "device: %zu pointers on the wrong side (%s), %zu buffers leaked",
-                     guard->violations, guard->violation, guard->allocations);
+            snprintf(r.message, sizeof(r.message),
+                     "device %d: %zu pointers on the wrong side (%s), %zu buffers leaked", d, guard->violations,
+                     guard->violation, guard->allocations);
         }
         guard_free(guard);
     }
@@ -323,6 +332,48 @@ int main(void) {
               "host 0 finished without host 1 at synchronize %zu of %zu (only the last may)", host0_finished_at,
               reached);
         printf("a device failure at each of a device host's %zu synchronizes (2 steps): named at once\n", reached);
+        /* Hosts of two devices each (a replica per device in each process,
+         * train/replica_group.c): the one process's losses (the world's
+         * gradients summed in another order: close_enough), a save that
+         * loads; then a failure of host 1's second device at each
+         * synchronize of its steps in turn: host 1 answers it as itself, host
+         * 0 fails naming it (or, for the last update, finishes). */
+        char saved_on_devices[600];
+        snprintf(saved_on_devices, sizeof(saved_on_devices), "%s/saved-on-devices.safetensors", directory);
+        run_mesh(directory, "devices-2x2", 2, (mesh_run_t){2, -1, saved_on_devices, 0, 3u, 0}, results);
+        for (size_t h = 0; h < 2; h++) {
+            CHECK(results[h].status == UFORM_OK, "2 hosts x 2 devices, host %zu: %s", h, results[h].message);
+            for (size_t s = 0; s < STEPS && results[h].status == UFORM_OK; s++)
+                for (size_t k = 0; k < LOSSES; k++)
+                    CHECK(close_enough(results[h].losses[s][k], alone.losses[s][k]),
+                          "2 hosts x 2 devices, host %zu, step %zu, loss %zu: %.9g against %.9g", h, s, k,
+                          results[h].losses[s][k], alone.losses[s][k]);
+        }
+        uform_model_t *model = NULL;
+        CHECK(uform_model_load_ram(saved_on_devices, NULL, &model) == UFORM_OK, "2 hosts x 2 devices: load %s",
+              uform_last_error());
+        uform_model_free(model);
+        size_t failures = 0;
+        for (size_t at = 1; at <= 80; at++) {
+            char job[40];
+            snprintf(job, sizeof(job), "devices-fail-%zu", at);
+            time_t started = time(NULL);
+            run_mesh(directory, job, 2, (mesh_run_t){2, -1, NULL, 0, 3u, at}, results);
+            if (results[0].status == UFORM_OK && results[1].status == UFORM_OK) break;   /* past the last */
+            failures = at;
+            CHECK(results[1].status == UFORM_DEVICE && strstr(results[1].message, "injected"),
+                  "2 x 2 devices, failure at synchronize %zu, host 1: %d %s", at, results[1].status,
+                  results[1].message);
+            CHECK(results[0].status == UFORM_OK ||
+                      (results[0].status == UFORM_MESH && strstr(results[0].message, "injected")),
+                  "2 x 2 devices, failure at synchronize %zu, host 0: %d %s", at, results[0].status,
+                  results[0].message);
+            CHECK(time(NULL) - started < 5, "2 x 2 devices, failure at synchronize %zu: %ld s", at,
+                  (long)(time(NULL) - started));
+        }
+        CHECK(failures >= 10, "2 x 2 devices: the injections reached %zu synchronizes", failures);
+        printf("2 hosts x 2 devices: a failure at each of %zu synchronizes of a host's second device: answered\n",
+               failures);
         /* one host on CPUs, one on a device: refused at init, naming the field */
         run_mesh(directory, "mixed", 2, (mesh_run_t){1, -1, NULL, 0, 2u, 0}, results);
         for (size_t h = 0; h < 2; h++)

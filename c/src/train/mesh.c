@@ -69,6 +69,8 @@ static uform_status_t uform_mesh_broke(uform_mesh_t *m) {
     if (m->local) {   /* threads of this process: the rank that broke it said why */
         m->broken = true;
         snprintf(m->broken_message, sizeof(m->broken_message), "%s", uform_local_message(m->local));
+        /* local rank 0 speaks for the process on its mesh: the other hosts learn now */
+        if (m->parent && m->host == m->parent->rank) uform_mesh_abandon(m->parent, UFORM_MESH);
         return uform_fail(UFORM_MESH, "%s", m->broken_message);
     }
     char engine_message[384];
@@ -132,10 +134,14 @@ void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status) {
     snprintf(own, sizeof(own), "%s", uform_last_error());
     m->broken = true;
     if (m->local) {
+        size_t first = m->parent ? m->parent->rank : 0;
+        size_t here = m->parent ? m->parent->devices[m->parent->host] : m->hosts;
         snprintf(m->broken_message, sizeof(m->broken_message),
                  "the trainer's GPU %zu (of %zu) failed mid-step, so its GPUs no longer hold the same "
-                 "run; free the trainer and resume from the last checkpoint: %.800s", m->host, m->hosts, own);
+                 "run; free the trainer and resume from the last checkpoint: %.800s", m->host - first, here, own);
         uform_local_break(m->local, m->broken_message);
+        uform_set_error_text(m->broken_message);
+        if (m->parent && m->host == first) uform_mesh_abandon(m->parent, status);
         uform_set_error_text(own);
         return;
     }
@@ -153,9 +159,61 @@ void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status) {
 static uform_status_t uform_mesh_usable(const uform_mesh_t *m) {
     if (m->broken)
         return uform_fail(UFORM_MESH, "%s (%s)", m->broken_message,
-                          m->local ? "the trainer is broken: free it and resume from the last checkpoint"
-                                   : "the mesh is broken: bootstrap a new one");
+                          m->local && !m->parent ? "the trainer is broken: free it and resume from the last checkpoint"
+                                                 : "the mesh is broken: bootstrap a new one");
     return UFORM_OK;
+}
+
+/* A rank of a world whose hosts are processes of several ranks (mesh.h:
+ * parent): this host's block gathered among its threads, the hosts' blocks
+ * across hosts by local rank 0, then copied to the others. A failure of the
+ * mesh in local rank 0 breaks the threads' engine with its message. */
+static uform_status_t uform_mesh_world_allgatherv(uform_mesh_t *m, const void *in, const size_t *counts,
+                                                  void *out) {
+    uform_mesh_t *p = m->parent;
+    size_t local = m->host - p->rank, before = 0, total = 0;
+    for (size_t r = 0; r < m->hosts; r++) {
+        if (r < p->rank) before += counts[r];
+        total += counts[r];
+    }
+    UFORM_TRY(uform_local_allgatherv(m->local, local, in, counts + p->rank, (uint8_t *)out + before));
+    if (local == 0) {
+        size_t *host_counts = uform_alloc_zeroed(p->hosts, sizeof(size_t), "mesh counts");
+        uint8_t *block = NULL;
+        uform_status_t status = host_counts ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+        for (size_t h = 0, r = 0; h < p->hosts && host_counts; h++)
+            for (size_t d = 0; d < p->devices[h]; d++) host_counts[h] += counts[r++];
+        if (status == UFORM_OK) {   /* the engine's input must not overlap its output */
+            block = uform_alloc(host_counts[p->host], 1, "mesh block");
+            status = block ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+        }
+        if (status == UFORM_OK) {
+            memcpy(block, (uint8_t *)out + before, host_counts[p->host]);
+            status = uform_mesh_allgatherv(p, block, host_counts, out);
+        }
+        free(block);
+        free(host_counts);
+        if (status != UFORM_OK) {
+            uform_local_break(m->local, uform_last_error());
+            return status;
+        }
+    }
+    return uform_local_broadcast(m->local, local, out, total);
+}
+
+/* The same for a sum: among the threads in rank order, across hosts by local
+ * rank 0, then copied to the others. */
+static uform_status_t uform_mesh_world_sum(uform_mesh_t *m, float *values, size_t count) {
+    size_t local = m->host - m->parent->rank;
+    UFORM_TRY(uform_local_sum(m->local, local, values, count));
+    if (local == 0) {
+        uform_status_t status = uform_mesh_sum(m->parent, values, count);
+        if (status != UFORM_OK) {
+            uform_local_break(m->local, uform_last_error());
+            return status;
+        }
+    }
+    return uform_local_broadcast(m->local, local, values, count * sizeof(float));
 }
 
 uform_status_t uform_mesh_allgatherv(uform_mesh_t *m, const void *in, const size_t *counts,
@@ -168,8 +226,9 @@ uform_status_t uform_mesh_allgatherv(uform_mesh_t *m, const void *in, const size
         memmove(out, in, counts[0]);
         return UFORM_OK;
     }
-    uform_status_t status = m->local ? uform_local_allgatherv(m->local, m->host, in, counts, out)
-                                     : uform_gloo_allgatherv(m->engine, in, counts, m->hosts, out, m->timeout_ms);
+    uform_status_t status = m->parent  ? uform_mesh_world_allgatherv(m, in, counts, out)
+                            : m->local ? uform_local_allgatherv(m->local, m->host, in, counts, out)
+                                       : uform_gloo_allgatherv(m->engine, in, counts, m->hosts, out, m->timeout_ms);
     if (status != UFORM_OK) return uform_mesh_broke(m);
     return UFORM_OK;
 }
@@ -186,8 +245,9 @@ uform_status_t uform_mesh_allgather(uform_mesh_t *m, const void *in, size_t byte
 uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, size_t count) {
     UFORM_TRY(uform_mesh_usable(m));
     if (m->hosts == 1 || count == 0) return UFORM_OK;
-    uform_status_t status = m->local ? uform_local_sum(m->local, m->host, values, count)
-                                     : uform_gloo_sum(m->engine, values, count, m->timeout_ms);
+    uform_status_t status = m->parent  ? uform_mesh_world_sum(m, values, count)
+                            : m->local ? uform_local_sum(m->local, m->host, values, count)
+                                       : uform_gloo_sum(m->engine, values, count, m->timeout_ms);
     if (status != UFORM_OK) return uform_mesh_broke(m);
     return UFORM_OK;
 }

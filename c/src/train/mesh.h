@@ -34,8 +34,13 @@ struct uform_mesh {
     size_t rank, ranks;
     void *engine;               /* the Gloo context (mesh_gloo.cc); NULL once closed */
     /* Instead of Gloo: the threads of one process, this view being rank `host`
-     * (mesh_local.c: the replicas of a trainer over several GPUs). */
+     * (mesh_local.c: the replicas of a trainer over several GPUs). With a
+     * parent, the process is a host of that mesh and this view a rank of the
+     * whole world: `host` is parent->rank + the local rank, `hosts`
+     * parent->ranks, and each collective runs among the process's threads,
+     * then across hosts by local rank 0 over the parent, then back. */
     struct uform_local_ranks *local;
+    struct uform_mesh *parent;
     bool broken;                /* a collective failed: every later call fails */
     char broken_message[1024];
     atomic_flag taken;          /* a trainer uses the mesh */
@@ -83,9 +88,14 @@ UFORM_INTERNAL uform_status_t uform_local_sum(uform_local_ranks_t *engine, size_
  * or to come fails with `message` (the first break's). */
 UFORM_INTERNAL void uform_local_break(uform_local_ranks_t *engine, const char *message);
 UFORM_INTERNAL const char *uform_local_message(uform_local_ranks_t *engine);
-/* `ranks` mesh views over one new engine, view r being rank r. */
+/* bytes of rank 0's buffer into every other rank's. */
+UFORM_INTERNAL uform_status_t uform_local_broadcast(uform_local_ranks_t *engine, size_t rank, void *buffer,
+                                                    size_t bytes);
+/* `ranks` mesh views over one new engine, view r being local rank r; with a
+ * parent (its host's device count equal to ranks), ranks of its world. */
 UFORM_INTERNAL uform_status_t uform_mesh_local_views(uform_executor_t *executor, size_t ranks,
-                                                     uform_mesh_t ***views, uform_local_ranks_t **engine);
+                                                     uform_mesh_t *parent, uform_mesh_t ***views,
+                                                     uform_local_ranks_t **engine);
 UFORM_INTERNAL void uform_mesh_local_views_free(uform_mesh_t **views, size_t ranks,
                                                 uform_local_ranks_t *engine);
 

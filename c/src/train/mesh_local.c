@@ -8,7 +8,8 @@
  * ranks are this process's threads, and a rank that fails between collectives
  * breaks the engine (uform_local_break), which wakes every waiting rank with
  * its message at once. Results are the same bits on every rank: a gather
- * copies, and a sum adds in rank order. */
+ * copies, and a sum adds in rank order. When the process is a host of a mesh,
+ * mesh.c composes these with the mesh's own collectives (mesh.h: parent). */
 #include "train/mesh.h"
 #include <pthread.h>
 #include <stdio.h>
@@ -117,8 +118,16 @@ uform_status_t uform_local_sum(uform_local_ranks_t *g, size_t rank, float *value
     return UFORM_OK;
 }
 
-uform_status_t uform_mesh_local_views(uform_executor_t *executor, size_t ranks, uform_mesh_t ***views,
-                                      uform_local_ranks_t **engine) {
+uform_status_t uform_local_broadcast(uform_local_ranks_t *g, size_t rank, void *buffer, size_t bytes) {
+    g->posted[rank] = buffer;
+    if (!uform_local_meet(g)) return uform_local_failed(g);
+    if (rank && bytes) memcpy(buffer, g->posted[0], bytes);
+    if (!uform_local_meet(g)) return uform_local_failed(g);
+    return UFORM_OK;
+}
+
+uform_status_t uform_mesh_local_views(uform_executor_t *executor, size_t ranks, uform_mesh_t *parent,
+                                      uform_mesh_t ***views, uform_local_ranks_t **engine) {
     *views = NULL;
     *engine = NULL;
     uform_local_ranks_t *g = NULL;
@@ -133,9 +142,11 @@ uform_status_t uform_mesh_local_views(uform_executor_t *executor, size_t ranks, 
         }
         atomic_flag_clear(&m->taken);
         m->executor = executor;
-        m->host = m->rank = r;
-        m->hosts = m->ranks = ranks;
+        m->host = m->rank = (parent ? parent->rank : 0) + r;
+        m->hosts = m->ranks = parent ? parent->ranks : ranks;
+        m->timeout_ms = parent ? parent->timeout_ms : 0;
         m->local = g;
+        m->parent = parent;
     }
     if (status != UFORM_OK) {
         uform_mesh_local_views_free(made, ranks, g);

@@ -13,12 +13,18 @@
  * for bit, and saves and tensor reads use GPU 0's.
  *
  * The batch is checked and its media tokenized once, here, so a refusal names
- * the caller's item indices. */
+ * the caller's item indices.
+ *
+ * On a mesh (the process a host of it, each host with its GPUs) the replicas
+ * are ranks of the whole world: each collective runs among this process's
+ * threads, then across hosts by GPU 0's thread (mesh.c, mesh.h: parent); the
+ * world's items are host after host, each host's split among its GPUs. */
 #include "train/trainer_internal.h"
 #include "train/trainer_on_device.h"
 #include <pthread.h>
 
 struct uform_replica_group {
+    uform_mesh_t *mesh;            /* the mesh this process is a host of (taken), or NULL */
     size_t count;
     uform_trainer_t **replicas;    /* [count]: replica g trains on GPU g of the executor */
     uform_mesh_t **meshes;         /* [count]: replica g's view of the collectives */
@@ -36,6 +42,7 @@ void uform_group_free(uform_replica_group_t *g) {
         if (g->arenas) uform_arena_free(g->arenas[r]);
     }
     uform_mesh_local_views_free(g->meshes, g->count, g->engine);
+    uform_mesh_release(g->mesh);
     free(g->replicas);
     free(g->arenas);
     free(g);
@@ -50,18 +57,25 @@ uform_status_t uform_trainer_init_on_devices(uform_executor_t *executor, const u
     if (count == 1) return uform_trainer_init_on_device(executor, options, &devices[0], result);
     if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
     if (!options) return uform_fail(UFORM_INVALID_ARGUMENT, "options: NULL");
-    if (options->mesh)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "mesh: a mesh of hosts that each train on several GPUs is not built yet; run a "
-                          "process per GPU (Executor.for_vram(devices=[local_rank])) and bootstrap the mesh "
-                          "over the processes, or train on this host's %zu GPUs without a mesh (docs/gpu.md)",
-                          count);
+    /* A mesh is taken first: a trainer that cannot take it joins no collective. */
+    uform_mesh_t *mesh = options->mesh;
+    if (mesh) UFORM_TRY(uform_mesh_take(mesh, executor));
+    if (mesh && mesh->devices[mesh->host] != count) {
+        uform_mesh_release(mesh);
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "mesh: it counts %zu devices on this host, the trainer %zu; bootstrap it on the "
+                          "trainer's executor", mesh->devices[mesh->host], count);
+    }
     uform_trainer_t *t = uform_alloc_zeroed(1, sizeof(*t), "trainer");
     uform_replica_group_t *g = uform_alloc_zeroed(1, sizeof(*g), "trainer replicas");
     if (!t || !g) {
         free(t), free(g);
+        /* the peers wait for this host at the first agreement: tell them */
+        if (mesh) (void)uform_mesh_agree(mesh, UFORM_OUT_OF_MEMORY, "Trainer init");
+        uform_mesh_release(mesh);
         return UFORM_OUT_OF_MEMORY;
     }
+    g->mesh = mesh;
     atomic_flag_clear(&t->busy);
     t->executor = executor;
     t->group = g;
@@ -73,6 +87,7 @@ uform_status_t uform_trainer_init_on_devices(uform_executor_t *executor, const u
      * Progress hears GPU 0's resume only, the floats of one copy. */
     for (size_t r = 0; r < count && status == UFORM_OK; r++) {
         uform_trainer_options_t own = *options;
+        own.mesh = NULL;   /* joined through the views below */
         if (r) memset(&own.progress, 0, sizeof(own.progress));
         status = uform_trainer_init_on_device(executor, &own, &devices[r], &g->replicas[r]);
         if (status != UFORM_OK) {
@@ -82,7 +97,10 @@ uform_status_t uform_trainer_init_on_devices(uform_executor_t *executor, const u
         }
         if (status == UFORM_OK) status = uform_arena_init_ram(&g->arenas[r]);
     }
-    if (status == UFORM_OK) status = uform_mesh_local_views(executor, count, &g->meshes, &g->engine);
+    if (status == UFORM_OK) status = uform_mesh_local_views(executor, count, mesh, &g->meshes, &g->engine);
+    /* On a mesh every host gets here, and all go on only with equal trainers
+     * (GPU 0's stands for the host's: its replicas are equal by construction). */
+    if (mesh) status = uform_trainer_join_mesh(g->replicas ? g->replicas[0] : NULL, mesh, status);
     for (size_t r = 0; r < count && status == UFORM_OK; r++) g->replicas[r]->mesh = g->meshes[r];
     if (status != UFORM_OK) {
         uform_trainer_free(t);
@@ -146,6 +164,8 @@ static uform_status_t uform_share_of(const uform_trainer_batch_t *b, size_t firs
 typedef struct {
     uform_trainer_t *replica;
     uform_share_t share;
+    uform_status_t refused;         /* the batch's refusal on a mesh (uform_trainer_step_tokens) */
+    const char *refusal;            /* its message */
     uform_media_tokens_t *tokens;   /* its first item's, in the group's array; NULL: text only */
     uform_arena_t *arena;           /* NULL: no embeddings asked for */
     uform_scalar_t outputs_scalar;
@@ -160,7 +180,8 @@ typedef struct {
 } uform_replica_step_t;
 
 static void uform_replica_step(uform_replica_step_t *s) {
-    s->status = uform_trainer_step_tokens(s->replica, &s->share.batch, s->tokens, s->arena, false,
+    if (s->refused != UFORM_OK) uform_set_error_text(s->refusal);
+    s->status = uform_trainer_step_tokens(s->replica, &s->share.batch, s->tokens, s->refused, s->arena, false,
                                           s->outputs_scalar, s->arena ? &s->encoded : NULL, &s->stats);
     if (s->status != UFORM_OK) snprintf(s->message, sizeof(s->message), "%s", uform_last_error());
 }
@@ -210,13 +231,28 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
     uform_replica_group_t *g = t->group;
     uform_trainer_t *first = g->replicas[0];
     size_t count = batch ? batch->contents.count : 0;
-    UFORM_TRY(uform_check_step_batch(first, batch, count));
-    if (embeddings_out && !arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    /* On a mesh the world's item count is known to the replicas only: they
+     * bound the relation ids. */
+    uform_status_t refused = uform_check_step_batch(first, batch, g->mesh ? (size_t)UINT32_MAX + 1 : count);
+    if (refused == UFORM_OK && embeddings_out && !arena)
+        refused = uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
     size_t row_bytes = uform_output_row_bytes(outputs_scalar, first->dimensions);
-    if (embeddings_out && row_bytes == 0)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar", (int)outputs_scalar);
+    if (refused == UFORM_OK && embeddings_out && row_bytes == 0)
+        refused = uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar", (int)outputs_scalar);
     uform_media_tokens_t *tokens = NULL;
-    UFORM_TRY(uform_tokenize_media(first, batch, &tokens));
+    if (refused == UFORM_OK) refused = uform_tokenize_media(first, batch, &tokens);
+    if (refused != UFORM_OK && !g->mesh) return refused;
+    /* On a mesh a refusal is every host's: the replicas step no items and
+     * fail with it at their first agreement, with the other hosts. */
+    char refusal[1024] = "";
+    static const size_t no_offsets[1] = {0};
+    uform_trainer_batch_t nothing = {.modalities = (const uint32_t *)no_offsets,
+                                     .contents = {NULL, 0, no_offsets, 0}};
+    if (refused != UFORM_OK) {
+        snprintf(refusal, sizeof(refusal), "%s", uform_last_error());
+        batch = &nothing;
+        count = 0;
+    }
     size_t *lengths = uform_alloc(count, sizeof(size_t), "item lengths");
     uform_replica_t *parts = uform_alloc_zeroed(g->count, sizeof(uform_replica_t), "replica shares");
     uform_replica_step_t *steps = uform_alloc_zeroed(g->count, sizeof(uform_replica_step_t), "replica steps");
@@ -231,6 +267,8 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
         s->tokens = tokens ? tokens + parts[r].first : NULL;
         s->arena = embeddings_out ? g->arenas[r] : NULL;
         s->outputs_scalar = outputs_scalar;
+        s->refused = refused;
+        s->refusal = refusal;
         status = uform_share_of(batch, parts[r].first, parts[r].last, &s->share);
     }
     if (status == UFORM_OK) status = uform_run_replicas(steps, g->count);
@@ -246,6 +284,11 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
             uform_set_error_text(steps[cause].message);
             status = steps[cause].status;
         }
+        /* A GPU that failed where the others were past their last collective
+         * broke only this process's engine: its mesh peers hear of it now
+         * (they are in, or on their way to, a collective this host left). */
+        if (g->mesh && cause < g->count && uform_local_message(g->engine)[0])
+            uform_mesh_abandon(g->mesh, status);
     }
     if (status == UFORM_OK && embeddings_out) {   /* each replica's rows, in the caller's item order */
         status = arena_held ? UFORM_OK : uform_arena_acquire(arena);
@@ -286,12 +329,17 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
 
 /* ---- saving and reading: GPU 0's replica holds what every one does ------------------ */
 
+/* On a mesh host 0's GPU 0 writes, and every host hears how it went. */
 uform_status_t uform_group_save(uform_trainer_t *t, const char *path, const uform_progress_t *progress) {
-    uform_trainer_t *first = t->group->replicas[0];
-    uform_trainer_hold(first);
-    uform_status_t status = uform_checkpoint_write(first, path, progress);
-    uform_trainer_unhold(first);
-    return status;
+    uform_replica_group_t *g = t->group;
+    uform_trainer_t *first = g->replicas[0];
+    uform_status_t status = UFORM_OK;
+    if (!g->mesh || g->mesh->host == 0) {
+        uform_trainer_hold(first);
+        status = uform_checkpoint_write(first, path, progress);
+        uform_trainer_unhold(first);
+    }
+    return g->mesh ? uform_mesh_agree(g->mesh, status, "save") : status;
 }
 
 uform_status_t uform_group_tensor(const uform_trainer_t *t, const char *name, uint32_t which, float *values,

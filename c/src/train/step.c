@@ -46,9 +46,12 @@ static uform_status_t uform_check_diverged(uform_trainer_t *t, const float *devi
 }
 
 /* given_tokens: the batch's media tokens, tokenized by the caller (a replica
- * of several GPUs: replica_group.c) and kept by it; NULL: tokenized here. */
+ * of several GPUs: replica_group.c) and kept by it; NULL: tokenized here.
+ * refused: the caller's verdict on the whole batch (its message this thread's
+ * error): not OK, the step fails with it at the first agreement, so a mesh's
+ * hosts fail together. */
 static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                              uform_media_tokens_t *given_tokens,
+                                              uform_media_tokens_t *given_tokens, uform_status_t refused,
                                               uform_arena_t *arena, bool arena_held,
                                               uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
                                               uform_trainer_step_stats_t *stats) {
@@ -56,6 +59,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     uform_world_t world_of;
     uform_status_t status = uform_world_begin(t, batch, &world_of);
     uform_world_t *wd = &world_of;
+    if (status == UFORM_OK) status = refused;
     if (status == UFORM_OK) status = uform_check_step_batch(t, batch, wd->world_count);
     if (status == UFORM_OK && embeddings_out && !arena)
         status = uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
@@ -445,12 +449,12 @@ done:
 }
 
 uform_status_t uform_trainer_step_tokens(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                        uform_media_tokens_t *tokens, uform_arena_t *arena,
+                                        uform_media_tokens_t *tokens, uform_status_t refused, uform_arena_t *arena,
                                         bool arena_held, uform_scalar_t outputs_scalar,
                                         uform_encoded_t *embeddings_out, uform_trainer_step_stats_t *stats) {
     uform_trainer_hold(t);
-    uform_status_t status =
-        uform_trainer_step_body(t, batch, tokens, arena, arena_held, outputs_scalar, embeddings_out, stats);
+    uform_status_t status = uform_trainer_step_body(t, batch, tokens, refused, arena, arena_held, outputs_scalar,
+                                                    embeddings_out, stats);
     uform_trainer_unhold(t);
     return status;
 }
@@ -460,7 +464,8 @@ uform_status_t uform_trainer_step_held(uform_trainer_t *t, const uform_trainer_b
                                       uform_scalar_t outputs_scalar, uform_encoded_t *embeddings_out,
                                       uform_trainer_step_stats_t *stats) {
     if (t->group) return uform_group_step(t, batch, arena, arena_held, outputs_scalar, embeddings_out, stats);
-    return uform_trainer_step_tokens(t, batch, NULL, arena, arena_held, outputs_scalar, embeddings_out, stats);
+    return uform_trainer_step_tokens(t, batch, NULL, UFORM_OK, arena, arena_held, outputs_scalar, embeddings_out,
+                                     stats);
 }
 
 uform_status_t uform_trainer_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,

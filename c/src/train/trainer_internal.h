@@ -209,9 +209,12 @@ UFORM_INTERNAL uform_status_t uform_trainer_save_held(uform_trainer_t *t, const 
                                                       const uform_progress_t *progress);
 UFORM_INTERNAL void uform_trainer_leave(const uform_trainer_t *t);
 /* step.c: a step of a one-backend trainer whose caller tokenized the batch's
- * media (tokens: one per item, kept by the caller; NULL for text only). */
+ * media (tokens: one per item, kept by the caller; NULL for text only), or
+ * refused the batch (refused not OK, its message this thread's error: the
+ * step fails with it at its first agreement, with its mesh's hosts). */
 UFORM_INTERNAL uform_status_t uform_trainer_step_tokens(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                                                        uform_media_tokens_t *tokens, uform_arena_t *arena,
+                                                        uform_media_tokens_t *tokens, uform_status_t refused,
+                                                        uform_arena_t *arena,
                                                         bool arena_held, uform_scalar_t outputs_scalar,
                                                         uform_encoded_t *embeddings_out,
                                                         uform_trainer_step_stats_t *stats);
