@@ -42,7 +42,15 @@ typedef struct {
     int32_t status;
     float losses[STEPS][LOSSES];
     char message[400];
+    int32_t refused_status;    /* the refused step's answer (refuse_step) */
+    char refused_message[400];
 } host_result_t;
+
+/* The step at which the last host gives a bad batch (item 0 of no modality),
+ * -1 never: every host's step fails naming it, and the run goes on. Set before
+ * run_mesh (its hosts are forked). */
+static int refuse_step = -1;
+static bool refusing;          /* in a host: it is the last one */
 
 /* Item i of the world at step s: bytes derived from (s, i). */
 static size_t item_text(size_t step, size_t i, char *out) {
@@ -108,10 +116,17 @@ static uform_status_t run_steps(uform_trainer_t *trainer, size_t first, size_t l
         batch.temperature_groups = groups;
         batch.sides = sides;
         batch.relations = &relations;
+        bool refused = (int)s == refuse_step;
+        if (refused && refusing && count) modalities[0] = 9;
         uform_trainer_step_stats_t stats;
         uform_status_t status = uform_trainer_step(trainer, &batch, NULL, UFORM_SCALAR_F32, NULL, &stats);
         free(data), free(offsets), free(modalities), free(bags), free(groups), free(sides);
         free(edge_offsets), free(edge_ids);
+        if (refused) {
+            r->refused_status = (int32_t)status;
+            snprintf(r->refused_message, sizeof(r->refused_message), "%s", uform_last_error());
+            continue;
+        }
         if (status != UFORM_OK) return status;
         r->losses[s][0] = stats.loss;
         r->losses[s][1] = stats.contrastive_loss;
@@ -127,6 +142,7 @@ static void host_main(const char *directory, const char *job, size_t host, size_
                       int die_at, const char *save, size_t hidden, bool on_device, size_t fail_at, int fd) {
     host_result_t r;
     memset(&r, 0, sizeof(r));
+    refusing = host + 1 == hosts;
     uint32_t domains[2] = {0, 1};   /* recorded, not bound: two replicas on any machine */
     uform_executor_t *executor = NULL;
     uform_mesh_t *mesh = NULL;
@@ -353,6 +369,20 @@ int main(void) {
         CHECK(uform_model_load_ram(saved_on_devices, NULL, &model) == UFORM_OK, "2 hosts x 2 devices: load %s",
               uform_last_error());
         uform_model_free(model);
+        /* host 1 gives a bad batch at step 0: both hosts' step fails naming it
+         * (host 1's refusal, checked before its GPUs split it, is agreed),
+         * and step 1 runs */
+        refuse_step = 0;
+        run_mesh(directory, "devices-refused", 2, (mesh_run_t){2, -1, NULL, 0, 3u, 0}, results);
+        refuse_step = -1;
+        CHECK(results[1].refused_status == UFORM_INVALID_ARGUMENT && strstr(results[1].refused_message,
+                                                                            "modalities[0]"),
+              "2 x 2 devices, a bad batch on host 1: %d %s", results[1].refused_status, results[1].refused_message);
+        CHECK(results[0].refused_status == UFORM_MESH && strstr(results[0].refused_message, "modalities[0]"),
+              "2 x 2 devices, a bad batch on host 1, host 0: %d %s", results[0].refused_status,
+              results[0].refused_message);
+        CHECK(results[0].status == UFORM_OK && results[1].status == UFORM_OK && results[0].losses[1][0] > 0,
+              "2 x 2 devices, the step after the refused one: %s / %s", results[0].message, results[1].message);
         size_t failures = 0;
         for (size_t at = 1; at <= 80; at++) {
             char job[40];

@@ -245,11 +245,14 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
     /* On a mesh a refusal is every host's: the replicas step no items and
      * fail with it at their first agreement, with the other hosts. */
     char refusal[1024] = "";
+    size_t given_count = count;   /* the host's items, which the world counts even when refused */
     static const size_t no_offsets[1] = {0};
     uform_trainer_batch_t nothing = {.modalities = (const uint32_t *)no_offsets,
                                      .contents = {NULL, 0, no_offsets, 0}};
     if (refused != UFORM_OK) {
         snprintf(refusal, sizeof(refusal), "%s", uform_last_error());
+        /* whether items have bags is compared across hosts first: keep it */
+        if (batch && batch->bags) nothing.bags = (const uint32_t *)no_offsets;
         batch = &nothing;
         count = 0;
     }
@@ -270,6 +273,10 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
         s->refused = refused;
         s->refusal = refusal;
         status = uform_share_of(batch, parts[r].first, parts[r].last, &s->share);
+        /* Refused: GPU 0 stands for the host's items in the world's count (read
+         * by the step's first collective only, then the refusal stops it), so
+         * the other hosts check their relations against the world they gave. */
+        if (refused != UFORM_OK && r == 0) s->share.batch.contents.count = given_count;
     }
     if (status == UFORM_OK) status = uform_run_replicas(steps, g->count);
     if (status == UFORM_OK) {
