@@ -130,4 +130,16 @@ static inline bool same_state(const uform_trainer_t *a, const uform_trainer_t *b
     return true;
 }
 
+/* A tensor's master weights (which 0) of a trainer, malloc'd; NULL if it has none. */
+static inline float *trainer_weights(const uform_trainer_t *t, const char *name, size_t *count) {
+    *count = 0;
+    if (uform_trainer_tensor(t, name, 0, NULL, count) != UFORM_OK) return NULL;
+    float *values = malloc(*count * sizeof(float));
+    if (uform_trainer_tensor(t, name, 0, values, count) != UFORM_OK) {
+        free(values);
+        return NULL;
+    }
+    return values;
+}
+
 #endif /* UFORM_TESTS_TRAINER_BATCHES_H */

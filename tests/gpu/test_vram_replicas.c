@@ -47,17 +47,6 @@ static bool step(uform_trainer_t *t, unsigned s, uform_arena_t *arena, uform_enc
     return uform_trainer_step(t, &batch, arena, UFORM_SCALAR_F32, embeddings, stats) == UFORM_OK;
 }
 
-static float *tensor(const uform_trainer_t *t, const char *name, size_t *count) {
-    *count = 0;
-    if (uform_trainer_tensor(t, name, 0, NULL, count) != UFORM_OK) return NULL;
-    float *values = malloc(*count * sizeof(float));
-    if (uform_trainer_tensor(t, name, 0, values, count) != UFORM_OK) {
-        free(values);
-        return NULL;
-    }
-    return values;
-}
-
 int main(void) {
     uform_capabilities_t capabilities;
     if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
@@ -160,7 +149,7 @@ int main(void) {
         same = step(again, s, NULL, NULL, &stats) && stats.loss == losses[s];
     }
     size_t n = 0, m = 0;
-    float *a = tensor(two, "blocks.1.mlp.up.weight", &n), *b = again ? tensor(again, "blocks.1.mlp.up.weight", &m) : NULL;
+    float *a = trainer_weights(two, "blocks.1.mlp.up.weight", &n), *b = again ? trainer_weights(again, "blocks.1.mlp.up.weight", &m) : NULL;
     same = same && a && b && n == m && memcmp(a, b, n * sizeof(float)) == 0;
     row("save, resume, 2 steps = 5 steps, bit for bit (2 GPUs)", same, "");
     free(a), free(b);

@@ -58,18 +58,6 @@ static bool step(uform_trainer_t *t, unsigned s, float *loss) {
     return ok;
 }
 
-/* A tensor's parameters (which 0) of a trainer, malloc'd. */
-static float *tensor(const uform_trainer_t *t, const char *name, size_t *count) {
-    *count = 0;
-    if (uform_trainer_tensor(t, name, 0, NULL, count) != UFORM_OK) return NULL;
-    float *values = malloc(*count * sizeof(float));
-    if (uform_trainer_tensor(t, name, 0, values, count) != UFORM_OK) {
-        free(values);
-        return NULL;
-    }
-    return values;
-}
-
 int main(void) {
     uform_capabilities_t capabilities;
     if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
@@ -104,7 +92,7 @@ int main(void) {
         return 1;
     }
     size_t n = 0, m = 0;
-    float *a = tensor(ram, "blocks.0.attention.qkv.weight", &n), *b = tensor(vram, "blocks.0.attention.qkv.weight", &m);
+    float *a = trainer_weights(ram, "blocks.0.attention.qkv.weight", &n), *b = trainer_weights(vram, "blocks.0.attention.qkv.weight", &m);
     row("the same initial weights", a && b && n == m && memcmp(a, b, n * sizeof(float)) == 0, "");
     free(a), free(b);
 
@@ -125,7 +113,7 @@ int main(void) {
     status = uform_trainer_save(vram, path, NULL);
     row("save (VRAM)", status == UFORM_OK, uform_last_error());
     for (unsigned s = 3; s < 5; s++) step(vram, s, &first[s]);
-    a = tensor(vram, "blocks.1.mlp.up.weight", &n);
+    a = trainer_weights(vram, "blocks.1.mlp.up.weight", &n);
 
     uform_trainer_t *again = NULL;
     options.resume = path;
@@ -133,7 +121,7 @@ int main(void) {
     row("resume (VRAM)", status == UFORM_OK, uform_last_error());
     bool same = again != NULL;
     for (unsigned s = 3; s < 5 && same; s++) same = step(again, s, &resumed[s]) && resumed[s] == first[s];
-    b = again ? tensor(again, "blocks.1.mlp.up.weight", &m) : NULL;
+    b = again ? trainer_weights(again, "blocks.1.mlp.up.weight", &m) : NULL;
     same = same && a && b && n == m && memcmp(a, b, n * sizeof(float)) == 0;
     row("save, resume, 2 steps = 5 steps, bit for bit (VRAM)", same, "");
     free(a), free(b);
