@@ -8,7 +8,9 @@
  * - two processes (this program started again as hosts 0 and 1, over loopback)
  *   each holding half of every step's items, against one process holding them
  *   all: the losses within LOSS_TOLERANCE, and both hosts' weights equal bit
- *   for bit after the steps (the sum answers the same bits on every host).
+ *   for bit after the steps (the sum answers the same bits on every host);
+ *   with two GPUs, again with each process holding GPUs 0 and 1 (a replica
+ *   per GPU, the process's GPUs ranks of the mesh's world).
  * Two processes share the one GPU (each its own context): no NCCL, which would
  * refuse two ranks on one GPU, is involved.
  *
@@ -50,7 +52,7 @@ typedef struct {
 } host_result_t;
 
 static void row(const char *what, bool ok, const char *detail) {
-    printf("| %-52s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
+    printf("| %-60s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
     CHECK(ok, "%s: %s", what, detail);
 }
 
@@ -98,17 +100,17 @@ static uform_status_t tensor_digest(const uform_trainer_t *t, uint64_t *digest) 
     return status;
 }
 
-/* Every step over items [first, last) on a trainer of GPU 0, alone (hosts 0)
- * or as host `host` of `hosts` meeting in directory/job. */
+/* Every step over items [first, last) on a trainer of GPUs 0 .. gpus - 1,
+ * alone (hosts 0) or as host `host` of `hosts` meeting in directory/job. */
 static host_result_t run(size_t host, size_t hosts, const char *directory, const char *job, size_t first,
-                         size_t last) {
+                         size_t last, size_t gpus) {
     host_result_t r;
     memset(&r, 0, sizeof(r));
     uform_executor_t *gpu = NULL;
     uform_mesh_t *mesh = NULL;
     uform_trainer_t *trainer = NULL;
-    uint32_t device = 0;
-    uform_status_t status = uform_executor_for_vram(&device, 1, &gpu);
+    uint32_t devices[2] = {0, 1};
+    uform_status_t status = uform_executor_for_vram(devices, gpus, &gpu);
     uform_mesh_options_t mo = {host, hosts, directory, job, 60000};
     if (status == UFORM_OK && hosts) status = uform_mesh_bootstrap(gpu, &mo, &mesh);
     uform_trainer_options_t options = mesh_options(mesh);
@@ -124,9 +126,10 @@ static host_result_t run(size_t host, size_t hosts, const char *directory, const
 }
 
 int main(int argc, char **argv) {
-    if (argc == 6 && strcmp(argv[1], "host") == 0) {   /* started again as one host of the mesh */
+    if (argc == 7 && strcmp(argv[1], "host") == 0) {   /* started again as one host of the mesh */
         size_t host = strtoul(argv[2], NULL, 10);
-        host_result_t r = run(host, HOSTS, argv[3], argv[4], host * ITEMS / HOSTS, (host + 1) * ITEMS / HOSTS);
+        host_result_t r = run(host, HOSTS, argv[3], argv[4], host * ITEMS / HOSTS, (host + 1) * ITEMS / HOSTS,
+                              strtoul(argv[6], NULL, 10));
         FILE *f = fopen(argv[5], "wb");
         bool written = f && fwrite(&r, sizeof(r), 1, f) == 1;
         if (f) fclose(f);
@@ -149,9 +152,9 @@ int main(int argc, char **argv) {
     char directory[] = "/tmp/uform-vram-mesh-XXXXXX";
     if (!mkdtemp(directory)) return 1;
 
-    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS);
+    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS, 1);
     row("one process, no mesh (the oracle)", alone.status == UFORM_OK, alone.message);
-    host_result_t one = run(0, 1, directory, "one", 0, ITEMS);
+    host_result_t one = run(0, 1, directory, "one", 0, ITEMS, 1);
     char detail[768];
     snprintf(detail, sizeof(detail), "%s losses %.9g %.9g %.9g against %.9g %.9g %.9g", one.message,
              (double)one.losses[0], (double)one.losses[1], (double)one.losses[2], (double)alone.losses[0],
@@ -161,45 +164,56 @@ int main(int argc, char **argv) {
             one.digest == alone.digest,
         detail);
 
-    /* two hosts: this program again, twice */
-    pid_t pids[HOSTS];
-    char results[HOSTS][300];
-    for (size_t h = 0; h < HOSTS; h++) {
-        snprintf(results[h], sizeof(results[h]), "%s/result.%zu", directory, h);
-        char index[24];
-        snprintf(index, sizeof(index), "%zu", h);
-        fflush(stdout);
-        pids[h] = fork();
-        if (pids[h] == 0) {
-            execl("/proc/self/exe", argv[0], "host", index, directory, "two", results[h], (char *)NULL);
-            execl(argv[0], argv[0], "host", index, directory, "two", results[h], (char *)NULL);
-            _exit(127);
+    /* two hosts, this program again twice: of GPU 0 each (sharing it), then,
+     * with two GPUs, of GPUs 0 and 1 each (a replica per GPU in each process:
+     * the process's GPUs are ranks of the mesh's world) */
+    for (size_t gpus = 1; gpus <= (capabilities.gpus >= 2 ? 2u : 1u); gpus++) {
+        pid_t pids[HOSTS];
+        char results[HOSTS][300], job[16], count[8];
+        snprintf(job, sizeof(job), "two-%zu", gpus);
+        snprintf(count, sizeof(count), "%zu", gpus);
+        for (size_t h = 0; h < HOSTS; h++) {
+            snprintf(results[h], sizeof(results[h]), "%s/result.%zu.%zu", directory, gpus, h);
+            char index[24];
+            snprintf(index, sizeof(index), "%zu", h);
+            fflush(stdout);
+            pids[h] = fork();
+            if (pids[h] == 0) {
+                execl("/proc/self/exe", argv[0], "host", index, directory, job, results[h], count, (char *)NULL);
+                execl(argv[0], argv[0], "host", index, directory, job, results[h], count, (char *)NULL);
+                _exit(127);
+            }
         }
-    }
-    host_result_t hosts[HOSTS];
-    for (size_t h = 0; h < HOSTS; h++) {
-        int code = 0;
-        waitpid(pids[h], &code, 0);
-        memset(&hosts[h], 0, sizeof(hosts[h]));
-        hosts[h].status = -1;
-        FILE *f = fopen(results[h], "rb");
-        if (!f || fread(&hosts[h], sizeof(hosts[h]), 1, f) != 1)
-            snprintf(hosts[h].message, sizeof(hosts[h].message), "host %zu wrote no result (exit status %d)", h, code);
-        if (f) fclose(f);
-    }
-    for (size_t h = 0; h < HOSTS; h++) {
-        double worst = 0;
-        for (unsigned s = 0; s < STEPS; s++)
-            worst = fmax(worst, fabs((double)hosts[h].losses[s] - alone.losses[s]) /
-                                    fmax(fabs((double)alone.losses[s]), 1e-30));
+        host_result_t hosts[HOSTS];
+        for (size_t h = 0; h < HOSTS; h++) {
+            int code = 0;
+            waitpid(pids[h], &code, 0);
+            memset(&hosts[h], 0, sizeof(hosts[h]));
+            hosts[h].status = -1;
+            FILE *f = fopen(results[h], "rb");
+            if (!f || fread(&hosts[h], sizeof(hosts[h]), 1, f) != 1)
+                snprintf(hosts[h].message, sizeof(hosts[h].message), "host %zu wrote no result (exit status %d)", h,
+                         code);
+            if (f) fclose(f);
+        }
+        for (size_t h = 0; h < HOSTS; h++) {
+            double worst = 0;
+            for (unsigned s = 0; s < STEPS; s++)
+                worst = fmax(worst, fabs((double)hosts[h].losses[s] - alone.losses[s]) /
+                                        fmax(fabs((double)alone.losses[s]), 1e-30));
+            char what[96];
+            snprintf(what, sizeof(what), "mesh of 2 x %zu GPU%s, host %zu: losses against one process", gpus,
+                     gpus > 1 ? "s" : "", h);
+            snprintf(detail, sizeof(detail), "%s largest relative difference %.1e (<= %.0e)", hosts[h].message,
+                     worst, LOSS_TOLERANCE);
+            row(what, hosts[h].status == UFORM_OK && worst <= LOSS_TOLERANCE, detail);
+        }
         char what[96];
-        snprintf(what, sizeof(what), "mesh of 2 on one GPU, host %zu: losses against one process", h);
-        snprintf(detail, sizeof(detail), "%s largest relative difference %.1e (<= %.0e)", hosts[h].message, worst,
-                 LOSS_TOLERANCE);
-        row(what, hosts[h].status == UFORM_OK && worst <= LOSS_TOLERANCE, detail);
+        snprintf(what, sizeof(what), "mesh of 2 x %zu GPU%s: both hosts' weights equal, bit for bit", gpus,
+                 gpus > 1 ? "s" : "");
+        row(what, hosts[0].status == UFORM_OK && hosts[1].status == UFORM_OK && hosts[0].digest == hosts[1].digest,
+            "");
     }
-    row("mesh of 2: both hosts' weights equal, bit for bit",
-        hosts[0].status == UFORM_OK && hosts[1].status == UFORM_OK && hosts[0].digest == hosts[1].digest, "");
     char command[400];
     snprintf(command, sizeof(command), "rm -rf '%s'", directory);
     if (system(command) != 0) printf("could not remove %s\n", directory);
