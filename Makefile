@@ -309,12 +309,18 @@ $(BUILD)/emulated/test_%: tests/gpu/test_%.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJ
 	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
 
 EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_trainer test_vram_mesh test_vram_replicas
-# two emulated devices for all: the one-GPU tests use the first
+# Two emulated devices for all (the one-GPU tests use the first). Each test is
+# one thread but test_vram_replicas (two GPUs, two threads taking turns), which
+# runs beside the others on the second core, its output printed after theirs.
 test-cuda-emulated: $(addprefix $(BUILD)/emulated/,$(EMULATED_GPU_TESTS))
-	@set -e; for t in $(EMULATED_GPU_TESTS); do echo "== $$t (CUDA emulated on the CPU; ASan+UBSan)"; \
-	  UFORM_EMULATION_DEVICES=2 $(BUILD)/emulated/$$t; done; \
+	@set -e; export UFORM_EMULATION_DEVICES=2; beside=$(BUILD)/emulated/test_vram_replicas.log; \
+	$(BUILD)/emulated/test_vram_replicas > $$beside 2>&1 & replicas=$$!; \
+	for t in $(filter-out test_vram_replicas,$(EMULATED_GPU_TESTS)); do \
+	  echo "== $$t (CUDA emulated on the CPU; ASan+UBSan)"; $(BUILD)/emulated/$$t || { kill $$replicas; exit 1; }; done; \
 	echo "== test_cuda_ops again, blocks and threads in the opposite order (a race a barrier should order shows in one of the two)"; \
-	UFORM_EMULATION_ORDER=reverse $(BUILD)/emulated/test_cuda_ops
+	UFORM_EMULATION_ORDER=reverse $(BUILD)/emulated/test_cuda_ops || { kill $$replicas; exit 1; }; \
+	echo "== test_vram_replicas (CUDA emulated on the CPU, two devices; ASan+UBSan; ran beside the tests above)"; \
+	status=0; wait $$replicas || status=$$?; cat $$beside; exit $$status
 
 # ---- aarch64: cross-compiled, run under user-mode emulation -------------------
 # The whole library for aarch64 without media libraries (no x86 file or

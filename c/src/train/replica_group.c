@@ -60,11 +60,13 @@ uform_status_t uform_trainer_init_on_devices(uform_executor_t *executor, const u
     /* A mesh is taken first: a trainer that cannot take it joins no collective. */
     uform_mesh_t *mesh = options->mesh;
     if (mesh) UFORM_TRY(uform_mesh_take(mesh, executor));
-    if (mesh && mesh->devices[mesh->host] != count) {
+    if (mesh && mesh->devices[mesh->host] != count) {   /* said to the peers, waiting at the init's agreement */
+        uform_status_t status = uform_fail(UFORM_INVALID_ARGUMENT,
+                                           "mesh: it counts %zu devices on this host, the trainer %zu; bootstrap "
+                                           "it on the trainer's executor", mesh->devices[mesh->host], count);
+        status = uform_mesh_agree(mesh, status, "Trainer init");
         uform_mesh_release(mesh);
-        return uform_fail(UFORM_INVALID_ARGUMENT,
-                          "mesh: it counts %zu devices on this host, the trainer %zu; bootstrap it on the "
-                          "trainer's executor", mesh->devices[mesh->host], count);
+        return status;
     }
     uform_trainer_t *t = uform_alloc_zeroed(1, sizeof(*t), "trainer");
     uform_replica_group_t *g = uform_alloc_zeroed(1, sizeof(*g), "trainer replicas");
