@@ -243,11 +243,13 @@ class Model:
                   gpu_class: GPUClass | None = None, executor: Executor | None = None,
                   quantization: Scalar = Scalar.BF16, progress: Progress | None = None,
                   progress_steps: int = 0) -> "Model":
-        """Copies a checkpoint onto a GPU (devices: one index, GPU 0 when None).
+        """Copies a checkpoint onto the named GPUs, a whole copy on each.
 
-        The executor, when given, must be a VRAM executor holding that GPU; without one the model
-        makes its own. A build without the CUDA backend raises UnsupportedError, a machine without
-        a GPU DeviceError. Compiled, not yet run on a GPU (docs/gpu.md)."""
+        devices None: every GPU of the executor when one is given, else GPU 0. With several GPUs
+        every encode verb spreads its batches over them, and text_choose its texts. The
+        executor, when given, must be a VRAM executor holding every listed GPU; without one the
+        model makes its own. A build without the CUDA backend raises UnsupportedError, a machine
+        without a GPU DeviceError. Compiled, not yet run on a GPU (docs/gpu.md)."""
         encoded = path_bytes(path)
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)

@@ -228,8 +228,12 @@ UFORM_API uform_status_t uform_model_load_ram(const char *path,
 UFORM_API uform_status_t uform_model_load_ram_buffer(const void *data, size_t size,
                                                      const uform_model_load_ram_options_t *options,
                                                      uform_model_t **model);
-/* Not built yet: both answer UFORM_UNSUPPORTED (UFORM_DEVICE "no GPU found" from a build
- * with the CUDA backend on a machine without a GPU). */
+/* A copy of the checkpoint on each listed GPU (devices_count 0: every GPU of
+ * `executor` when given, else GPU 0); with several, every encode verb spreads
+ * its batches over them and text_choose its texts. `executor`, when
+ * given, must be a VRAM executor holding every listed GPU; NULL: the model
+ * makes its own. A build without the CUDA backend answers UFORM_UNSUPPORTED,
+ * a machine without a GPU UFORM_DEVICE "no GPU found" (docs/gpu.md). */
 UFORM_API uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices,
                                                size_t devices_count, uform_gpu_class_t gpu_class,
                                                uform_executor_t *executor,

@@ -163,7 +163,7 @@ int main(void) {
         row("text_choose probabilities", worst <= 3e-2 && sum_error <= 1e-5 && cb.offsets[3] == 7, detail);
     }
 
-    /* loads: a class above the GPU's, several devices, E4M3, a RAM executor */
+    /* loads: a class above the GPU's, a device listed twice, E4M3, a RAM executor */
     uform_model_t *other = NULL;
     if (described.gpu_class < UFORM_GPU_CLASS_BLACKWELL) {
         status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_BLACKWELL, NULL, UFORM_SCALAR_BF16, NULL,
@@ -229,7 +229,8 @@ int main(void) {
     status = uform_executor_for_vram(NULL, 0, &gpu);
     row("Executor.for_vram (every GPU)", status == UFORM_OK, uform_last_error());
     if (gpu) {
-        status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_NONE, gpu, UFORM_SCALAR_BF16, NULL, &other);
+        uint32_t first = 0;
+        status = uform_model_load_vram(path, &first, 1, UFORM_GPU_CLASS_NONE, gpu, UFORM_SCALAR_BF16, NULL, &other);
         row("load_vram on a given VRAM executor", status == UFORM_OK, uform_last_error());
         uform_encoded_t a, b;
         bool same = other && run_verb(TEXT, vram, arena_ram, NULL, &a) == UFORM_OK &&
@@ -237,9 +238,91 @@ int main(void) {
                     memcmp(a.embeddings, b.embeddings, a.count * a.embedding_row_bytes) == 0;
         row("two VRAM loads give the same bits", same, "");
         uform_model_free(other);
+        other = NULL;
+        /* devices None on an executor of every GPU: a copy on each */
+        status = uform_model_load_vram(path, NULL, 0, UFORM_GPU_CLASS_NONE, gpu, UFORM_SCALAR_BF16, NULL, &other);
+        uform_model_description_t on_every;
+        bool every = status == UFORM_OK && uform_model_describe(other, &on_every) == UFORM_OK &&
+                     on_every.memory_usage == capabilities.gpus * described.memory_usage;
+        row("load_vram on every GPU's executor, devices None: a copy on each", every,
+            status == UFORM_OK ? "" : uform_last_error());
+        uform_model_free(other);
         uform_executor_free(gpu);
     }
     uform_executor_free(cpu);
+
+    /* A copy on each of two GPUs, the verbs' batches spread over both
+     * (encode_batches.c: lanes): every verb against RAM within the
+     * tolerances above, text_choose, and a call of many texts against one
+     * GPU's. */
+    if (capabilities.gpus < 2) {
+        printf("skip load_vram on two GPUs: %zu visible\n", capabilities.gpus);
+    } else {
+        uint32_t pair[] = {0, 1};
+        uform_model_t *both = NULL;
+        status = uform_model_load_vram(path, pair, 2, UFORM_GPU_CLASS_NONE, NULL, UFORM_SCALAR_BF16, NULL, &both);
+        row("load_vram on GPUs 0 and 1", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
+        uform_model_description_t d2;
+        if (both && uform_model_describe(both, &d2) == UFORM_OK) {
+            char detail[96];
+            snprintf(detail, sizeof(detail), "%zu bytes, one GPU's %zu", d2.memory_usage, described.memory_usage);
+            row("describe on two GPUs: both copies' bytes, the same class",
+                d2.memory_usage == 2 * described.memory_usage && d2.gpu_class == described.gpu_class, detail);
+        }
+        for (verb_t verb = TEXT; both && verb <= AUDIO; verb++) {
+            uform_encode_options_t options = {0};
+            options.outputs = UFORM_OUTPUTS_EMBEDDINGS | UFORM_OUTPUTS_TOKENS;
+            uform_encoded_t a, b;
+            uform_status_t ra = run_verb(verb, ram, arena_ram, &options, &a);
+            uform_status_t rb = run_verb(verb, both, arena_vram, &options, &b);
+            char what[96];
+            snprintf(what, sizeof(what), "two GPUs: %s embeddings", verb_names[verb]);
+            if (ra != UFORM_OK || rb != UFORM_OK) {
+                row(what, false, uform_last_error());
+                continue;
+            }
+            compare_rows(what, a.embeddings, b.embeddings, a.count, a.dimensions);
+            snprintf(what, sizeof(what), "two GPUs: %s token rows", verb_names[verb]);
+            if (a.token_offsets[a.count] == b.token_offsets[b.count])
+                compare_rows(what, a.tokens, b.tokens, a.token_offsets[a.count], a.token_width);
+            else
+                row(what, false, "token offsets differ");
+        }
+        /* text_choose: the three texts split between the GPUs, against RAM (3e-2, above) */
+        uform_chosen_t c2;
+        sa = uform_text_choose(ram, NULL, &texts, &choices, arena_ram, &choose, &ca, NULL);
+        sb = both ? uform_text_choose(both, NULL, &texts, &choices, arena_vram, &choose, &c2, NULL) : UFORM_DEVICE;
+        if (sa == UFORM_OK && sb == UFORM_OK) {
+            double worst = 0;
+            for (size_t i = 0; i < 7; i++) worst = fmax(worst, fabs((double)ca.probabilities[i] - c2.probabilities[i]));
+            char detail[96];
+            snprintf(detail, sizeof(detail), "largest difference %.2e (<= 3e-2)", worst);
+            row("two GPUs: text_choose probabilities", worst <= 3e-2 && c2.offsets[3] == 7, detail);
+        } else {
+            row("two GPUs: text_choose probabilities", false, uform_last_error());
+        }
+        /* 48 texts of 0 to 40 bytes: a batch on each GPU */
+        size_t count = 48;
+        char *data = malloc(count * 40);
+        size_t *offsets = malloc((count + 1) * sizeof(size_t));
+        offsets[0] = 0;
+        for (size_t i = 0; i < count; i++) {
+            size_t length = (i * 7919) % 41;
+            for (size_t t = 0; t < length; t++) data[offsets[i] + t] = (char)('a' + (i + t * 3) % 26);
+            offsets[i + 1] = offsets[i] + length;
+        }
+        uform_tape_t texts = {data, offsets[count], offsets, count};
+        uform_encoded_t a, b;
+        bool ran = both && uform_text_encode(vram, NULL, &texts, arena_ram, NULL, &a, NULL) == UFORM_OK &&
+                   uform_text_encode(both, NULL, &texts, arena_vram, NULL, &b, NULL) == UFORM_OK;
+        if (ran)
+            compare_rows("two GPUs: 48 texts against one GPU", a.embeddings, b.embeddings, count, a.dimensions);
+        else
+            row("two GPUs: 48 texts against one GPU", false, uform_last_error());
+        free(data);
+        free(offsets);
+        uform_model_free(both);
+    }
 
     uform_arena_free(arena_ram);
     uform_arena_free(arena_vram);

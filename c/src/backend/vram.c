@@ -5,10 +5,12 @@
  *
  * A VRAM executor is a RAM executor (its threads decode media and run
  * submitted jobs) that also holds one CUDA backend per listed GPU: a stream,
- * a cuBLASLt handle and workspace. A VRAM model's weights are on one GPU, and
- * its verbs run on the stream of the executor it was loaded with, or of the
- * VRAM executor a call names when that executor holds the same GPU. A VRAM
- * trainer is the trainer on that backend (train/trainer_on_device.h). */
+ * a cuBLASLt handle and workspace. A VRAM model's weights are on each GPU it
+ * was loaded on, and its verbs run on the stream of the executor it was loaded with, or of the
+ * VRAM executor a call names when that executor holds the same GPU; a model
+ * on several GPUs is a copy on each (model.h: replicas), its verbs' batches
+ * spread over them (encode/encode_batches.c). A VRAM trainer is the trainer
+ * on that backend (train/trainer_on_device.h). */
 #include "backend/vram.h"
 #include "model/model.h"
 #include "train/trainer_on_device.h"
@@ -152,7 +154,7 @@ bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_ba
 
 
 /* The checks of a VRAM load before its checkpoint is read: a GPU is there,
- * the devices exist, one of them, the class is one. */
+ * the devices exist, each listed once, the class is one. */
 static uform_status_t uform_vram_load_check(const char *verb, const uint32_t *devices, size_t devices_count,
                                             uform_gpu_class_t gpu_class) {
     size_t visible = 0;
@@ -160,55 +162,77 @@ static uform_status_t uform_vram_load_check(const char *verb, const uint32_t *de
     UFORM_TRY(uform_check_devices(verb, devices, devices_count, visible));
     if ((unsigned)gpu_class > UFORM_GPU_CLASS_BLACKWELL)
         return uform_fail(UFORM_INVALID_ARGUMENT, "gpu_class: %d is not a GPU class", (int)gpu_class);
-    if (devices_count > 1)
-        return uform_fail(UFORM_UNSUPPORTED,
-                          "%s: replicas on %zu GPUs are not built yet; name one device (docs/gpu.md)", verb,
-                          devices_count);
     return UFORM_OK;
 }
 
-/* Loads a parsed checkpoint onto the one GPU `devices` names (device 0 when
- * none), after uform_vram_load_check. */
+/* The GPUs a load puts copies on: those listed; none listed, every GPU of
+ * the executor given, else GPU 0. *gpus is allocated. */
+static uform_status_t uform_vram_load_gpus(const uint32_t *devices, size_t devices_count,
+                                           const uform_executor_t *executor, uint32_t **gpus, size_t *count) {
+    const uform_vram_devices_t *held = executor ? uform_executor_devices(executor) : NULL;
+    *count = devices_count ? devices_count : held ? held->count : 1;
+    *gpus = uform_alloc_zeroed(*count, sizeof(uint32_t), "GPU list");
+    if (!*gpus) return UFORM_OUT_OF_MEMORY;
+    for (size_t i = 0; i < *count; i++) (*gpus)[i] = devices_count ? devices[i] : held ? held->devices[i].gpu : 0;
+    return UFORM_OK;
+}
+
+/* Loads a parsed checkpoint onto the GPUs a load names (uform_vram_load_gpus),
+ * a whole copy on each, after uform_vram_load_check. */
 static uform_status_t uform_vram_load(const char *verb, const uform_safetensors_t *file,
                                       const uint32_t *devices, size_t devices_count,
                                       uform_gpu_class_t gpu_class, uform_executor_t *executor,
                                       uform_scalar_t quantization, const uform_progress_t *progress,
                                       uform_model_t **result) {
     (void)verb;
-    uint32_t gpu = devices_count ? devices[0] : 0;
+    uint32_t *gpus = NULL;
+    size_t count = 0;
+    UFORM_TRY(uform_vram_load_gpus(devices, devices_count, executor, &gpus, &count));
     bool owned = executor == NULL;
-    if (owned) {
-        UFORM_TRY(uform_executor_for_vram(&gpu, 1, &executor));
-    } else if (!uform_vram_device_of(executor, gpu)) {
-        return uform_fail(UFORM_INVALID_ARGUMENT,
-                          uform_executor_devices(executor)
-                              ? "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)"
-                              : "executor: a RAM executor cannot hold a VRAM model on GPU %u (use "
-                                "Executor.for_vram)",
-                          gpu);
+    uform_status_t status = owned ? uform_executor_for_vram(gpus, count, &executor) : UFORM_OK;
+    uform_backend_t *backends = status == UFORM_OK ? uform_alloc(count, sizeof(uform_backend_t), "GPU backends")
+                                                   : NULL;
+    if (status == UFORM_OK && !backends) status = UFORM_OUT_OF_MEMORY;
+    /* every GPU held by the executor and able to run what is asked; the
+     * model's class is the pin, else the lowest of its GPUs' */
+    uform_gpu_class_t model_class = gpu_class;
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        const uform_vram_device_t *device = uform_vram_device_of(executor, gpus[i]);
+        if (!device) {
+            status = uform_fail(
+                UFORM_INVALID_ARGUMENT,
+                uform_executor_devices(executor)
+                    ? "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)"
+                    : "executor: a RAM executor cannot hold a VRAM model on GPU %u (use Executor.for_vram)",
+                gpus[i]);
+            break;
+        }
+        if (gpu_class != UFORM_GPU_CLASS_NONE && gpu_class > device->gpu_class)
+            status = uform_fail(UFORM_UNSUPPORTED, "gpu_class: GPU %u is %s and cannot run the %s class", gpus[i],
+                                uform_gpu_class_name(device->gpu_class), uform_gpu_class_name(gpu_class));
+        else if (quantization == UFORM_SCALAR_E4M3 && !device->backend.ops->pack_e4m3)
+            status = uform_fail(UFORM_UNSUPPORTED,
+                                "quantization: E4M3 weights are not built yet on the CUDA backend (docs/gpu.md); "
+                                "load BF16");
+        if (gpu_class == UFORM_GPU_CLASS_NONE && (i == 0 || device->gpu_class < model_class))
+            model_class = device->gpu_class;
+        backends[i] = device->backend;
     }
-    const uform_vram_device_t *device = uform_vram_device_of(executor, gpu);
-    uform_status_t status = UFORM_OK;
-    if (gpu_class != UFORM_GPU_CLASS_NONE && gpu_class > device->gpu_class)
-        status = uform_fail(UFORM_UNSUPPORTED, "gpu_class: GPU %u is %s and cannot run the %s class", gpu,
-                            uform_gpu_class_name(device->gpu_class), uform_gpu_class_name(gpu_class));
-    if (status == UFORM_OK && quantization == UFORM_SCALAR_E4M3 && !device->backend.ops->pack_e4m3)
-        status = uform_fail(UFORM_UNSUPPORTED,
-                            "quantization: E4M3 weights are not built yet on the CUDA backend (docs/gpu.md); "
-                            "load BF16");
     uform_model_t *model = NULL;
-    if (status == UFORM_OK) {
-        uform_backend_t backend = device->backend;
-        if (backend.ops->acquire) backend.ops->acquire(&backend);
-        status = uform_model_load_on_device(file, &backend, quantization, executor, progress, &model);
-        if (backend.ops->release) backend.ops->release(&backend);
-    }
+    if (status == UFORM_OK)
+        status = uform_model_load_on_devices(file, backends, count, quantization, executor, progress, &model);
+    free(backends);
     if (status != UFORM_OK) {
+        free(gpus);
         if (owned) uform_executor_free(executor);
         return status;
     }
-    model->gpu_class = gpu_class != UFORM_GPU_CLASS_NONE ? gpu_class : device->gpu_class;
-    model->gpu_device = gpu;
+    for (size_t i = 0; i < count; i++) {
+        uform_model_t *copy = (uform_model_t *)uform_model_replica(model, i);
+        copy->gpu_class = model_class;
+        copy->gpu_device = gpus[i];
+    }
+    free(gpus);
     model->owns_executor = owned;
     *result = model;
     return UFORM_OK;

@@ -4,9 +4,19 @@
  * uform_batch_rows tokens with no padding: the GEMMs see one flat matrix of
  * every token, attention stays within each item. An item without tokens
  * embeds as the normalisation of a zero mean, all zeros, and has no token
- * rows. */
+ * rows.
+ *
+ * A model on several GPUs has a lane per GPU (encode_batches.h): batch k
+ * runs on lane k mod n, on a thread of that lane's while the calling thread
+ * packs the next batches; the caller waits for a lane before packing into it
+ * again, so batches finish, and progress is reported, in order. Outputs are
+ * the same whichever lane ran an item (every copy holds the same weights and
+ * runs the same kernels). A lane thread holds its backend (acquire: the CUDA
+ * backend's current device and lock) for its batch; the calling thread holds
+ * it only to allocate while the lane is idle. */
 #include "encode/encode_batches.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name) {
@@ -54,21 +64,257 @@ size_t uform_batch_rows(const uform_model_t *model) {
     return rows < 256 ? 256 : rows;
 }
 
+/* ---- lanes --------------------------------------------------------------------- */
+
+/* A threaded lane's backend is held by whichever thread uses it, for that
+ * use; a single lane's by the calling thread for the whole call
+ * (uform_encoder_begin to uform_encoder_free). */
+static void uform_lane_hold(const uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    if (e->threaded && lane->backend.ops->acquire) lane->backend.ops->acquire(&lane->backend);
+}
+
+static void uform_lane_unhold(const uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    if (e->threaded && lane->backend.ops->release) lane->backend.ops->release(&lane->backend);
+}
+
+static void uform_lane_free_buffers(uform_encoder_lane_t *lane) {
+    uform_backend_t *b = &lane->backend;
+    uform_backend_free(b, lane->states);
+    uform_backend_free(b, lane->scratch);
+    uform_batch_indices_free(&lane->indices, b);
+    uform_backend_free(b, lane->inputs);
+    uform_backend_free(b, lane->pooled);
+    uform_backend_free(b, lane->projected);
+    lane->states = lane->pooled = lane->projected = lane->inputs = NULL;
+    lane->scratch = NULL;
+    lane->inputs_bytes = 0;
+}
+
+/* (Re)allocates a lane's per-row buffers for batches of `capacity` rows; its
+ * batch must be empty and its backend held. Every thread's attention scratch
+ * is sized for the longest item a batch can hold: capacity rows, at most the
+ * context. */
+static uform_status_t uform_lane_rows(uform_encoder_t *e, uform_encoder_lane_t *lane, size_t capacity) {
+    const uform_model_t *model = lane->model;
+    uform_backend_t *b = &lane->backend;
+    size_t hidden = model->hidden;
+    size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
+    size_t projected_rows = capacity > e->max_items ? capacity : e->max_items;
+    size_t longest = capacity < model->context ? capacity : model->context;
+    uform_backend_free(b, lane->states);
+    uform_backend_free(b, lane->scratch);
+    uform_backend_free(b, lane->projected);
+    lane->states = lane->projected = NULL;
+    lane->scratch = NULL;
+    lane->states = uform_backend_alloc(b, capacity, hidden * sizeof(float), "states");
+    if (lane->states)
+        lane->scratch = uform_backend_alloc(
+            b, 1, uform_forward_scratch_bytes(model, e->executor, capacity, e->max_items, longest),
+            "forward scratch");
+    if (lane->scratch)
+        lane->projected = uform_backend_alloc(b, projected_rows, width * sizeof(float), "projections");
+    lane->max_rows = capacity;
+    if (!lane->states || !lane->scratch || !lane->projected) return UFORM_OUT_OF_MEMORY;
+    return uform_batch_indices_reserve(&lane->indices, b, capacity, 0);
+}
+
+/* A lane's buffers for the call: segments and pooled states for max_items
+ * items, the rest for `capacity` rows. */
+static uform_status_t uform_lane_begin(uform_encoder_t *e, uform_encoder_lane_t *lane, size_t capacity) {
+    uform_backend_t *b = &lane->backend;
+    uform_lane_hold(e, lane);
+    uform_status_t status = uform_batch_indices_reserve(&lane->indices, b, 1, e->max_items);
+    if (status == UFORM_OK) {
+        lane->pooled = uform_backend_alloc(b, e->max_items, lane->model->hidden * sizeof(float), "pooled states");
+        status = lane->pooled ? uform_lane_rows(e, lane, capacity) : UFORM_OUT_OF_MEMORY;
+    }
+    uform_lane_unhold(e, lane);
+    return status;
+}
+
+/* The lane copy's own part for a part of the call's model. */
+static const uform_media_part_t *uform_lane_part(const uform_encoder_t *e, const uform_encoder_lane_t *lane,
+                                                 const uform_media_part_t *part) {
+    const uform_model_t *model = e->model, *copy = lane->model;
+    if (part == &model->image) return &copy->image;
+    if (part == &model->video) return &copy->video;
+    return &copy->audio;
+}
+
+/* x [rows, H] = inputs [rows, part->width] (host memory) projected, plus the
+ * modality, on the lane's backend (held). */
+static uform_status_t uform_lane_embed(uform_encoder_lane_t *lane, const uform_media_part_t *part,
+                                       const float *inputs, size_t rows, float *x) {
+    uform_backend_t *b = &lane->backend;
+    size_t hidden = lane->model->hidden;
+    const float *device_inputs = inputs;
+    if (!b->ops->host_memory) {
+        size_t bytes = rows * part->width * sizeof(float);
+        if (bytes > lane->inputs_bytes) {
+            uform_backend_free(b, lane->inputs);
+            lane->inputs_bytes = 0;
+            lane->inputs = uform_backend_alloc(b, 1, bytes, "media inputs");
+            if (!lane->inputs) return UFORM_OUT_OF_MEMORY;
+            lane->inputs_bytes = bytes;
+        }
+        b->ops->upload(b, lane->inputs, inputs, bytes);
+        device_inputs = lane->inputs;
+    }
+    uform_weight_t projection = {&part->projection, NULL, part->projection.n, part->projection.k};
+    b->ops->linear(b, &projection, device_inputs, part->width, rows, part->bias, false, x, hidden);
+    b->ops->scatter_rows(b, x, hidden, part->modality, hidden, NULL, rows, x);
+    return UFORM_OK;
+}
+
+/* Runs a lane's batch (its backend held): a threaded lane's staged media
+ * rows first, the text lookup, the blocks, then the heads of its items,
+ * their outputs written into the arena. */
+static uform_status_t uform_lane_run(uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    const uform_model_t *model = lane->model;
+    uform_encoded_t *encoded = e->encoded;
+    uform_backend_t *b = &lane->backend;
+    size_t hidden = model->hidden, items = lane->items;
+    uform_batch_indices_upload(&lane->indices, b, lane->rows, items);
+    if (lane->staged_rows)
+        UFORM_TRY(uform_lane_embed(lane, lane->part, lane->staged_inputs, lane->staged_rows, lane->states));
+    uform_batch_t batch = {lane->rows, items, lane->indices.device_segments, lane->indices.device_positions};
+    if (lane->rows && model->text_bytes)
+        b->ops->embedding_forward(b, model->text_bytes, model->text_modality, lane->indices.device_ids,
+                                  lane->rows, hidden, lane->states);
+    if (lane->rows) uform_forward(model, b, &batch, lane->longest, lane->states, lane->scratch);
+
+    if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
+        b->ops->mean_pool_forward(b, lane->states, hidden, lane->indices.device_segments, items, lane->pooled);
+        uform_project_normalize(model, b, &model->embedding_head, lane->pooled, items, lane->projected);
+        b->ops->download_rows(b, lane->projected, items, model->dimensions, encoded->scalar,
+                              (uint8_t *)encoded->embeddings + lane->first * encoded->embedding_row_bytes,
+                              encoded->embedding_row_bytes);
+    }
+    if ((e->outputs & UFORM_OUTPUTS_TOKENS) && lane->rows) {
+        uform_project_normalize(model, b, &model->token_head, lane->states, lane->rows, lane->projected);
+        b->ops->download_rows(b, lane->projected, lane->rows, model->token_width, encoded->scalar,
+                              lane->tokens_destination, encoded->token_row_bytes);
+    }
+    return b->ops->synchronize(b);
+}
+
+/* A lane's batch done: its items finished, the lane empty again. */
+static uform_status_t uform_lane_finished(uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    e->finished = lane->first + lane->items;
+    lane->items = lane->rows = lane->longest = lane->staged_rows = 0;
+    lane->part = NULL;
+    return uform_progress_update(&e->progress, e->finished);
+}
+
+/* What a lane's thread runs: its batch, the backend held meanwhile; the
+ * error text (the thread's own) carried back for the caller to raise. */
+static void *uform_lane_thread(void *argument) {
+    uform_encoder_lane_t *lane = argument;
+    uform_lane_hold(lane->encoder, lane);
+    lane->status = uform_lane_run(lane->encoder, lane);
+    uform_lane_unhold(lane->encoder, lane);
+    if (lane->status != UFORM_OK) snprintf(lane->message, sizeof(lane->message), "%s", uform_last_error());
+    return NULL;
+}
+
+/* Waits for the batch a lane's thread runs (none: OK), raising its failure. */
+static uform_status_t uform_lane_wait(uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    if (!lane->running) return UFORM_OK;
+    pthread_join(lane->thread, NULL);
+    lane->running = false;
+    if (lane->status != UFORM_OK) {
+        uform_set_error_text(lane->message);
+        return lane->status;
+    }
+    return uform_lane_finished(e, lane);
+}
+
+/* Waits for every running lane, oldest first (the one after the open lane),
+ * the first failure answered; after one, the rest are only joined. */
+static uform_status_t uform_lanes_wait(uform_encoder_t *e) {
+    uform_status_t status = UFORM_OK;
+    for (size_t k = 1; k <= e->lane_count; k++) {
+        uform_encoder_lane_t *lane = &e->lanes[(e->open + k) % e->lane_count];
+        if (status == UFORM_OK) {
+            status = uform_lane_wait(e, lane);
+        } else if (lane->running) {
+            pthread_join(lane->thread, NULL);
+            lane->running = false;
+        }
+    }
+    return status;
+}
+
+/* Where a lane's token rows go: the arena, or the staging buffer grown to
+ * hold them (after every running lane is waited for: they write into it). */
+static uform_status_t uform_lane_tokens_destination(uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    uform_encoded_t *encoded = e->encoded;
+    size_t begin = encoded->token_offsets[lane->first] * encoded->token_row_bytes;
+    if (e->tokens_known) {
+        lane->tokens_destination = (uint8_t *)encoded->tokens + begin;
+        return UFORM_OK;
+    }
+    size_t needed = begin + lane->rows * encoded->token_row_bytes;
+    if (needed > e->staged_bytes) {
+        UFORM_TRY(uform_lanes_wait(e));
+        size_t grown = e->staged_bytes * 2 > needed ? e->staged_bytes * 2 : needed;
+        uint8_t *staged = realloc(e->staged, grown);
+        if (!staged) return uform_fail(UFORM_OUT_OF_MEMORY, "tokens: cannot stage %zu bytes", grown);
+        e->staged = staged;
+        e->staged_bytes = grown;
+    }
+    lane->tokens_destination = e->staged + begin;
+    return UFORM_OK;
+}
+
+/* Runs the open lane's batch: here for a single lane, else on the lane's
+ * thread (here too when no thread starts, after the running ones finish,
+ * so batches still finish in order). */
+static uform_status_t uform_lane_dispatch(uform_encoder_t *e, uform_encoder_lane_t *lane) {
+    if (lane->items == 0) return UFORM_OK;
+    if ((e->outputs & UFORM_OUTPUTS_TOKENS) && lane->rows) UFORM_TRY(uform_lane_tokens_destination(e, lane));
+    if (e->threaded) {
+        lane->running = pthread_create(&lane->thread, NULL, uform_lane_thread, lane) == 0;
+        if (lane->running) return UFORM_OK;
+        UFORM_TRY(uform_lanes_wait(e));
+    }
+    uform_lane_hold(e, lane);
+    uform_status_t status = uform_lane_run(e, lane);
+    uform_lane_unhold(e, lane);
+    UFORM_TRY(status);
+    return uform_lane_finished(e, lane);
+}
+
+/* Closes the open batch and opens the next lane's, once that lane is free. */
+static uform_status_t uform_encoder_next(uform_encoder_t *e) {
+    UFORM_TRY(uform_lane_dispatch(e, &e->lanes[e->open]));
+    e->open = (e->open + 1) % e->lane_count;
+    return uform_lane_wait(e, &e->lanes[e->open]);
+}
+
+/* ---- the encoder ---------------------------------------------------------------- */
+
 void uform_encoder_free(uform_encoder_t *e) {
-    if (!e->backend.ops) return;   /* begin failed before it chose a backend */
-    uform_backend_t *b = &e->backend;
-    uform_backend_free(b, e->states);
-    uform_backend_free(b, e->scratch);
-    uform_batch_indices_free(&e->indices, b);
-    uform_backend_free(b, e->inputs);
-    uform_backend_free(b, e->pooled);
-    uform_backend_free(b, e->projected);
+    if (!e->lanes) return;   /* begin failed before it made its lanes */
+    for (size_t i = 0; i < e->lane_count; i++) {
+        uform_encoder_lane_t *lane = &e->lanes[i];
+        if (lane->running) pthread_join(lane->thread, NULL);   /* a call stopped by a failure */
+        lane->running = false;
+    }
+    for (size_t i = 0; i < e->lane_count; i++) {
+        uform_encoder_lane_t *lane = &e->lanes[i];
+        if (!lane->backend.ops) continue;
+        uform_lane_hold(e, lane);
+        uform_lane_free_buffers(lane);
+        uform_lane_unhold(e, lane);
+        free(lane->staged_inputs);
+    }
+    uform_backend_t *single = &e->lanes[0].backend;
+    if (!e->threaded && single->ops && single->ops->release) single->ops->release(single);
+    free(e->lanes);
     free(e->staged);
-    e->states = e->pooled = e->projected = e->inputs = NULL;
-    e->scratch = NULL;
+    e->lanes = NULL;
     e->staged = NULL;
-    if (b->ops->release) b->ops->release(b);
-    e->backend.ops = NULL;
 }
 
 static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t scalar,
@@ -105,31 +351,26 @@ static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t s
     return UFORM_OK;
 }
 
-/* (Re)allocates the per-row buffers for batches of `capacity` rows; the open
- * batch must be empty. Every thread's attention scratch is sized for the
- * longest item a batch can hold: capacity rows, at most the context. */
-static uform_status_t uform_encoder_rows(uform_encoder_t *e, size_t capacity) {
+/* The lanes of a call: one per copy of the model, each on the backend the
+ * call's executor gives that copy. */
+static uform_status_t uform_encoder_lanes(uform_encoder_t *e) {
     const uform_model_t *model = e->model;
-    uform_backend_t *b = &e->backend;
-    size_t hidden = model->hidden;
-    size_t width = model->dimensions > model->token_width ? model->dimensions : model->token_width;
-    size_t projected_rows = capacity > e->max_items ? capacity : e->max_items;
-    size_t longest = capacity < model->context ? capacity : model->context;
-    uform_backend_free(b, e->states);
-    uform_backend_free(b, e->scratch);
-    uform_backend_free(b, e->projected);
-    e->states = e->projected = NULL;
-    e->scratch = NULL;
-    e->states = uform_backend_alloc(b, capacity, hidden * sizeof(float), "states");
-    if (e->states)
-        e->scratch = uform_backend_alloc(
-            b, 1, uform_forward_scratch_bytes(model, e->executor, capacity, e->max_items, longest),
-            "forward scratch");
-    if (e->scratch)
-        e->projected = uform_backend_alloc(b, projected_rows, width * sizeof(float), "projections");
-    e->max_rows = capacity;
-    if (!e->states || !e->scratch || !e->projected) return UFORM_OUT_OF_MEMORY;
-    return uform_batch_indices_reserve(&e->indices, b, capacity, 0);
+    e->lane_count = model->replica_count ? model->replica_count : 1;
+    e->threaded = e->lane_count > 1;
+    e->lanes = uform_alloc_zeroed(e->lane_count, sizeof(uform_encoder_lane_t), "encoder lanes");
+    if (!e->lanes) return UFORM_OUT_OF_MEMORY;
+    for (size_t i = 0; i < e->lane_count; i++) {
+        uform_encoder_lane_t *lane = &e->lanes[i];
+        lane->encoder = e;
+        lane->model = uform_model_replica(model, i);
+        uform_backend_t backend = uform_model_backend(lane->model, e->executor);
+        UFORM_TRY(uform_model_needs(lane->model, backend.ops->download_rows != NULL, "encode", "download_rows"));
+        lane->backend = backend;
+    }
+    /* a single lane's backend is held for the whole call; released by uform_encoder_free */
+    uform_backend_t *single = &e->lanes[0].backend;
+    if (!e->threaded && single->ops->acquire) single->ops->acquire(single);
+    return UFORM_OK;
 }
 
 uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *model,
@@ -148,24 +389,17 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
 
     uform_arena_rewind(arena);
     UFORM_TRY(uform_encoder_outputs(e, scalar, rows_bound));
-    uform_backend_t backend = uform_model_backend(model, executor);
-    UFORM_TRY(uform_model_needs(model, backend.ops->download_rows != NULL, "encode", "download_rows"));
-    e->backend = backend;
-    uform_backend_t *b = &e->backend;
-    if (b->ops->acquire) b->ops->acquire(b);   /* released by uform_encoder_free */
+    uform_status_t status = uform_encoder_lanes(e);
 
-    size_t hidden = model->hidden;
-    size_t budget = uform_batch_rows(model);
     /* A call smaller than one batch gets buffers of its own size (+1: never 0
-     * bytes); an item longer than the batch grows them (uform_encoder_add). */
-    size_t capacity = rows_bound < budget ? rows_bound + 1 : budget;
-    size_t items = budget < count ? budget : count;
-    e->max_items = items;
-    uform_status_t status = uform_batch_indices_reserve(&e->indices, b, 1, items);
-    if (status == UFORM_OK) {
-        e->pooled = uform_backend_alloc(b, items, hidden * sizeof(float), "pooled states");
-        status = e->pooled ? uform_encoder_rows(e, capacity) : UFORM_OUT_OF_MEMORY;
-    }
+     * bytes); an item longer than the batch grows them (uform_encoder_add).
+     * On several lanes each gets its share of such a call, so every GPU works. */
+    size_t lanes = e->lane_count, budget = uform_batch_rows(model);
+    size_t share_rows = rows_bound / lanes + (rows_bound % lanes != 0);
+    size_t share_items = count / lanes + (count % lanes != 0);
+    size_t capacity = share_rows < budget ? share_rows + 1 : budget;
+    e->max_items = budget < share_items ? budget : share_items;
+    for (size_t i = 0; i < lanes && status == UFORM_OK; i++) status = uform_lane_begin(e, &e->lanes[i], capacity);
     if (status != UFORM_OK) {
         uform_encoder_free(e);
         return status;
@@ -174,82 +408,36 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
     return UFORM_OK;
 }
 
-/* Where the token rows of item `first` onwards go: the arena, or the staging
- * buffer grown to hold them. */
-static uint8_t *uform_token_destination(uform_encoder_t *e, size_t first, size_t rows) {
-    uform_encoded_t *encoded = e->encoded;
-    size_t begin = encoded->token_offsets[first] * encoded->token_row_bytes;
-    if (e->tokens_known) return (uint8_t *)encoded->tokens + begin;
-    size_t needed = begin + rows * encoded->token_row_bytes;
-    if (needed > e->staged_bytes) {
-        size_t grown = e->staged_bytes * 2 > needed ? e->staged_bytes * 2 : needed;
-        uint8_t *staged = realloc(e->staged, grown);
-        if (!staged) {
-            uform_fail(UFORM_OUT_OF_MEMORY, "tokens: cannot stage %zu bytes", grown);
-            return NULL;
-        }
-        e->staged = staged;
-        e->staged_bytes = grown;
-    }
-    return e->staged + begin;
-}
-
-/* Runs the open batch: the blocks, then the heads of its items. */
-static uform_status_t uform_encoder_run(uform_encoder_t *e) {
-    const uform_model_t *model = e->model;
-    uform_encoded_t *encoded = e->encoded;
-    uform_backend_t *b = &e->backend;
-    size_t hidden = model->hidden, first = e->finished, items = e->added - e->finished;
-    if (items == 0) return UFORM_OK;
-    uform_batch_indices_upload(&e->indices, b, e->rows, items);
-    uform_batch_t batch = {e->rows, items, e->indices.device_segments, e->indices.device_positions};
-    if (e->rows && model->text_bytes)
-        b->ops->embedding_forward(b, model->text_bytes, model->text_modality, e->indices.device_ids,
-                                  e->rows, hidden, e->states);
-    if (e->rows) uform_forward(model, b, &batch, e->longest, e->states, e->scratch);
-
-    if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
-        b->ops->mean_pool_forward(b, e->states, hidden, e->indices.device_segments, items, e->pooled);
-        uform_project_normalize(model, b, &model->embedding_head, e->pooled, items, e->projected);
-        b->ops->download_rows(b, e->projected, items, model->dimensions, encoded->scalar,
-                              (uint8_t *)encoded->embeddings + first * encoded->embedding_row_bytes,
-                              encoded->embedding_row_bytes);
-    }
-    if ((e->outputs & UFORM_OUTPUTS_TOKENS) && e->rows) {
-        uint8_t *destination = uform_token_destination(e, first, e->rows);
-        if (!destination) return UFORM_OUT_OF_MEMORY;
-        uform_project_normalize(model, b, &model->token_head, e->states, e->rows, e->projected);
-        b->ops->download_rows(b, e->projected, e->rows, model->token_width, encoded->scalar,
-                              destination, encoded->token_row_bytes);
-    }
-    UFORM_TRY(b->ops->synchronize(b));
-    e->finished = e->added;
-    e->rows = 0;
-    e->longest = 0;
-    return uform_progress_update(&e->progress, e->finished);
-}
-
 uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, float **x,
                                  uint32_t **ids, uint32_t **positions) {
     /* never met by the verbs (each item is at most context rows) */
     if (rows > e->model->context || e->added == e->count)
         return uform_fail(UFORM_INVALID_ARGUMENT, "encoder: item %zu of %zu rows does not fit", e->added,
                           rows);
-    if (e->rows + rows > e->max_rows || e->added - e->finished == e->max_items)
-        UFORM_TRY(uform_encoder_run(e));
+    uform_encoder_lane_t *lane = &e->lanes[e->open];
+    if (lane->rows + rows > lane->max_rows || lane->items == e->max_items) {
+        UFORM_TRY(uform_encoder_next(e));
+        lane = &e->lanes[e->open];
+    }
     /* An item longer than any batch so far: a batch of its own, buffers grown. */
-    if (rows > e->max_rows) UFORM_TRY(uform_encoder_rows(e, rows));
-    size_t slot = e->added - e->finished;
-    e->indices.segments[slot] = (uform_segment_t){e->rows, rows, axes};
-    if (rows > e->longest) e->longest = rows;
+    if (rows > lane->max_rows) {
+        uform_lane_hold(e, lane);
+        uform_status_t status = uform_lane_rows(e, lane, rows);
+        uform_lane_unhold(e, lane);
+        UFORM_TRY(status);
+    }
+    if (lane->items == 0) lane->first = e->added;
+    lane->indices.segments[lane->items] = (uform_segment_t){lane->rows, rows, axes};
+    if (rows > lane->longest) lane->longest = rows;
     if (e->outputs & UFORM_OUTPUTS_TOKENS)
         e->encoded->token_offsets[e->added + 1] = e->encoded->token_offsets[e->added] + rows;
-    *x = e->states + e->rows * e->model->hidden;
-    *ids = e->indices.ids + e->rows;
+    *x = lane->states + lane->rows * lane->model->hidden;
+    *ids = lane->indices.ids + lane->rows;
     for (size_t r = 0; r < rows; r++) (*ids)[r] = UFORM_NOT_TEXT;
-    *positions = e->indices.positions + 3 * e->rows;
+    *positions = lane->indices.positions + 3 * lane->rows;
     memset(*positions, 0, rows * 3 * sizeof(uint32_t));
-    e->rows += rows;
+    lane->rows += rows;
+    lane->items++;
     e->added++;
     return UFORM_OK;
 }
@@ -257,29 +445,34 @@ uform_status_t uform_encoder_add(uform_encoder_t *e, size_t rows, size_t axes, f
 uform_status_t uform_encoder_embed(uform_encoder_t *e, const uform_media_part_t *part,
                                    const float *inputs, size_t rows, float *x) {
     if (rows == 0) return UFORM_OK;
-    uform_backend_t *b = &e->backend;
-    size_t hidden = e->model->hidden;
-    const float *device_inputs = inputs;
-    if (!b->ops->host_memory) {
-        size_t bytes = rows * part->width * sizeof(float);
-        if (bytes > e->inputs_bytes) {
-            uform_backend_free(b, e->inputs);
-            e->inputs_bytes = 0;
-            e->inputs = uform_backend_alloc(b, 1, bytes, "media inputs");
-            if (!e->inputs) return UFORM_OUT_OF_MEMORY;
-            e->inputs_bytes = bytes;
-        }
-        b->ops->upload(b, e->inputs, inputs, bytes);
-        device_inputs = e->inputs;
+    uform_encoder_lane_t *lane = &e->lanes[e->open];
+    part = uform_lane_part(e, lane, part);
+    if (!e->threaded) return uform_lane_embed(lane, part, inputs, rows, x);
+    /* Staged on the host: the lane's thread projects the batch's media rows,
+     * which are its first rows (a call is one modality), in one product. */
+    size_t at = (size_t)(x - lane->states) / lane->model->hidden;
+    if (at != lane->staged_rows || (lane->part && lane->part != part))
+        return uform_fail(UFORM_INVALID_ARGUMENT, "encoder: media rows at row %zu after %zu staged rows", at,
+                          lane->staged_rows);
+    size_t needed = lane->staged_rows + rows;
+    if (needed > lane->staged_capacity) {
+        size_t grown = lane->staged_capacity * 2 > needed ? lane->staged_capacity * 2 : needed;
+        float *staged = uform_alloc(grown, part->width * sizeof(float), "staged media inputs");
+        if (!staged) return UFORM_OUT_OF_MEMORY;
+        if (lane->staged_rows) memcpy(staged, lane->staged_inputs, lane->staged_rows * part->width * sizeof(float));
+        free(lane->staged_inputs);
+        lane->staged_inputs = staged;
+        lane->staged_capacity = grown;
     }
-    uform_weight_t projection = {&part->projection, NULL, part->projection.n, part->projection.k};
-    b->ops->linear(b, &projection, device_inputs, part->width, rows, part->bias, false, x, hidden);
-    b->ops->scatter_rows(b, x, hidden, part->modality, hidden, NULL, rows, x);
+    memcpy(lane->staged_inputs + lane->staged_rows * part->width, inputs, rows * part->width * sizeof(float));
+    lane->staged_rows = needed;
+    lane->part = part;
     return UFORM_OK;
 }
 
 uform_status_t uform_encoder_finish(uform_encoder_t *e) {
-    UFORM_TRY(uform_encoder_run(e));
+    UFORM_TRY(uform_lane_dispatch(e, &e->lanes[e->open]));
+    UFORM_TRY(uform_lanes_wait(e));
     uform_encoded_t *encoded = e->encoded;
     if ((e->outputs & UFORM_OUTPUTS_TOKENS) && !e->tokens_known) {
         size_t bytes = encoded->token_offsets[e->count] * encoded->token_row_bytes;

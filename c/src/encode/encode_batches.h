@@ -14,6 +14,8 @@
 #include "encode/batch_indices.h"
 #include "model/model.h"
 
+#include <pthread.h>
+
 /* INVALID_ARGUMENT naming `name` unless the tape is non-empty, its offsets
  * non-decreasing and inside its data. */
 UFORM_INTERNAL uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name);
@@ -30,7 +32,44 @@ UFORM_INTERNAL uform_status_t uform_check_encode_options(const uform_model_t *mo
                                                          const uform_encode_options_t *options,
                                                          uint32_t *outputs, uform_scalar_t *scalar);
 
+/* One device's part of a call: the model's copy there, its backend, the
+ * buffers in its memory and the batch it holds. A model on one device (every
+ * RAM model, a VRAM model on one GPU) gives a call one lane, run on the
+ * calling thread; a model on several GPUs gives a lane per GPU, each batch
+ * run on a thread of its own while the caller packs the next lane's. */
 typedef struct {
+    struct uform_encoder *encoder; /* the call it is part of (for its thread) */
+    const uform_model_t *model;   /* the copy on this lane's device */
+    uform_backend_t backend;      /* buffers marked "backend" are in its memory */
+    size_t max_rows;              /* rows the buffers below hold */
+    float *states;                /* backend [max_rows, H]: token rows, then final normed states */
+    void *scratch;                /* backend: the forward's */
+    /* segments [max_items], positions [max_rows][3] and byte ids [max_rows]
+     * (UFORM_NOT_TEXT for media rows) */
+    uform_batch_indices_t indices;
+    float *inputs;                /* backend: media inputs, on a device backend */
+    size_t inputs_bytes;
+    float *pooled;                /* backend [max_items, H] */
+    float *projected;             /* backend [max(max_items, max_rows), max(D, W)] */
+
+    /* the batch: items [first, first + items) of the call, `rows` token rows */
+    size_t first, items, rows, longest;
+    uint8_t *tokens_destination;  /* where its token rows go (host) */
+    /* A threaded lane's media inputs [rows, width], staged on the host while
+     * the caller packs, projected when the batch runs (its device is the
+     * lane thread's then). */
+    const uform_media_part_t *part;
+    float *staged_inputs;
+    size_t staged_rows, staged_capacity;
+
+    /* the thread running its batch, and what it answered */
+    pthread_t thread;
+    bool running;
+    uform_status_t status;
+    char message[512];
+} uform_encoder_lane_t;
+
+typedef struct uform_encoder {
     const uform_model_t *model;
     uform_executor_t *executor;
     uint32_t outputs;
@@ -41,25 +80,11 @@ typedef struct {
     size_t finished;              /* items whose outputs are written */
     uform_progress_state_t progress;
 
-    /* The backend the call runs on; the buffers below marked "backend" are in
-     * its memory (host memory on the CPU). */
-    uform_backend_t backend;
-
-    /* the open forward batch */
     size_t max_rows, max_items;   /* budgets of one batch */
-    size_t rows;                  /* rows of the open batch */
-    size_t longest;               /* rows of its longest item */
-    float *states;                /* backend [capacity, H]: token rows, then final normed states */
-    void *scratch;                /* backend: the forward's */
-    /* segments [max_items], positions [capacity][3] and byte ids [capacity]
-     * (UFORM_NOT_TEXT for media rows) */
-    uform_batch_indices_t indices;
-    float *inputs;                /* backend: a media item's inputs, on a device backend */
-    size_t inputs_bytes;
-
-    /* heads */
-    float *pooled;                /* backend [max_items, H] */
-    float *projected;             /* backend [max(max_items, capacity), max(D, W)] */
+    size_t lane_count;            /* the model's replicas */
+    bool threaded;                /* lane_count > 1: batches run on lane threads */
+    uform_encoder_lane_t *lanes;
+    size_t open;                  /* the lane whose batch is being packed */
 
     /* Token rows: straight into the arena when the call's total is known at
      * begin; otherwise staged here and copied into the arena at finish. */

@@ -9,10 +9,12 @@
  * with the largest subtracted, in FP32 on every CPU class. Every text's
  * arithmetic is one fixed chain (the forward's, then dot products with 16
  * partial sums), so its probabilities do not depend on the texts around it
- * or on the thread count. */
+ * or on the thread count; on a model of several GPUs, on which GPU ran it. */
 #include "encode/text_batches.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -79,6 +81,129 @@ static uform_status_t uform_check_groups(const uform_model_t *model, const uint3
     return UFORM_OK;
 }
 
+/* ---- a share of the texts on one copy of the model ----------------------------- */
+
+/* A model on several GPUs chooses for a contiguous share of the texts on each
+ * copy (about equal rows; model.h: replicas), every share but the first on a
+ * thread of its own, which holds its GPU for the share (text_batches_init);
+ * the calling thread runs the first share and reports progress for all. A
+ * model on one device has one share, run on the calling thread. */
+typedef struct uform_choose_call uform_choose_call_t;
+
+typedef struct {
+    uform_choose_call_t *call;
+    const uform_model_t *copy;
+    size_t first, last, rows;     /* its texts and their rows */
+    atomic_size_t done;           /* its texts finished */
+    uform_status_t status;        /* a thread's answer, and its message */
+    char message[512];
+    pthread_t thread;
+    bool started;
+} uform_choose_share_t;
+
+struct uform_choose_call {
+    uform_executor_t *executor;
+    const uform_text_layout_t *layout;
+    const uform_tape_t *texts, *choices;
+    const uint32_t *groups;
+    size_t *offsets;
+    float *probabilities;
+    uform_progress_state_t progress;
+    atomic_bool stop;             /* a share failed or the call was cancelled: the others stop */
+    size_t count;
+    uform_choose_share_t *shares;
+};
+
+/* Progress over every share's finished texts (called by the calling thread only). */
+static uform_status_t uform_choose_report(uform_choose_call_t *call) {
+    size_t done = 0;
+    for (size_t i = 0; i < call->count; i++) done += atomic_load(&call->shares[i].done);
+    return uform_progress_update(&call->progress, done);
+}
+
+/* Chooses for a share's texts batch by batch; stops early, answering OK,
+ * when another share set `stop`. */
+static uform_status_t uform_choose_share_run(uform_choose_share_t *share, bool reports) {
+    uform_choose_call_t *call = share->call;
+    const uform_model_t *copy = share->copy;
+    uform_text_batches_t batches;
+    uform_status_t status =
+        uform_text_batches_init(&batches, copy, call->executor, share->rows, share->last - share->first);
+    for (size_t first = share->first; first < share->last && status == UFORM_OK;) {
+        if (atomic_load(&call->stop)) break;
+        size_t last = uform_text_batch_end(&batches, call->layout, call->texts, first);
+        if (last > share->last) last = share->last;
+        status = uform_text_batch_forward(copy, call->executor, call->layout, call->texts, first, last, &batches);
+        if (status != UFORM_OK) break;
+        uform_backend_t *b = &batches.backend;
+        b->ops->choice_probabilities(b, batches.states, copy->hidden, batches.indices.device_segments,
+                                     last - first, call->choices, first, call->groups ? call->groups + first : NULL,
+                                     copy->text_bytes, copy->bytes_bias, copy->choice_log_temperature,
+                                     call->offsets + first, call->probabilities);
+        status = b->ops->synchronize(b);
+        if (status != UFORM_OK) break;
+        first = last;
+        atomic_store(&share->done, first - share->first);
+        if (reports) status = uform_choose_report(call);
+    }
+    if (batches.backend.ops) uform_text_batches_free(&batches);
+    if (status != UFORM_OK) atomic_store(&call->stop, true);
+    return status;
+}
+
+static void *uform_choose_share_thread(void *argument) {
+    uform_choose_share_t *share = argument;
+    share->status = uform_choose_share_run(share, false);
+    if (share->status != UFORM_OK) snprintf(share->message, sizeof(share->message), "%s", uform_last_error());
+    return NULL;
+}
+
+/* Splits the texts into call->count contiguous shares of about equal rows,
+ * each of at least one text (count <= the texts). */
+static void uform_choose_split(uform_choose_call_t *call, size_t total_rows) {
+    const uform_tape_t *texts = call->texts;
+    size_t first = 0, rows_before = 0;
+    for (size_t k = 0; k < call->count; k++) {
+        uform_choose_share_t *share = &call->shares[k];
+        bool final = k == call->count - 1;
+        size_t last = first, rows = 0, remaining = call->count - 1 - k;
+        size_t target = (size_t)((unsigned __int128)total_rows * (k + 1) / call->count);
+        do {
+            rows += uform_text_rows(call->layout, texts, last++);
+        } while (last < texts->count - remaining &&
+                 (final || rows_before + rows + uform_text_rows(call->layout, texts, last) <= target));
+        share->first = first;
+        share->last = last;
+        share->rows = rows;
+        rows_before += rows;
+        first = last;
+    }
+}
+
+/* Runs every share: the others on threads (or here after the first, when no
+ * thread starts), the first here; the first failure in share order answers. */
+static uform_status_t uform_choose_shares(uform_choose_call_t *call) {
+    for (size_t i = 1; i < call->count; i++) {
+        uform_choose_share_t *share = &call->shares[i];
+        share->started = pthread_create(&share->thread, NULL, uform_choose_share_thread, share) == 0;
+    }
+    uform_status_t status = uform_choose_share_run(&call->shares[0], true);
+    for (size_t i = 1; i < call->count; i++) {
+        uform_choose_share_t *share = &call->shares[i];
+        if (share->started) {
+            pthread_join(share->thread, NULL);
+            if (status == UFORM_OK && share->status != UFORM_OK) {
+                uform_set_error_text(share->message);
+                status = share->status;
+            }
+        } else if (status == UFORM_OK) {
+            status = uform_choose_share_run(share, true);
+        }
+        if (status == UFORM_OK) status = uform_choose_report(call);
+    }
+    return status;
+}
+
 /* ---- the verb ---------------------------------------------------------------- */
 
 static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executor_t *executor,
@@ -98,9 +223,12 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
     const uint32_t *groups = options ? options->temperature_groups : NULL;
     UFORM_TRY(uform_check_groups(model, groups, texts->count));
     if (!executor) executor = model->executor;
-    uform_backend_t backend = uform_model_backend(model, executor);
-    UFORM_TRY(uform_model_needs(model, backend.ops->choice_probabilities != NULL, "text_choose",
-                                "choice_probabilities"));
+    for (size_t i = 0; i < model->replica_count; i++) {
+        const uform_model_t *copy = uform_model_replica(model, i);
+        uform_backend_t backend = uform_model_backend(copy, executor);
+        UFORM_TRY(uform_model_needs(copy, backend.ops->choice_probabilities != NULL, "text_choose",
+                                    "choice_probabilities"));
+    }
 
     uform_text_layout_t layout = uform_choose_layout(model);
     uform_text_encode_stats_t counts;
@@ -126,26 +254,21 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
     chosen->offsets = offsets;
     chosen->probabilities = probabilities;
 
-    uform_text_batches_t batches;
-    UFORM_TRY(uform_text_batches_init(&batches, model, executor, counts.tokens, count));
-    uform_progress_state_t progress;
-    uform_progress_begin(&progress, options ? &options->progress : NULL, count);
-    uform_status_t status = UFORM_OK;
-    for (size_t first = 0; first < count && status == UFORM_OK;) {
-        size_t last = uform_text_batch_end(&batches, &layout, texts, first);
-        status = uform_text_batch_forward(model, executor, &layout, texts, first, last, &batches);
-        if (status != UFORM_OK) break;
-        uform_backend_t *b = &batches.backend;
-        b->ops->choice_probabilities(b, batches.states, model->hidden, batches.indices.device_segments,
-                                     last - first, choices, first, groups ? groups + first : NULL,
-                                     model->text_bytes, model->bytes_bias,
-                                     model->choice_log_temperature, offsets + first, probabilities);
-        status = b->ops->synchronize(b);
-        if (status != UFORM_OK) break;
-        first = last;
-        status = uform_progress_update(&progress, first);
+    uform_choose_call_t call = {.executor = executor, .layout = &layout, .texts = texts, .choices = choices,
+                                .groups = groups, .offsets = offsets, .probabilities = probabilities};
+    call.count = model->replica_count < count ? model->replica_count : count;
+    call.shares = uform_alloc_zeroed(call.count, sizeof(uform_choose_share_t), "text_choose shares");
+    if (!call.shares) return UFORM_OUT_OF_MEMORY;
+    atomic_init(&call.stop, false);
+    for (size_t i = 0; i < call.count; i++) {
+        call.shares[i].call = &call;
+        call.shares[i].copy = uform_model_replica(model, i);
+        atomic_init(&call.shares[i].done, 0);
     }
-    uform_text_batches_free(&batches);
+    uform_choose_split(&call, counts.tokens);
+    uform_progress_begin(&call.progress, options ? &options->progress : NULL, count);
+    uform_status_t status = uform_choose_shares(&call);
+    free(call.shares);
     if (status != UFORM_OK) {
         memset(chosen, 0, sizeof(*chosen));
         return status;

@@ -355,6 +355,9 @@ void uform_model_free(uform_model_t *model) {
      * weights); the executor itself goes last, since a VRAM executor owns the
      * device the weights are freed on. */
     if (model->owns_executor) uform_executor_drain(model->executor);
+    /* the copies on the other devices (they share this model's executor) */
+    for (size_t i = 1; model->replicas && i < model->replica_count; i++) uform_model_free(model->replicas[i]);
+    free(model->replicas);
     /* a VRAM model's memory is freed on its GPU's thread state (cudaSetDevice):
      * held as every verb holds it */
     uform_backend_t held = model->device;
@@ -422,12 +425,13 @@ static uform_status_t uform_check_load_options(const uform_model_load_ram_option
 /* A model of `quantization` from a parsed checkpoint: on `device` when given
  * (its memory holds every buffer), else in host memory packed for cpu_class.
  * Verbs given no executor run on `executor`, or on one made for the model
- * (RAM: over memory_domains; a device model must be given one). */
+ * (RAM: over memory_domains; a device model must be given one). Progress
+ * reports this copy's tensors as copy `copy` of `copies` loaded in turn. */
 static uform_status_t uform_model_build(const uform_safetensors_t *file, const uform_backend_t *device,
                                         uform_cpu_class_t cpu_class, uform_scalar_t quantization,
                                         uform_executor_t *executor, const uint32_t *memory_domains,
                                         size_t memory_domains_count, const uform_progress_t *progress,
-                                        uform_model_t **result) {
+                                        size_t copy, size_t copies, uform_model_t **result) {
     uform_geometry_t g = {0};
     UFORM_TRY(uform_read_geometry(file, &g));
 
@@ -443,10 +447,12 @@ static uform_status_t uform_model_build(const uform_safetensors_t *file, const u
     model->step = g.step;
     model->cpu_class = device ? UFORM_CPU_CLASS_AUTO : cpu_class;
     model->quantization = quantization;
+    model->replica_count = 1;
     if (device) model->device = *device;
 
-    uform_loader_t loader = {.file = file, .model = model};
-    uform_progress_begin(&loader.progress, progress, uform_tensor_total(g.depth));
+    size_t tensors = uform_tensor_total(g.depth);
+    uform_loader_t loader = {.file = file, .model = model, .loaded = copy * tensors};
+    uform_progress_begin(&loader.progress, progress, copies * tensors);
     uform_status_t status = uform_load_parts(&loader, &g);
     if (status == UFORM_OK && device) status = device->ops->synchronize(&model->device);
     if (status == UFORM_OK) {
@@ -458,8 +464,8 @@ static uform_status_t uform_model_build(const uform_safetensors_t *file, const u
         }
     }
     if (status == UFORM_OK) {
-        /* The last progress mark: everything loaded, even when fewer tensors exist. */
-        loader.loaded = loader.progress.total - 1;
+        /* This copy's last progress mark: everything loaded, even when fewer tensors exist. */
+        loader.loaded = (copy + 1) * tensors - 1;
         status = uform_loaded_one(&loader);
     }
     if (status != UFORM_OK) {
@@ -479,7 +485,7 @@ static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
     return uform_model_build(file, NULL, cpu_class, quantization, options ? options->executor : NULL,
                              options ? options->memory_domains : NULL,
                              options ? options->memory_domains_count : 0,
-                             options ? &options->progress : NULL, result);
+                             options ? &options->progress : NULL, 0, 1, result);
 }
 
 uform_status_t uform_model_load_on_device(const uform_safetensors_t *file, const uform_backend_t *device,
@@ -491,7 +497,42 @@ uform_status_t uform_model_load_on_device(const uform_safetensors_t *file, const
         return uform_fail(UFORM_INVALID_ARGUMENT, "quantization: %d is not BF16 or E4M3", (int)quantization);
     if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: a device model needs one");
     return uform_model_build(file, device, UFORM_CPU_CLASS_AUTO, quantization, executor, NULL, 0, progress,
-                             result);
+                             0, 1, result);
+}
+
+uform_status_t uform_model_load_on_devices(const uform_safetensors_t *file, const uform_backend_t *devices,
+                                           size_t count, uform_scalar_t quantization,
+                                           uform_executor_t *executor, const uform_progress_t *progress,
+                                           uform_model_t **result) {
+    *result = NULL;
+    if (quantization == UFORM_SCALAR_F32) quantization = UFORM_SCALAR_BF16;   /* as stored */
+    if (quantization != UFORM_SCALAR_BF16 && quantization != UFORM_SCALAR_E4M3)
+        return uform_fail(UFORM_INVALID_ARGUMENT, "quantization: %d is not BF16 or E4M3", (int)quantization);
+    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: a device model needs one");
+    uform_model_t **replicas = uform_alloc_zeroed(count, sizeof(uform_model_t *), "model replicas");
+    if (!replicas) return UFORM_OUT_OF_MEMORY;
+    uform_status_t status = UFORM_OK;
+    for (size_t i = 0; i < count && status == UFORM_OK; i++) {
+        uform_backend_t device = devices[i];
+        if (device.ops->acquire) device.ops->acquire(&device);
+        status = uform_model_build(file, &device, UFORM_CPU_CLASS_AUTO, quantization, executor, NULL, 0,
+                                   progress, i, count, &replicas[i]);
+        if (device.ops->release) device.ops->release(&device);
+    }
+    if (status != UFORM_OK) {
+        for (size_t i = 0; i < count; i++) uform_model_free(replicas[i]);
+        free(replicas);
+        return status;
+    }
+    uform_model_t *model = replicas[0];
+    if (count > 1) {
+        model->replicas = replicas;
+        model->replica_count = count;
+    } else {
+        free(replicas);
+    }
+    *result = model;
+    return UFORM_OK;
 }
 
 uform_status_t uform_model_load_ram(const char *path, const uform_model_load_ram_options_t *options,
@@ -528,7 +569,9 @@ uform_status_t uform_model_describe(const uform_model_t *model,
     description->dimensions = model->dimensions;
     description->context = model->context;
     description->quantization = model->quantization;
-    description->memory_usage = model->memory_usage;
+    description->memory_usage = 0;   /* every device's copy */
+    for (size_t i = 0; i < model->replica_count; i++)
+        description->memory_usage += uform_model_replica(model, i)->memory_usage;
     description->cpu_class = model->device.ops ? UFORM_CPU_CLASS_AUTO : model->cpu_class;
     description->gpu_class = model->gpu_class;
     description->token_width = model->token_width;

@@ -69,7 +69,19 @@ struct uform_model {
     float *choice_log_temperature;    /* [G] or NULL */
 
     size_t memory_usage;              /* bytes of every buffer above */
+
+    /* A model on several devices (Model.load_vram listing more than one GPU):
+     * a whole copy on each, the verbs spreading their batches over them
+     * (encode_batches.c). replicas[0] is this model, the others are owned by
+     * it; replica_count 1 and replicas NULL for a model on one device or RAM. */
+    size_t replica_count;
+    struct uform_model **replicas;
 };
+
+/* Replica i of a model (0: the model itself), i < model->replica_count. */
+static inline const uform_model_t *uform_model_replica(const uform_model_t *model, size_t i) {
+    return i == 0 ? model : model->replicas[i];
+}
 
 /* The backend a model's verbs run on: a RAM model's CPU class on `executor`,
  * a device model's backend. */
@@ -91,6 +103,17 @@ UFORM_INTERNAL uform_status_t uform_model_load_on_device(const uform_safetensors
                                                          uform_executor_t *executor,
                                                          const uform_progress_t *progress,
                                                          uform_model_t **result);
+
+/* The same checkpoint as uform_model_load_on_device on each of `count`
+ * devices (count >= 1), each held (acquire) while its copy loads: *result is
+ * the copy on devices[0], holding the others as its replicas. Progress counts
+ * every copy's tensors. The VRAM loads use it. */
+UFORM_INTERNAL uform_status_t uform_model_load_on_devices(const uform_safetensors_t *file,
+                                                          const uform_backend_t *devices, size_t count,
+                                                          uform_scalar_t quantization,
+                                                          uform_executor_t *executor,
+                                                          const uform_progress_t *progress,
+                                                          uform_model_t **result);
 
 /* Runs the blocks and the final norm over x [rows, H] in place on `backend`
  * (batch->segments and positions in its memory; `longest` the longest
