@@ -307,6 +307,33 @@ static void test_many_batches(const char *path, uform_cpu_class_t cpu_class) {
     fixture_free(&f);
 }
 
+/* ---- a load that fails on the second device ------------------------------------------- */
+
+static void test_failed_load(const char *path) {
+    uform_executor_t *executor = NULL;
+    CHECK(uform_executor_for_ram(1, NULL, 0, &executor) == UFORM_OK, "executor: %s", uform_last_error());
+    uform_backend_t devices[DEVICES];
+    for (size_t d = 0; d < DEVICES; d++) devices[d] = guarded_backend(UFORM_CPU_CLASS_SERIAL, executor);
+    guard_of(&devices[1])->refuse_once_above = 1;   /* its first allocation */
+    uform_safetensors_t file;
+    memset(&file, 0, sizeof(file));
+    CHECK(uform_safetensors_open(path, &file) == UFORM_OK, "open: %s", uform_last_error());
+    uform_model_t *model = NULL;
+    uform_status_t status =
+        uform_model_load_on_devices(&file, devices, DEVICES, UFORM_SCALAR_BF16, executor, NULL, &model);
+    uform_safetensors_close(&file);
+    CHECK(status == UFORM_OUT_OF_MEMORY && !model, "a load refused memory on the second device: %d %s", status,
+          uform_last_error());
+    for (size_t d = 0; d < DEVICES; d++) {
+        guard_t *guard = guard_of(&devices[d]);
+        CHECK(guard->allocations == 0 && guard->held == 0,
+              "device %zu after the failed load: %zu buffers left, %zu acquisitions held", d, guard->allocations,
+              guard->held);
+        guard_free(guard);
+    }
+    uform_executor_free(executor);
+}
+
 int main(void) {
     const char *path = write_small_checkpoint();
     CHECK(path != NULL, "writing the checkpoint: %s", uform_last_error());
@@ -316,6 +343,7 @@ int main(void) {
     test_verbs(path, UFORM_CPU_CLASS_SERIAL, UFORM_SCALAR_BF16);
     test_verbs(path, best, UFORM_SCALAR_E4M3);
     test_many_batches(path, best);
+    test_failed_load(path);
     unlink(path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
