@@ -8,7 +8,8 @@ mini-batches, F.scaled_dot_product_attention with a key-padding mask) under BF16
 CUDA, when this Python's torch has CUDA; otherwise its column says why it is missing.
 
 Also the same model loaded with E4M3 weights (its cosine to the BF16 model's embeddings,
-and its speed: the E4M3 issue's evidence), and one text per call for both.
+and its speed: the E4M3 issue's evidence), one text per call for both, and, with more than
+one GPU, the model on every GPU (Model.load_vram(devices=[0, 1, ...])).
 
 Prints a table (texts/s, tokens/s, ratio, agreement of the embeddings) and, with --output,
 writes it as a Markdown page (docs/benchmarks-gpu.md), keeping the hand-written notes section.
@@ -91,6 +92,13 @@ def main() -> int:
     quantized = uform.Model.load_vram(path, quantization=uform.Scalar.E4M3)
     seconds, e4m3 = timed(lambda batch: quantized.text_encode(batch, arena).embeddings, texts)
     rows.append(("uform VRAM, E4M3 weights", seconds, e4m3))
+    # a copy on every GPU (docs/gpu.md, "A model on several GPUs"): batches alternate
+    # between the GPUs, so the texts/s should approach N times one GPU's
+    if capabilities.gpus > 1:
+        every = uform.Model.load_vram(path, devices=list(range(capabilities.gpus)))
+        seconds, spread = timed(lambda batch: every.text_encode(batch, arena).embeddings, texts)
+        rows.append((f"uform VRAM on {capabilities.gpus} GPUs (a copy on each)", seconds, spread))
+        del every
     # one text per call: the latency case, BF16 and E4M3 weights
     singles = texts[:SINGLE_TEXTS]
     single_rows = []
