@@ -30,7 +30,7 @@ static void test_verbs(const char *path, uform_cpu_class_t cpu_class, uform_scal
     uform_safetensors_t file;
     memset(&file, 0, sizeof(file));
     CHECK(uform_safetensors_open(path, &file) == UFORM_OK, "open: %s", uform_last_error());
-    uform_status_t status = uform_model_load_on_device(&file, &device, quantization, executor, NULL, &on_device);
+    uform_status_t status = uform_model_load_on_devices(&file, &device, 1, quantization, executor, NULL, &on_device);
     uform_safetensors_close(&file);
     CHECK(status == UFORM_OK, "device load: %s", uform_last_error());
     if (!ram || !on_device) return;

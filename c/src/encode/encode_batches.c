@@ -77,6 +77,7 @@ static void uform_lane_unhold(const uform_encoder_t *e, uform_encoder_lane_t *la
     if (e->threaded && lane->backend.ops->release) lane->backend.ops->release(&lane->backend);
 }
 
+/* The lane's device buffers (the lane is freed right after). */
 static void uform_lane_free_buffers(uform_encoder_lane_t *lane) {
     uform_backend_t *b = &lane->backend;
     uform_backend_free(b, lane->states);
@@ -85,9 +86,6 @@ static void uform_lane_free_buffers(uform_encoder_lane_t *lane) {
     uform_backend_free(b, lane->inputs);
     uform_backend_free(b, lane->pooled);
     uform_backend_free(b, lane->projected);
-    lane->states = lane->pooled = lane->projected = lane->inputs = NULL;
-    lane->scratch = NULL;
-    lane->inputs_bytes = 0;
 }
 
 /* (Re)allocates a lane's per-row buffers for batches of `capacity` rows; its

@@ -488,18 +488,6 @@ static uform_status_t uform_model_from_file(const uform_safetensors_t *file,
                              options ? &options->progress : NULL, 0, 1, result);
 }
 
-uform_status_t uform_model_load_on_device(const uform_safetensors_t *file, const uform_backend_t *device,
-                                          uform_scalar_t quantization, uform_executor_t *executor,
-                                          const uform_progress_t *progress, uform_model_t **result) {
-    *result = NULL;
-    if (quantization == UFORM_SCALAR_F32) quantization = UFORM_SCALAR_BF16;   /* as stored */
-    if (quantization != UFORM_SCALAR_BF16 && quantization != UFORM_SCALAR_E4M3)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "quantization: %d is not BF16 or E4M3", (int)quantization);
-    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: a device model needs one");
-    return uform_model_build(file, device, UFORM_CPU_CLASS_AUTO, quantization, executor, NULL, 0, progress,
-                             0, 1, result);
-}
-
 uform_status_t uform_model_load_on_devices(const uform_safetensors_t *file, const uform_backend_t *devices,
                                            size_t count, uform_scalar_t quantization,
                                            uform_executor_t *executor, const uform_progress_t *progress,

@@ -93,21 +93,13 @@ UFORM_INTERNAL uform_backend_t uform_model_backend(const uform_model_t *model,
 UFORM_INTERNAL uform_status_t uform_model_needs(const uform_model_t *model, bool present,
                                                 const char *verb, const char *name);
 
-/* Loads a checkpoint's tensors onto `device` (a backend that owns nothing the
- * model must free: the VRAM executor's, or a test's) as a model of
- * `quantization` (BF16 or E4M3) whose verbs run on `executor` when given
- * none. The VRAM loads and tests/c/test_device_model.c use it. */
-UFORM_INTERNAL uform_status_t uform_model_load_on_device(const uform_safetensors_t *file,
-                                                         const uform_backend_t *device,
-                                                         uform_scalar_t quantization,
-                                                         uform_executor_t *executor,
-                                                         const uform_progress_t *progress,
-                                                         uform_model_t **result);
-
-/* The same checkpoint as uform_model_load_on_device on each of `count`
- * devices (count >= 1), each held (acquire) while its copy loads: *result is
- * the copy on devices[0], holding the others as its replicas. Progress counts
- * every copy's tensors. The VRAM loads use it. */
+/* Loads a checkpoint's tensors onto each of `count` devices (count >= 1;
+ * backends that own nothing the model must free: the VRAM executor's, or a
+ * test's), a whole copy on each, each device held (acquire) while its copy
+ * loads, as a model of `quantization` (BF16 or E4M3) whose verbs run on
+ * `executor` when given none: *result is the copy on devices[0], holding the
+ * others as its replicas. Progress counts every copy's tensors. The VRAM
+ * loads and tests/c/test_device_model.c and test_device_lanes.c use it. */
 UFORM_INTERNAL uform_status_t uform_model_load_on_devices(const uform_safetensors_t *file,
                                                           const uform_backend_t *devices, size_t count,
                                                           uform_scalar_t quantization,
