@@ -30,6 +30,7 @@
 #include "check.h"
 #include "guarded_backend.h"
 
+#include "train/gradient_sum.h"
 #include "train/mesh.h"
 #include "train/mesh_directory.h"
 #include "train/trainer_on_device.h"
@@ -44,6 +45,7 @@ typedef struct {
     char message[400];
     int32_t refused_status;    /* the refused step's answer (refuse_step) */
     char refused_message[400];
+    uint64_t buckets_during_backward;   /* of the last step: gradient_sum.c */
 } host_result_t;
 
 /* The step at which the last host gives a bad batch (item 0 of no modality),
@@ -51,6 +53,10 @@ typedef struct {
  * run_mesh (its hosts are forked). */
 static int refuse_step = -1;
 static bool refusing;          /* in a host: it is the last one */
+/* Blocks of every trainer: 2, so that the gradient sum's buckets (a block
+ * each, summed while the backward goes on to the next) are checked in their
+ * order; 1 in the loops of injected failures, which only read statuses. */
+static size_t run_depth = 2;
 
 /* Item i of the world at step s: bytes derived from (s, i). */
 static size_t item_text(size_t step, size_t i, char *out) {
@@ -64,7 +70,7 @@ static uform_trainer_options_t options_for(uform_mesh_t *mesh, const char *resum
     static uform_contrastive_t contrastive = {.temperature_groups = 2};
     uform_trainer_options_t o;
     memset(&o, 0, sizeof(o));
-    o.depth = 1;
+    o.depth = run_depth;
     o.hidden = 64;
     o.objective = UFORM_OBJECTIVE_JOINT;
     o.contrastive = &contrastive;
@@ -170,6 +176,7 @@ static void host_main(const char *directory, const char *job, size_t host, size_
     }
     if (status == UFORM_OK)
         status = run_steps(trainer, host * WORLD / hosts, (host + 1) * WORLD / hosts, die_at, &r);
+    if (status == UFORM_OK) r.buckets_during_backward = uform_trainer_buckets_during_backward(trainer);
     if (status == UFORM_OK && save) status = uform_trainer_save(trainer, save, NULL);
     r.status = (int32_t)status;
     if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
@@ -277,6 +284,11 @@ int main(void) {
         for (size_t h = 0; h < host_counts[c]; h++) {
             CHECK(results[h].status == UFORM_OK, "hosts %zu x %d, host %zu: %s", host_counts[c], replicas[c], h,
                   results[h].message);
+            /* the sums overlapped the backward: every block's bucket handed
+             * over as the backward finished it (the losses check the order) */
+            CHECK(results[h].buckets_during_backward == run_depth,
+                  "hosts %zu x %d, host %zu: %llu buckets summed during the backward, not %zu", host_counts[c],
+                  replicas[c], h, (unsigned long long)results[h].buckets_during_backward, run_depth);
             for (size_t s = 0; s < STEPS && results[h].status == UFORM_OK; s++)
                 for (size_t k = 0; k < LOSSES; k++)
                     CHECK(close_enough(results[h].losses[s][k], alone.losses[s][k]),
@@ -314,14 +326,17 @@ int main(void) {
         run_mesh(directory, "device-3", 3, (mesh_run_t){1, -1, NULL, 0, 7u, 0}, results);
         for (size_t h = 0; h < 3; h++)
             CHECK(results[h].status == UFORM_OK &&
-                      memcmp(results[h].losses, equal[1][h].losses, sizeof(results[h].losses)) == 0,
-                  "device hosts 3, host %zu: %s", h, results[h].message);
+                      memcmp(results[h].losses, equal[1][h].losses, sizeof(results[h].losses)) == 0 &&
+                      results[h].buckets_during_backward == run_depth,
+                  "device hosts 3, host %zu: %s (%llu buckets summed during the backward)", h, results[h].message,
+                  (unsigned long long)results[h].buckets_during_backward);
         /* A device failure on host 1 at each synchronize of its steps in turn:
          * host 1 reports it as itself, and host 0 names host 1 and its message
          * at once, whether the failure reached it through an agreement or by
          * host 1 leaving the mesh mid-collective (mesh.h: uform_mesh_abandon),
          * well inside the 8 s timeout it would otherwise wait out. */
         size_t reached = 0, host0_finished_at = 0;
+        run_depth = 1;
         for (size_t at = 1; at <= 80; at++) {
             char job[32];
             snprintf(job, sizeof(job), "device-fails-%zu", at);
@@ -348,6 +363,7 @@ int main(void) {
               "host 0 finished without host 1 at synchronize %zu of %zu (only the last may)", host0_finished_at,
               reached);
         printf("a device failure at each of a device host's %zu synchronizes (2 steps): named at once\n", reached);
+        run_depth = 2;
         /* Hosts of two devices each (a replica per device in each process,
          * train/replica_group.c): the one process's losses (the world's
          * gradients summed in another order: close_enough), a save that
@@ -384,6 +400,7 @@ int main(void) {
         CHECK(results[0].status == UFORM_OK && results[1].status == UFORM_OK && results[0].losses[1][0] > 0,
               "2 x 2 devices, the step after the refused one: %s / %s", results[0].message, results[1].message);
         size_t failures = 0;
+        run_depth = 1;
         for (size_t at = 1; at <= 80; at++) {
             char job[40];
             snprintf(job, sizeof(job), "devices-fail-%zu", at);
@@ -404,6 +421,7 @@ int main(void) {
         CHECK(failures >= 10, "2 x 2 devices: the injections reached %zu synchronizes", failures);
         printf("2 hosts x 2 devices: a failure at each of %zu synchronizes of a host's second device: answered\n",
                failures);
+        run_depth = 2;
         /* one host on CPUs, one on a device: refused at init, naming the field */
         run_mesh(directory, "mixed", 2, (mesh_run_t){1, -1, NULL, 0, 2u, 0}, results);
         for (size_t h = 0; h < 2; h++)

@@ -81,12 +81,22 @@ typedef struct {
     float *mlp_norm_weight, *mlp_norm_bias, *up, *up_bias, *down, *down_bias;
 } uform_block_gradients_t;
 
+/* Called after block `layer`'s backward wrote the last of its weight
+ * gradients (blocks finish from the last to the first). The backend's work
+ * may still be queued on a device; on host memory the gradients are final. */
+typedef struct {
+    void (*block_done)(void *context, size_t layer);
+    void *context;
+} uform_backward_hook_t;
+
+/* hook: NULL for none. */
 UFORM_INTERNAL void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *model,
                                                const uform_block_gradients_t *gradients,
                                                float *d_norm_weight, float *d_norm_bias,
                                                const uform_batch_t *batch,
                                                const uform_activations_t *a, const float *d_states,
-                                               const uform_backward_scratch_t *d);
+                                               const uform_backward_scratch_t *d,
+                                               const uform_backward_hook_t *hook);
 
 /* Inference: the bytes of one forward's buffers for up to `rows` rows in
  * `segments` items of at most `longest` rows (measured by the same list that

@@ -15,7 +15,7 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
                                 const uform_block_gradients_t *gradients, float *d_norm_weight,
                                 float *d_norm_bias, const uform_batch_t *batch,
                                 const uform_activations_t *a, const float *d_states,
-                                const uform_backward_scratch_t *d) {
+                                const uform_backward_scratch_t *d, const uform_backward_hook_t *hook) {
     const uform_backend_ops_t *op = b->ops;
     size_t rows = batch->rows, h = model->hidden, bytes = rows * h * sizeof(float);
     op->zero(b, d->d_x, bytes);
@@ -48,5 +48,6 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         op->layer_norm_backward(b, d->d_normed, s->input, w->attention_norm_weight, s->mean1,
                                 s->rstd1, rows, h, d->d_x, g->attention_norm_weight,
                                 g->attention_norm_bias);
+        if (hook) hook->block_done(hook->context, l);
     }
 }

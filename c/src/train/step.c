@@ -306,10 +306,21 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
         }
     }
     /* Backward per replica, summed into one gradient buffer in replica order:
-     * the all-reduce of a data-parallel step; then across hosts. */
+     * the all-reduce of a data-parallel step; then across hosts, block by
+     * block while the last replica's backward runs (gradient_sum.c), every
+     * bucket summed before the agreement. */
+    bool on_mesh = wd->mesh != NULL;
+    if (on_mesh) {
+        status = uform_gradient_sum_begin(t, wd);
+        if (status != UFORM_OK) goto done;
+    }
+    size_t last = 0;   /* the last replica with rows: its backward finishes each block */
+    for (size_t r = 0; r < replicas; r++)
+        if (replica[r].rows) last = r;
+    uform_backward_hook_t block_summed = {uform_gradient_sum_block_done, t};
     for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
         if (!replica[r].rows) continue;
-        uform_backward_train(t, &replica[r].w);
+        uform_backward_train(t, &replica[r].w, on_mesh && r == last ? &block_summed : NULL);
         for (size_t m = UFORM_MODALITY_IMAGE; m <= UFORM_MODALITY_AUDIO && status == UFORM_OK; m++) {
             if (!t->media[m].width) continue;
             uform_media_parameters_t parameters = uform_media_parameters(t, m);
@@ -317,9 +328,12 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
                                                 t->hidden, replica[r].w.d_x);
         }
     }
+    if (on_mesh) {   /* every bucket, even after a failure here: the peers sum them all */
+        uform_status_t summed = uform_gradient_sum_finish(t, wd);
+        if (status == UFORM_OK) status = summed;
+    }
     sums[0] = masked_share;
     status = uform_world_agree(wd, status, step);
-    if (status == UFORM_OK) status = uform_world_sum_gradients(t, wd);
     if (status == UFORM_OK) status = uform_world_sum_doubles(wd, sums, 5);
     if (status != UFORM_OK) goto done;
 

@@ -51,7 +51,7 @@ uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
     return UFORM_OK;
 }
 
-void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w) {
+void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w, const uform_backward_hook_t *hook) {
     uform_backend_t *b = &t->backend;
     float *g = t->gradients;
     uform_batch_t batch = uform_workspace_batch(w);
@@ -59,7 +59,7 @@ void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w) {
     uform_backward_scratch_t scratch = {w->d_x, w->d_middle, w->d_normed, w->d_wide, w->d_wide2,
                                         w->d_attended, w->d_qkv};
     uform_transformer_backward(b, &t->transformer, t->block_gradients, g + t->norm_weight,
-                               g + t->norm_bias, &batch, &saved, w->d_states, &scratch);
+                               g + t->norm_bias, &batch, &saved, w->d_states, &scratch, hook);
     b->ops->embedding_backward(b, w->d_x, w->ids, w->rows, t->hidden, g + t->bytes_table,
                                g + t->modality);
 }

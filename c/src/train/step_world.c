@@ -15,8 +15,8 @@
  * gradients are summed.
  *
  * The engine (Gloo) moves host memory. A trainer on a device gathers its
- * embeddings and token vectors, and sums its gradients, through host copies:
- * one download, the collective, one upload. */
+ * embeddings and token vectors through host copies: one download, the
+ * collective, one upload. The gradients are summed by gradient_sum.c. */
 #include "train/trainer_internal.h"
 #include "train/mesh.h"
 
@@ -239,40 +239,6 @@ uform_status_t uform_world_sum_doubles(uform_world_t *w, double *values, size_t 
             values[i] = sum;
         }
     free(all);
-    return status;
-}
-
-uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w) {
-    if (!w->mesh) return UFORM_OK;
-    uform_backend_t *b = &t->backend;
-    float *g = t->gradients;
-    size_t bytes = t->count * sizeof(float);
-    if (!b->ops->host_memory) {   /* a device: summed in a host copy, kept across steps */
-        if (!t->mesh_gradients)
-            t->mesh_gradients = uform_alloc_aligned(t->count, sizeof(float), "mesh gradients (host copy)");
-        if (!t->mesh_gradients) return UFORM_OUT_OF_MEMORY;
-        g = t->mesh_gradients;
-        b->ops->download(b, g, t->gradients, bytes);
-        UFORM_TRY(b->ops->synchronize(b));
-    }
-    if (w->host != 0) {
-        /* the replicated terms' own parameters: every host computed the same
-         * gradient, which must count once */
-        size_t groups = t->contrastive.groups;
-        if (t->contrasts) {
-            memset(g + t->log_inverse_temperature, 0, groups * sizeof(float));
-            memset(g + t->contrastive_bias, 0, groups * sizeof(float));
-        }
-        if (t->late) {
-            g[t->late_log_inverse_temperature] = 0;
-            g[t->late_bias] = 0;
-        }
-    }
-    uform_status_t status = uform_mesh_sum(w->mesh, g, t->count);
-    if (status == UFORM_OK && g != t->gradients) {
-        b->ops->upload(b, t->gradients, g, bytes);
-        status = b->ops->synchronize(b);
-    }
     return status;
 }
 

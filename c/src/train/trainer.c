@@ -176,6 +176,7 @@ void uform_trainer_free(uform_trainer_t *t) {
     }
     free(t->workspaces);
     uform_free_aligned(t->mesh_gradients);
+    uform_gradient_sum_free(t->gradient_sum);
     free(t->slots);
     free(t->blocks);
     free(t->block_weights);

@@ -7,6 +7,8 @@
  *   step_items.c   a step's items: checks, relations, replicas, media tokens
  *   step_layers.c  the encoder's forward and backward in training, heads, choices, late interaction
  *   step.c         one optimizer step
+ *   step_world.c   a mesh step's world: gathers and sums across hosts
+ *   gradient_sum.c a mesh step's gradient sum, bucket by bucket during the backward
  * Nothing outside c/src/train/ includes this header. */
 #ifndef UFORM_TRAINER_INTERNAL_H
 #define UFORM_TRAINER_INTERNAL_H
@@ -91,8 +93,11 @@ struct uform_trainer {
     atomic_flag busy;
     uform_mesh_t *mesh;                /* NULL: this process alone (step_world.c) */
     /* On a mesh, a device trainer's gradients pass through host memory to be
-     * summed (step_world.c): [count] floats, taken at the first step. */
+     * summed (gradient_sum.c): [count] floats, taken at the first step. */
     float *mesh_gradients;
+    /* On a mesh: the thread and buckets that sum the gradients while the
+     * backward runs (gradient_sum.c); made at the first step, NULL before. */
+    struct uform_gradient_sum *gradient_sum;
     /* Several GPUs: this handle holds a replica per GPU, each a one-GPU
      * trainer, and every verb goes to them (replica_group.c); then nothing
      * above but executor and busy is set. NULL otherwise. */
@@ -325,7 +330,6 @@ UFORM_INTERNAL uform_status_t uform_world_gather_relations(uform_world_t *w,
                                                            uform_edges_storage_t *storage,
                                                            uform_relations_t *out);
 UFORM_INTERNAL uform_status_t uform_world_sum_doubles(uform_world_t *w, double *values, size_t count);
-UFORM_INTERNAL uform_status_t uform_world_sum_gradients(uform_trainer_t *t, uform_world_t *w);
 UFORM_INTERNAL void uform_world_free(uform_world_t *w);
 /* The step's end on this host: a failure of its own (memory, device) that its
  * peers did not hear of in an agreement abandons the mesh (mesh.h: the peers,
@@ -333,12 +337,29 @@ UFORM_INTERNAL void uform_world_free(uform_world_t *w);
  * instead of leaving them to time out. Then uform_world_free. */
 UFORM_INTERNAL void uform_world_end(uform_world_t *w, uform_status_t status);
 
+/* gradient_sum.c: a mesh step's gradient sum in buckets, overlapping the
+ * backward. */
+typedef struct {
+    size_t offset, count;   /* floats of the flat gradient buffer */
+} uform_gradient_bucket_t;
+typedef struct uform_gradient_sum uform_gradient_sum_t;
+/* Before the backward, on a mesh. On failure this host has left the mesh. */
+UFORM_INTERNAL uform_status_t uform_gradient_sum_begin(uform_trainer_t *t, uform_world_t *w);
+/* uform_backward_hook_t's block_done, its context the trainer. */
+UFORM_INTERNAL void uform_gradient_sum_block_done(void *trainer, size_t layer);
+/* After the backward: posts the buckets not posted yet and waits for all;
+ * the gradients are then the world's sum (uploaded, on a device). Answers
+ * this host's own failure during the sums (its device), else the sums'. */
+UFORM_INTERNAL uform_status_t uform_gradient_sum_finish(uform_trainer_t *t, const uform_world_t *w);
+UFORM_INTERNAL void uform_gradient_sum_free(uform_gradient_sum_t *s);
+
 /* step_layers.c */
 UFORM_INTERNAL uform_media_parameters_t uform_media_parameters(const uform_trainer_t *t, size_t m);
 UFORM_INTERNAL uform_status_t uform_forward_train(uform_trainer_t *t, uform_workspace_t *w,
                                                   const uform_media_rows_t *media);
 UFORM_INTERNAL void uform_embed_backward(uform_trainer_t *t, uform_workspace_t *w);
-UFORM_INTERNAL void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w);
+UFORM_INTERNAL void uform_backward_train(uform_trainer_t *t, uform_workspace_t *w,
+                                         const uform_backward_hook_t *hook);
 UFORM_INTERNAL void uform_embed(uform_trainer_t *t, uform_workspace_t *w);
 UFORM_INTERNAL float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
                                        size_t world_selected);
