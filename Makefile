@@ -142,7 +142,7 @@ $(CUDA_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(CUDA_CFLAGS)
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-cuda-emulated test-fuzz test-example test-python test-arm test-gpu arm-binaries demo bench bench-pytest bench-training bench-e4m3 install clean deps fuzz
+.PHONY: all lib python test test-c test-cuda-emulated test-fuzz test-example test-python test-arm test-gpu arm-binaries demo bench bench-pytest bench-training bench-e4m3 bench-fp8-accuracy install clean deps fuzz
 
 all: lib python
 
@@ -390,6 +390,18 @@ bench: deps
 bench-e4m3: deps
 	$(MAKE) --no-print-directory all
 	$(PYTHON) bench/quantized_report.py --output docs/benchmarks-e4m3.md
+
+# What FP8 products (E4M3 weights and activations, c/cuda/gemm_fp8.cu) cost in
+# accuracy at the benchmark shape, under the CUDA emulation (no GPU needed):
+# embeddings' cosines against BF16 (docs/gpu.md, "E4M3").
+FP8_ACCURACY_CHECKPOINT := $(BUILD)/fp8-accuracy-d12-h512.safetensors
+bench-fp8-accuracy: deps $(EMULATED_CUDA_OBJECTS) $(SANITIZED_OBJECTS)
+	$(CC) $(CFLAGS_ASAN) $(EMULATION_FLAGS) bench/fp8_accuracy.c \
+	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/asan/backend/vram.o,$(SANITIZED_OBJECTS)) $(EMULATED_CUDA_OBJECTS) \
+	  -o $(BUILD)/emulated/fp8_accuracy $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
+	$(PYTHON) examples/make_checkpoint.py $(FP8_ACCURACY_CHECKPOINT) --depth 12 --hidden 512 --dimensions 512 \
+	  --context 512 --seed 0
+	$(BUILD)/emulated/fp8_accuracy $(FP8_ACCURACY_CHECKPOINT)
 
 # One training step against PyTorch; writes docs/benchmarks-training.md.
 bench-training: deps

@@ -12,15 +12,15 @@
  * Built so far: device discovery and classes, memory, FP32 products through
  * cuBLASLt (gemm; linear, linear_gelu, linear_backward on dense weights in
  * BF16),
- * packed BF16 weights and their products, E4M3 weights (decoded to BF16 at
- * each product), download_rows, acquire/release,
+ * packed BF16 weights and their products, E4M3 weights (FP8 tensor-core
+ * products on ADA and later, the activations quantized per row; decoded to
+ * BF16 at each product on AMPERE), download_rows, acquire/release,
  * the choices head (choice_probabilities), every training loss
  * (reconstruction, choices, contrastive, late interaction; float64 where the
  * CPU's are), the row-wise layers and their backwards, the heads' row
  * operations, attention forward and backward (flash-style on BF16 tensor
  * cores, and the first, simple FP32 kernel), AdamW and the global
- * norm. Not yet: MaxSim, FP8 tensor-core products
- * (maxsim's table entry is NULL;
+ * norm. Not yet: MaxSim (its table entry is NULL;
  * tests/gpu/test_cuda_ops.c lists what it checked). */
 #ifndef UFORM_CUDA_BACKEND_H
 #define UFORM_CUDA_BACKEND_H

@@ -34,13 +34,18 @@ typedef struct {
     size_t bytes;
 } uform_cuda_buffer_t;
 
+/* What the operands of a product hold: FP32; BF16 (packed weights, the
+ * trainer's rounded operands); E4M3 codes with a scale per row of A and per
+ * column of B (gemm_fp8.cu). */
+typedef enum { UFORM_OPERANDS_F32, UFORM_OPERANDS_BF16, UFORM_OPERANDS_E4M3 } uform_cuda_operands_t;
+
 #ifndef UFORM_CUDA_EMULATION
 /* One cached cuBLASLt plan: a product's shape and the algorithm chosen for it once. */
 typedef struct {
     bool used;
     size_t m, n, k, lda, ldb, ldc;
     bool transpose_a, transpose_b, bias;
-    bool bf16;                       /* A and B BF16 (packed weights), else FP32 */
+    uform_cuda_operands_t operands;  /* what A and B hold */
     /* The alignments (bytes, at most 256) of A's, B's and C's addresses the
      * algorithm was chosen for: cuBLASLt assumes 256 unless told, and the
      * trainer's parameter slices can be 4-byte aligned. */
@@ -76,6 +81,12 @@ typedef struct {
     /* the trainer's dense products: its FP32 weights and gradients dy rounded
      * to BF16 (gemm.cu) */
     uform_cuda_buffer_t bf16_weights, bf16_gradients;
+    /* FP8 products (gemm_fp8.cu): on GPUs with FP8 tensor cores (ADA and
+     * later), until cuBLASLt finds no algorithm for one (then `fp8_refused`:
+     * E4M3 weights are decoded to BF16 instead, as on AMPERE); the
+     * activations' codes and row scales, and the product before the bias. */
+    bool fp8_products, fp8_refused;
+    uform_cuda_buffer_t fp8_rows, fp8_product;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
     uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
@@ -196,6 +207,27 @@ void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, con
                                 const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
                                 bool accumulate_dx);
 void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
+#ifndef UFORM_CUDA_EMULATION
+/* The cached plan of one product (cuBLASLt's column-major shape m x n x k,
+ * its leading dimensions and transposes, operands, alignments): found or made;
+ * NULL on failure, recorded unless quiet. */
+uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                   size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
+                                   uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
+                                   uint32_t align_c, bool quiet);
+/* cuBLASLt's status: true on success, else recorded as the backend's failure. */
+bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what);
+/* The alignment of an address in bytes, at most 256. */
+uint32_t uform_cuda_alignment(const void *pointer);
+#endif
+/* gemm_fp8.cu: y (+)= x W^T (+ bias) for E4M3 weights on the FP8 tensor
+ * cores, the activations quantized per row. False, with nothing done or
+ * recorded, when this GPU cannot (no FP8 tensor cores, or cuBLASLt found no
+ * algorithm): the caller decodes the weights to BF16 instead. */
+bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, size_t x_stride,
+                           size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+/* A packed E4M3 matrix: codes [n, k], then the row scales from this offset (16-byte aligned). */
+static inline size_t uform_cuda_e4m3_scales_at(size_t n, size_t k) { return (n * k + 15) & ~(size_t)15; }
 /* layer_norm.cu */
 void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t rows, size_t width,
                                    const float *weight, const float *bias, float *y, float *mean,

@@ -71,6 +71,7 @@ extern "C" uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend
     uform_cuda_context_t *context = (uform_cuda_context_t *)calloc(1, sizeof(uform_cuda_context_t));
     if (!context) return uform_fail(UFORM_OUT_OF_MEMORY, "CUDA backend: its context");
     context->device = (int)device;
+    context->fp8_products = gpu_class >= UFORM_GPU_CLASS_ADA;   /* FP8 tensor cores (gemm_fp8.cu) */
     cudaError_t error = cudaSetDevice(context->device);
     if (error == cudaSuccess)
         error = cudaDeviceGetAttribute(&context->multiprocessors, cudaDevAttrMultiProcessorCount, context->device);
@@ -111,6 +112,8 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->bf16_rows);
     uform_cuda_buffer_free(&context->bf16_weights);
     uform_cuda_buffer_free(&context->bf16_gradients);
+    uform_cuda_buffer_free(&context->fp8_rows);
+    uform_cuda_buffer_free(&context->fp8_product);
     uform_cuda_buffer_free(&context->column_partials);
     uform_cuda_buffer_free(&context->loss_rows);
     uform_cuda_buffer_free(&context->choices_loss);

@@ -90,6 +90,37 @@ static inline float uform_emulated_float(uint16_t bits) {
     return value;
 }
 
+/* cuda_fp8.h's conversion to FP8, for E4M3 with __NV_SATFINITE only (what
+ * gemm.cu asks): round to nearest even, a magnitude beyond 448 (infinities
+ * too) becomes 448 of its sign, NaN the NaN code 0x7F with its sign; the
+ * sign of zero kept. Written from the OCP FP8 specification, not from
+ * c/src/core/fp8.c, which the tests use as its oracle. */
+typedef unsigned char __nv_fp8_storage_t;
+enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };
+enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
+static inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float value, __nv_saturation_t saturation,
+                                                       __nv_fp8_interpretation_t format) {
+    if (saturation != __NV_SATFINITE || format != __NV_E4M3) abort();   /* not emulated */
+    uint32_t bits;
+    memcpy(&bits, &value, 4);
+    unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
+    float magnitude = fabsf(value);
+    if (magnitude != magnitude) return (unsigned char)(sign | 0x7Fu);
+    if (magnitude >= 448.0f) return (unsigned char)(sign | 0x7Eu);
+    /* the spacing of E4M3 values near the magnitude: 2^(e - 3) in binade
+     * [2^e, 2^(e+1)), e >= -6 (below, the subnormals' 2^-9) */
+    int e;
+    frexpf(magnitude, &e);   /* magnitude = f 2^e, f in [0.5, 1) */
+    int binade = e - 1 < -6 ? -6 : e - 1;
+    float spacing = ldexpf(1.0f, binade - 3);
+    float rounded = nearbyintf(magnitude / spacing) * spacing;   /* exact scalings; ties to even */
+    if (rounded < 0.015625f) return (unsigned char)(sign | (unsigned)(rounded * 512.0f));   /* 0 .. 8 x 2^-9 */
+    frexpf(rounded, &e);
+    int exponent = e - 1;    /* rounded = (8 + mantissa) 2^(exponent - 3) */
+    unsigned mantissa = (unsigned)(ldexpf(rounded, 3 - exponent) - 8.0f);
+    return (unsigned char)(sign | (unsigned)((exponent + 7) << 3) | mantissa);
+}
+
 /* A block's threads are fibers (ucontext) on the launching thread, one running
  * at a time: a thread runs until it waits at a barrier, then the next one runs.
  * Deterministic, and cheap enough for blocks of 256 threads. */

@@ -14,11 +14,13 @@
  *   activation stay FP32 (mixed precision). Rounding costs 6 bytes of traffic
  *   per element, against 2 x rows multiply-adds per weight in the product.
  * - E4M3 weights (`pack_e4m3`) are kept as their codes [n, k] and each row's
- *   power-of-two scale, and decoded to BF16 into the context's scratch at each
- *   product (exact: 3 mantissa bits times a power of two), then multiplied as
- *   BF16 weights are: the memory of FP8, the arithmetic of BF16, and the CPU's
- *   E4M3 results (its classes decode to BF16 in registers). FP8 tensor-core
- *   products (cuBLASLt's FP8 matmul, activations quantized too) are not built.
+ *   power-of-two scale. On GPUs with FP8 tensor cores (ADA and later) they
+ *   multiply as FP8, the activations quantized per row (gemm_fp8.cu). On
+ *   AMPERE, or where cuBLASLt finds no FP8 algorithm, they are decoded to
+ *   BF16 into the context's scratch at each product (exact: 3 mantissa bits
+ *   times a power of two), then multiplied as BF16 weights are: the memory of
+ *   FP8, the arithmetic of BF16, and the CPU's E4M3 results (its classes
+ *   decode to BF16 in registers).
  *
  * Row-major operands map onto cuBLASLt's column-major ones without copies: a
  * row-major matrix with stride s is the column-major transpose with leading
@@ -74,24 +76,27 @@ void uform_cuda_gemm_plans_free(uform_cuda_context_t *context) {
     for (size_t i = 0; i < UFORM_CUDA_GEMM_PLANS; i++) uform_cuda_plan_release(&context->plans[i]);
 }
 
-static bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what) {
+bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what) {
     if (status == CUBLAS_STATUS_SUCCESS) return true;
     uform_cuda_record(b, UFORM_DEVICE, what, uform_cublaslt()->status_string(status));
     return false;
 }
 
 /* The alignment of an address in bytes, at most 256 (cuBLASLt's default assumption). */
-static uint32_t uform_cuda_alignment(const void *pointer) {
+uint32_t uform_cuda_alignment(const void *pointer) {
     uintptr_t address = (uintptr_t)pointer;
     uintptr_t lowest = address & (~address + 1);
     return lowest == 0 || lowest > 256 ? 256u : (uint32_t)lowest;
 }
 
-/* The plan of one shape: found in the cache or made (layouts, operation, algorithm). */
-static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda,
-                                          size_t ldb, size_t ldc, bool transpose_a, bool transpose_b,
-                                          const float *bias_pointer, bool bf16, uint32_t align_a, uint32_t align_b,
-                                          uint32_t align_c) {
+uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
+                                   size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
+                                   uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
+                                   uint32_t align_c, bool quiet) {
+    /* quiet: a failure to make the plan is not recorded (the caller has another way) */
+    auto lt_ok = [b, quiet](cublasStatus_t status, const char *what) {
+        return quiet ? status == CUBLAS_STATUS_SUCCESS : uform_lt_ok(b, status, what);
+    };
     bool bias = bias_pointer != NULL;
     /* the heuristic reads the bias pointer's value for its alignment (cublasLt.h,
      * CUBLASLT_MATMUL_DESC_BIAS_POINTER): a plan is made, and kept, per alignment */
@@ -100,7 +105,7 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     for (size_t i = 0; i < UFORM_CUDA_GEMM_PLANS; i++) {
         uform_cuda_plan_t *p = &context->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
-            p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->bf16 == bf16 &&
+            p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->operands == operands &&
             p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias)
             return p;
     }
@@ -114,40 +119,50 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
     }
     memset(plan, 0, sizeof(*plan));
     plan->m = m, plan->n = n, plan->k = k, plan->lda = lda, plan->ldb = ldb, plan->ldc = ldc;
-    plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->bf16 = bf16;
+    plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->operands = operands;
     plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c, plan->align_bias = align_bias;
-    cudaDataType_t inputs = bf16 ? CUDA_R_16BF : CUDA_R_32F, bias_type = CUDA_R_32F;
+    cudaDataType_t inputs = operands == UFORM_OPERANDS_E4M3   ? CUDA_R_8F_E4M3
+                            : operands == UFORM_OPERANDS_BF16 ? CUDA_R_16BF
+                                                              : CUDA_R_32F;
+    cudaDataType_t bias_type = CUDA_R_32F;
+    /* E4M3: a scale per row of A and per column of B (gemm_fp8.cu) */
+    int32_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    bool ok = uform_lt_ok(b, uform_cublaslt()->matmul_desc_create(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    bool ok = lt_ok(uform_cublaslt()->matmul_desc_create(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                           "cublasLtMatmulDescCreate");
     if (!ok) return NULL;
-    ok = uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+    ok = lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                                        sizeof(op_a)), "TRANSA") &&
-         uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+         lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                                        sizeof(op_b)), "TRANSB") &&
-         uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+         lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                        sizeof(epilogue)), "EPILOGUE") &&
-         (!bias || uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation,
+         (!bias || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation,
                                                                  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                                  sizeof(bias_type)), "BIAS_DATA_TYPE")) &&
-         (!bias || uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+         (!bias || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                  &bias_pointer, sizeof(bias_pointer)),
                                "BIAS_POINTER")) &&
-         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->a, inputs, transpose_a ? k : m,
+         (operands != UFORM_OPERANDS_E4M3 ||
+          (lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &scale_mode,
+                                                   sizeof(scale_mode)), "A_SCALE_MODE") &&
+           lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &scale_mode,
+                                                   sizeof(scale_mode)), "B_SCALE_MODE"))) &&
+         lt_ok(uform_cublaslt()->layout_create(&plan->a, inputs, transpose_a ? k : m,
                                                    transpose_a ? m : k, (int64_t)lda), "layout A") &&
-         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
+         lt_ok(uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
                                                    transpose_b ? k : n, (int64_t)ldb), "layout B") &&
-         uform_lt_ok(b, uform_cublaslt()->layout_create(&plan->c, CUDA_R_32F, m, n, (int64_t)ldc), "layout C");
+         lt_ok(uform_cublaslt()->layout_create(&plan->c, CUDA_R_32F, m, n, (int64_t)ldc), "layout C");
     plan->used = true;   /* release destroys whatever was made */
     if (!ok) {
         uform_cuda_plan_release(plan);
         return NULL;
     }
     cublasLtMatmulPreference_t preference;
-    if (!uform_lt_ok(b, uform_cublaslt()->preference_create(&preference), "preference")) {
+    if (!lt_ok(uform_cublaslt()->preference_create(&preference), "preference")) {
         uform_cuda_plan_release(plan);
         return NULL;
     }
@@ -165,12 +180,12 @@ static uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n
                                      sizeof(align_c));
     cublasLtMatmulHeuristicResult_t result;
     int found = 0;
-    ok = uform_lt_ok(b, uform_cublaslt()->heuristic(context->lt, plan->operation, plan->a, plan->b, plan->c,
+    ok = lt_ok(uform_cublaslt()->heuristic(context->lt, plan->operation, plan->a, plan->b, plan->c,
                                                        plan->c, preference, 1, &result, &found),
                      "cublasLtMatmulAlgoGetHeuristic");
     uform_cublaslt()->preference_destroy(preference);
     if (ok && found == 0) {
-        uform_cuda_record(b, UFORM_DEVICE, "cuBLASLt", "no algorithm for this product");
+        if (!quiet) uform_cuda_record(b, UFORM_DEVICE, "cuBLASLt", "no algorithm for this product");
         ok = false;
     }
     if (!ok) {
@@ -214,8 +229,9 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
     if (late_bias) bias = NULL;
     /* C^T [n x m] = op(b)^T [n x k] op(a)^T [k x m] */
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, b_stride, a_stride, c_stride, b_transposed,
-                                              a_transposed, bias, bf16, uform_cuda_alignment(bm),
-                                              uform_cuda_alignment(a), uform_cuda_alignment(c));
+                                              a_transposed, bias, bf16 ? UFORM_OPERANDS_BF16 : UFORM_OPERANDS_F32,
+                                              uform_cuda_alignment(bm), uform_cuda_alignment(a),
+                                              uform_cuda_alignment(c), false);
     if (!plan) return;
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &bias, sizeof(bias)), "BIAS_POINTER"))
@@ -272,11 +288,10 @@ uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size
 
 /* ---- E4M3 weights: codes [n, k], then the row scales (16-byte aligned) ---- */
 
-static size_t uform_e4m3_scales_at(size_t n, size_t k) { return (n * k + 15) & ~(size_t)15; }
 
 uform_status_t uform_cuda_pack_e4m3(uform_backend_t *b, const uint8_t *codes, const float *scales, size_t n,
                                     size_t k, uform_packed_t *packed) {
-    size_t at = uform_e4m3_scales_at(n, k);
+    size_t at = uform_cuda_e4m3_scales_at(n, k);
     return uform_cuda_packed_upload(b, n, k, UFORM_SCALAR_E4M3, at + n * sizeof(float), codes, n * k, scales, at,
                                     n * sizeof(float), packed);
 }
@@ -287,7 +302,7 @@ uform_status_t uform_cuda_unpack_e4m3(uform_backend_t *b, const uform_packed_t *
         return uform_fail(UFORM_INVALID_ARGUMENT, "unpack_e4m3: the matrix is not E4M3");
     const uint8_t *data = (const uint8_t *)packed->data;
     uform_cuda_download(b, codes, data, packed->n * packed->k);
-    uform_cuda_download(b, scales, data + uform_e4m3_scales_at(packed->n, packed->k), packed->n * sizeof(float));
+    uform_cuda_download(b, scales, data + uform_cuda_e4m3_scales_at(packed->n, packed->k), packed->n * sizeof(float));
     return uform_cuda_synchronize(b);
 }
 
@@ -318,7 +333,7 @@ static const __nv_bfloat16 *uform_cuda_e4m3_weights(uform_backend_t *b, const uf
     if (!out) return NULL;
     const uint8_t *data = (const uint8_t *)packed->data;
     UFORM_LAUNCH(uform_decode_e4m3_rows, uform_cuda_blocks(n * k, 256), 256, context->stream)(
-        data, (const float *)(data + uform_e4m3_scales_at(n, k)), n, k, out);
+        data, (const float *)(data + uform_cuda_e4m3_scales_at(n, k)), n, k, out);
     uform_cuda_launched(b, "E4M3 weights as BF16");
     return out;
 }
@@ -362,6 +377,10 @@ void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float 
         uform_cuda_product(b, rows, w->n, 0, NULL, 0, false, NULL, 0, true, bias, accumulate, y, y_stride, true);
         return;
     }
+    /* E4M3 weights on FP8 tensor cores where the GPU has them (gemm_fp8.cu) */
+    if (!w->dense && packed->scalar == UFORM_SCALAR_E4M3 &&
+        uform_cuda_linear_fp8(b, packed, x, x_stride, rows, bias, accumulate, y, y_stride))
+        return;
     /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
     const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, x_stride, rows, w->k);
     const void *w16 = w->dense                               ? uform_cuda_bf16_rows(b, &context->bf16_weights, w->dense,

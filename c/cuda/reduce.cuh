@@ -19,4 +19,17 @@ __device__ static inline T uform_block_sum(T value, T *shared /* [UFORM_CUDA_ROW
     return total;
 }
 
+/* The largest of every thread's `value` in the block (NaN ignored, as fmaxf
+ * does), returned to every thread. */
+__device__ static inline float uform_block_max(float value, float *shared /* [UFORM_CUDA_ROW_THREADS / 32] */) {
+    for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_down_sync(0xffffffffu, value, offset));
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();   /* shared may still be read by a previous call */
+    if (lane == 0) shared[warp] = value;
+    __syncthreads();
+    float largest = shared[0];
+    for (int w = 1; w < UFORM_CUDA_ROW_THREADS / 32; w++) largest = fmaxf(largest, shared[w]);
+    return largest;
+}
+
 #endif /* UFORM_CUDA_REDUCE_CUH */

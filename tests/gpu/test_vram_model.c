@@ -32,14 +32,23 @@ int main(void) {
 
 #define COMPONENT_TOLERANCE 3e-2
 #define COSINE_FLOOR 0.999
+/* E4M3 on a GPU with FP8 tensor cores (ADA and later; the emulation is
+ * HOPPER) multiplies FP8 activations too (c/cuda/gemm_fp8.cu): each
+ * activation keeps 3 mantissa bits (within 2^-4 of itself, 2^-6 on average),
+ * against the CPU E4M3 model's BF16 activations (8 bits). Measured under the
+ * emulation on this file's checkpoint: lowest cosine 0.9983, largest
+ * difference 3.05e-2; the bounds leave room for a GPU's accumulation. */
+#define FP8_COMPONENT_TOLERANCE 6e-2
+#define FP8_COSINE_FLOOR 0.995
 
 static void row(const char *what, bool ok, const char *detail) {
     printf("| %-48s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
     CHECK(ok, "%s: %s", what, detail);
 }
 
-/* F32 rows a (RAM) and b (VRAM) of `width`, `rows` of them. */
-static void compare_rows(const char *what, const float *a, const float *b, size_t rows, size_t width) {
+/* F32 rows a (RAM) and b (VRAM) of `width`, `rows` of them, within the bounds given. */
+static void compare_rows_within(const char *what, const float *a, const float *b, size_t rows, size_t width,
+                                double component_tolerance, double cosine_floor) {
     double worst = 0, lowest_cosine = 1;
     for (size_t r = 0; r < rows; r++) {
         double dot = 0, na = 0, nb = 0;
@@ -53,8 +62,12 @@ static void compare_rows(const char *what, const float *a, const float *b, size_
     }
     char detail[160];
     snprintf(detail, sizeof(detail), "largest difference %.2e (<= %.0e), lowest cosine %.6f (>= %.3f)", worst,
-             COMPONENT_TOLERANCE, lowest_cosine, COSINE_FLOOR);
-    row(what, worst <= COMPONENT_TOLERANCE && lowest_cosine >= COSINE_FLOOR, detail);
+             component_tolerance, lowest_cosine, cosine_floor);
+    row(what, worst <= component_tolerance && lowest_cosine >= cosine_floor, detail);
+}
+
+static void compare_rows(const char *what, const float *a, const float *b, size_t rows, size_t width) {
+    compare_rows_within(what, a, b, rows, width, COMPONENT_TOLERANCE, COSINE_FLOOR);
 }
 
 int main(void) {
@@ -175,8 +188,9 @@ int main(void) {
     row("a device listed twice: INVALID_ARGUMENT", status == UFORM_INVALID_ARGUMENT && !other, uform_last_error());
     /* E4M3: the same codes and scales as a RAM load (both quantize on the
      * host), less device memory than BF16, and every verb's embeddings
-     * against the RAM E4M3 model within the tolerances above (the weights are
-     * the same numbers on both sides; what differs is what differs for BF16) */
+     * against the RAM E4M3 model: within the tolerances above on AMPERE (the
+     * weights are the same numbers on both sides, decoded to BF16; what
+     * differs is what differs for BF16), within the FP8 ones from ADA on */
     uform_model_t *ram8 = NULL, *vram8 = NULL;
     ram_options.quantization = UFORM_SCALAR_E4M3;
     status = uform_model_load_ram(path, &ram_options, &ram8);
@@ -213,9 +227,12 @@ int main(void) {
             uform_status_t ra = run_verb(verb, ram8, arena_ram, &options, &a);
             uform_status_t rb = run_verb(verb, vram8, arena_vram, &options, &b);
             char what[96];
-            snprintf(what, sizeof(what), "E4M3 %s embeddings", verb_names[verb]);
+            bool fp8 = d8.gpu_class >= UFORM_GPU_CLASS_ADA;
+            snprintf(what, sizeof(what), "E4M3 %s embeddings%s", verb_names[verb], fp8 ? " (FP8 products)" : "");
             if (ra == UFORM_OK && rb == UFORM_OK)
-                compare_rows(what, a.embeddings, b.embeddings, a.count, a.dimensions);
+                compare_rows_within(what, a.embeddings, b.embeddings, a.count, a.dimensions,
+                                    fp8 ? FP8_COMPONENT_TOLERANCE : COMPONENT_TOLERANCE,
+                                    fp8 ? FP8_COSINE_FLOOR : COSINE_FLOOR);
             else
                 row(what, false, uform_last_error());
         }
