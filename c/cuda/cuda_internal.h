@@ -23,6 +23,7 @@ extern "C" {
  * threads, stream)(arguments...) so that the emulation can run it too. */
 #define UFORM_LAUNCH(kernel, grid, threads, stream) kernel<<<(grid), (threads), 0, (stream)>>>
 #endif
+#include <math.h>
 #include <pthread.h>
 
 #define UFORM_CUDA_GEMM_PLANS 64
@@ -226,6 +227,15 @@ uint32_t uform_cuda_alignment(const void *pointer);
  * algorithm): the caller decodes the weights to BF16 instead. */
 bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, size_t x_stride,
                            size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+/* OCP E4M3 (bias 7, no infinities, S.1111.111 NaN) as a float: gemm.cu's
+ * decode to BF16 on the device, the emulation's FP8 product on the host. */
+__host__ __device__ static inline float uform_e4m3_float(uint8_t code) {
+    unsigned exponent = (code >> 3) & 15u, mantissa = code & 7u;
+    float magnitude = exponent == 15 && mantissa == 7 ? NAN
+                      : exponent == 0                 ? ldexpf((float)mantissa, -9)
+                                                      : ldexpf((float)(8 + mantissa), (int)exponent - 10);
+    return code & 0x80u ? -magnitude : magnitude;
+}
 /* A packed E4M3 matrix: codes [n, k], then the row scales from this offset (16-byte aligned). */
 static inline size_t uform_cuda_e4m3_scales_at(size_t n, size_t k) { return (n * k + 15) & ~(size_t)15; }
 /* layer_norm.cu */

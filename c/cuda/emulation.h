@@ -54,6 +54,7 @@
 
 #define __global__
 #define __device__
+#define __host__
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(n)

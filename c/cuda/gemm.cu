@@ -306,15 +306,6 @@ uform_status_t uform_cuda_unpack_e4m3(uform_backend_t *b, const uform_packed_t *
     return uform_cuda_synchronize(b);
 }
 
-/* OCP E4M3 (bias 7, no infinities, S.1111.111 NaN) as a float. */
-__device__ static inline float uform_e4m3_float(uint8_t code) {
-    unsigned exponent = (code >> 3) & 15u, mantissa = code & 7u;
-    float magnitude = exponent == 15 && mantissa == 7 ? NAN
-                      : exponent == 0                 ? ldexpf((float)mantissa, -9)
-                                                      : ldexpf((float)(8 + mantissa), (int)exponent - 10);
-    return code & 0x80u ? -magnitude : magnitude;
-}
-
 /* out[i, p] = bf16(e4m3(codes[i, p]) x scales[i]): exact. */
 __global__ static void uform_decode_e4m3_rows(const uint8_t *codes, const float *scales, size_t n, size_t k,
                                               __nv_bfloat16 *out) {

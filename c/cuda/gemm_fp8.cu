@@ -66,21 +66,12 @@ __global__ static void uform_add_product(size_t rows, size_t n, const float *pro
 }
 
 #ifdef UFORM_CUDA_EMULATION
-/* OCP E4M3 as a float (the emulation's own decoder: NaN codes give NaN). */
-static float uform_emulated_e4m3(uint8_t code) {
-    unsigned exponent = (code >> 3) & 15u, mantissa = code & 7u;
-    float magnitude = exponent == 15 && mantissa == 7 ? NAN
-                      : exponent == 0                 ? ldexpf((float)mantissa, -9)
-                                                      : ldexpf((float)(8 + mantissa), (int)exponent - 10);
-    return code & 0x80u ? -magnitude : magnitude;
-}
-
 /* product[r, j] = (sum_p w[j, p] x[r, p]) w_j s_r over the codes, k in order. */
 static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint8_t *weights,
                               const float *weight_scales, const uint8_t *codes, const float *scales, float *product) {
     (void)b;
     float value[256];   /* every code's value, once per call */
-    for (unsigned code = 0; code < 256; code++) value[code] = uform_emulated_e4m3((uint8_t)code);
+    for (unsigned code = 0; code < 256; code++) value[code] = uform_e4m3_float((uint8_t)code);
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < n; j++) {
             float sum = 0.0f;
