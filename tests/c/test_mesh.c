@@ -31,6 +31,7 @@
 #include "guarded_backend.h"
 
 #include "train/gradient_sum.h"
+#include "train/late_step.h"
 #include "train/mesh.h"
 #include "train/mesh_directory.h"
 #include "train/trainer_on_device.h"
@@ -46,6 +47,7 @@ typedef struct {
     int32_t refused_status;    /* the refused step's answer (refuse_step) */
     char refused_message[400];
     uint64_t buckets_during_backward;   /* of the last step: gradient_sum.c */
+    uint64_t late_rows[2];              /* of the last step, gathered and the world's: late_step.c */
 } host_result_t;
 
 /* The step at which the last host gives a bad batch (item 0 of no modality),
@@ -63,6 +65,30 @@ static size_t item_text(size_t step, size_t i, char *out) {
     size_t length = 5 + (step * 7 + i * 11) % 20;
     for (size_t k = 0; k < length; k++) out[k] = (char)('a' + (step * 3 + i * 5 + k * 7) % 26);
     return length;
+}
+
+/* The late-interaction rows of the last step's world, as docs/training.md
+ * section 9 admits them: a query-only item (i % 3 == 0 in run_steps) its
+ * first max_query_span = 10 rows, every other item (both sides) all of its
+ * rows; the budgets (a device's tokens) do not bind at this size. */
+static void expected_late_rows(uint64_t *gathered, uint64_t *world) {
+    char text[32];
+    *gathered = *world = 0;
+    for (size_t i = 0; i < WORLD; i++) {
+        size_t length = item_text(STEPS - 1, i, text);
+        *world += length;
+        *gathered += i % 3 == 0 && length > 10 ? 10 : length;
+    }
+}
+
+/* A result's late rows: the term gathered what it reads of the world, no more. */
+static void check_late_rows(const host_result_t *r, const char *what, size_t h) {
+    uint64_t gathered, world;
+    expected_late_rows(&gathered, &world);
+    CHECK(r->late_rows[0] == gathered && r->late_rows[1] == world && gathered < world,
+          "%s, host %zu: late interaction gathered %llu of the world's %llu rows, not %llu of %llu", what, h,
+          (unsigned long long)r->late_rows[0], (unsigned long long)r->late_rows[1], (unsigned long long)gathered,
+          (unsigned long long)world);
 }
 
 static uform_trainer_options_t options_for(uform_mesh_t *mesh, const char *resume) {
@@ -177,6 +203,11 @@ static void host_main(const char *directory, const char *job, size_t host, size_
     if (status == UFORM_OK)
         status = run_steps(trainer, host * WORLD / hosts, (host + 1) * WORLD / hosts, die_at, &r);
     if (status == UFORM_OK) r.buckets_during_backward = uform_trainer_buckets_during_backward(trainer);
+    if (status == UFORM_OK) {
+        size_t late[2];
+        uform_trainer_late_rows(trainer, &late[0], &late[1]);
+        r.late_rows[0] = late[0], r.late_rows[1] = late[1];
+    }
     if (status == UFORM_OK && save) status = uform_trainer_save(trainer, save, NULL);
     r.status = (int32_t)status;
     if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
@@ -268,6 +299,12 @@ int main(void) {
     uform_trainer_options_t o = options_for(NULL, NULL);
     CHECK(uform_trainer_init_ram(executor, &o, &trainer) == UFORM_OK, "init: %s", uform_last_error());
     CHECK(run_steps(trainer, 0, WORLD, -1, &alone) == UFORM_OK, "steps: %s", uform_last_error());
+    {
+        size_t late[2];
+        uform_trainer_late_rows(trainer, &late[0], &late[1]);
+        alone.late_rows[0] = late[0], alone.late_rows[1] = late[1];
+        check_late_rows(&alone, "one process", 0);
+    }
     uform_trainer_free(trainer);
     CHECK(alone.losses[0][1] > 0 && alone.losses[0][2] > 0 && alone.losses[0][3] > 0,
           "every term is present: %g %g %g", alone.losses[0][1], alone.losses[0][2], alone.losses[0][3]);
@@ -289,6 +326,7 @@ int main(void) {
             CHECK(results[h].buckets_during_backward == run_depth,
                   "hosts %zu x %d, host %zu: %llu buckets summed during the backward, not %zu", host_counts[c],
                   replicas[c], h, (unsigned long long)results[h].buckets_during_backward, run_depth);
+            check_late_rows(&results[h], "a mesh", h);
             for (size_t s = 0; s < STEPS && results[h].status == UFORM_OK; s++)
                 for (size_t k = 0; k < LOSSES; k++)
                     CHECK(close_enough(results[h].losses[s][k], alone.losses[s][k]),
@@ -330,6 +368,7 @@ int main(void) {
                       results[h].buckets_during_backward == run_depth,
                   "device hosts 3, host %zu: %s (%llu buckets summed during the backward)", h, results[h].message,
                   (unsigned long long)results[h].buckets_during_backward);
+        for (size_t h = 0; h < 3; h++) check_late_rows(&results[h], "device hosts 3", h);
         /* A device failure on host 1 at each synchronize of its steps in turn:
          * host 1 reports it as itself, and host 0 names host 1 and its message
          * at once, whether the failure reached it through an agreement or by

@@ -26,6 +26,10 @@
 
 #include <pthread.h>
 
+typedef struct {
+    size_t offset, count;   /* floats of the flat gradient buffer */
+} uform_gradient_bucket_t;
+
 struct uform_gradient_sum {
     uform_mesh_t *mesh;
     float *values;                 /* the trainer's gradients, or their host copy on a device */

@@ -1,7 +1,8 @@
 /* step_layers.c: the encoder in training: its forward that keeps what backward
  * needs and its backward (the blocks through model/transformer.c and
  * transformer_backward.c, the embeddings here), the masked-text head, the pooled
- * embeddings, and the choices and late-interaction terms of a replica. */
+ * embeddings, and the choices term of a replica (late_step.c: the
+ * late-interaction term). */
 #include "train/trainer_internal.h"
 
 /* A linear layer's dense weight at parameters + offset, [n, k]. */
@@ -185,110 +186,5 @@ uform_status_t uform_replica_choices(uform_trainer_t *t, const uform_trainer_bat
     uform_status_t status = on_host ? UFORM_OK : b->ops->synchronize(b);
     uform_backend_free(b, states), uform_backend_free(b, rows_on_device);
     free(targets), free(bytes), free(starts), free(groups);
-    return status;
-}
-
-/* Which rows of each kept item enter the late-interaction term: sides, the
- * query span and each replica's budgets, walked in item order (section 9). */
-static void uform_late_admit(const uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                             const uform_replica_t *replica, size_t replicas, const size_t *kept,
-                             const size_t *index, const size_t *first_row, size_t *first,
-                             size_t *query_rows, size_t *document_rows) {
-    const uform_late_interaction_t *c = &t->late_config;
-    for (size_t r = 0; r < replicas; r++) {
-        const uform_replica_t *rep = &replica[r];
-        size_t query_tokens = 0, documents = 0, document_tokens = 0;
-        for (size_t i = rep->first; i < rep->last; i++) {
-            if (kept[i] == SIZE_MAX) continue;
-            size_t item = index[i], n = kept[i];
-            uint32_t side = batch->sides ? batch->sides[i] : UFORM_SIDE_QUERY_AND_DOCUMENT;
-            first[item] = rep->world_row_first + first_row[i];
-            query_rows[item] = document_rows[item] = 0;
-            if (n == 0) continue;
-            size_t span = n < c->max_query_span ? n : c->max_query_span;
-            if ((side == UFORM_SIDE_QUERY || side == UFORM_SIDE_QUERY_AND_DOCUMENT) &&
-                query_tokens + span <= c->max_query_tokens_per_device) {
-                query_rows[item] = span;
-                query_tokens += span;
-            }
-            if ((side == UFORM_SIDE_DOCUMENT || side == UFORM_SIDE_QUERY_AND_DOCUMENT) &&
-                documents < c->max_documents_per_device &&
-                document_tokens + n <= c->max_document_tokens_per_device) {
-                document_rows[item] = n;
-                documents++;
-                document_tokens += n;
-            }
-        }
-    }
-}
-
-/* Token vectors of every replica's rows, the late-interaction term over the
- * world (every host's rows, gathered on a mesh), and its gradients back into
- * each replica's d_states. */
-uform_status_t uform_late_step(uform_trainer_t *t, const uform_trainer_batch_t *batch,
-                               uform_replica_t *replica, size_t replicas, const size_t *kept,
-                               const size_t *index, const size_t *first_row, uform_world_t *wd,
-                               const uint32_t *bags, const uform_relations_t *relations, float *loss) {
-    const size_t h = t->hidden, width = t->late_config.width;
-    size_t widest = 1, rows = 0, items = wd->items, world_items = wd->world_items;
-    for (size_t r = 0; r < replicas; r++) {
-        widest = replica[r].rows > widest ? replica[r].rows : widest;
-        rows += replica[r].rows;
-    }
-    size_t world_rows = wd->world_rows;
-    uform_backend_t *b = &t->backend;
-    /* In the backend's memory: world vectors, their gradients, one replica's
-     * projection, this host's vectors, and the norms. On the host: the items'
-     * layout (the loss's structures, backend.h) and the term's two scalars. */
-    float *vectors = uform_backend_alloc(b, 2 * world_rows + widest + rows, width * sizeof(float), "token vectors");
-    float *norms = vectors ? uform_backend_alloc(b, world_rows + 1, sizeof(float), "token norms") : NULL;
-    size_t *layout = uform_alloc(3 * (world_items + items), sizeof(size_t), "late interaction items");
-    float scalars[2] = {0, 0};   /* log inverse temperature, bias */
-    uform_status_t status = vectors && norms && layout ? UFORM_OK : UFORM_OUT_OF_MEMORY;
-    if (status == UFORM_OK)
-        status = uform_trainer_read(t, &scalars[0], t->parameters + t->late_log_inverse_temperature, sizeof(float));
-    if (status == UFORM_OK) status = uform_trainer_read(t, &scalars[1], t->parameters + t->late_bias, sizeof(float));
-    if (status != UFORM_OK) {
-        uform_backend_free(b, vectors), uform_backend_free(b, norms), free(layout);
-        return status;
-    }
-    float *d_vectors = vectors + world_rows * width, *projected = d_vectors + world_rows * width;
-    float *own = projected + widest * width;
-    size_t *own_layout = layout + 3 * world_items, base = wd->row_base;
-    uform_weight_t head = uform_dense(t, t->token_head, width, h);
-    for (size_t r = 0; r < replicas; r++) {
-        uform_replica_t *rep = &replica[r];
-        if (!rep->rows) continue;
-        b->ops->linear(b, &head, rep->w.states, h, rep->rows, NULL, false, projected, width);
-        b->ops->normalize_forward(b, projected, rep->rows, width, own + rep->world_row_first * width,
-                                  norms + base + rep->world_row_first);
-    }
-    uform_late_admit(t, batch, replica, replicas, kept, index, first_row, own_layout,
-                     own_layout + items, own_layout + 2 * items);
-    for (size_t i = 0; i < items; i++) own_layout[i] += base;   /* rows among the world's */
-    if (wd->mesh) status = uform_world_gather_rows(wd, own, width * sizeof(float), vectors);
-    else b->ops->copy(b, vectors, own, world_rows * width * sizeof(float));   /* alone: this host's rows */
-    for (size_t k = 0; k < 3 && status == UFORM_OK; k++)
-        status = uform_world_gather_items(wd, own_layout + k * items, sizeof(size_t), layout + k * world_items);
-    if (status == UFORM_OK) {
-        b->ops->zero(b, d_vectors, world_rows * width * sizeof(float));
-        uform_late_batch_t late = {world_items, width, vectors, layout, layout + world_items,
-                                   layout + 2 * world_items, bags, relations};
-        status = b->ops->late_interaction_loss(
-            b, &t->contrastive, t->late_config.pair_loss, &late, scalars[0], scalars[1],
-            t->late_config.weight, loss, d_vectors,
-            t->gradients + t->late_log_inverse_temperature, t->gradients + t->late_bias);
-    }
-    for (size_t r = 0; r < replicas && status == UFORM_OK; r++) {
-        uform_replica_t *rep = &replica[r];
-        if (!rep->rows) continue;
-        size_t first = base + rep->world_row_first;
-        b->ops->zero(b, projected, rep->rows * width * sizeof(float));
-        b->ops->normalize_backward(b, d_vectors + first * width, vectors + first * width,
-                                   norms + first, rep->rows, width, projected);
-        b->ops->linear_backward(b, &head, rep->w.states, projected, rep->rows,
-                                t->gradients + t->token_head, NULL, rep->w.d_states, true);
-    }
-    uform_backend_free(b, vectors), uform_backend_free(b, norms), free(layout);
     return status;
 }

@@ -179,8 +179,33 @@ uform_status_t uform_world_gather_item_vectors(uform_world_t *w, const void *loc
     return uform_world_gather_vectors(w, local, w->items_of, item_bytes, out);
 }
 
-uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local, size_t row_bytes, void *out) {
-    return uform_world_gather_vectors(w, local, w->rows_of, row_bytes, out);
+uform_status_t uform_world_count_rows(uform_world_t *w, size_t rows, size_t *rows_of, size_t *first) {
+    *first = 0;
+    if (!w->mesh) {
+        rows_of[0] = rows;
+        return UFORM_OK;
+    }
+    uint64_t mine = rows, *all = uform_alloc(w->hosts, sizeof(uint64_t), "mesh step");
+    if (!all) {
+        uform_mesh_abandon(w->mesh, UFORM_OUT_OF_MEMORY);   /* its peers are in the gather */
+        return UFORM_OUT_OF_MEMORY;
+    }
+    uform_status_t status = uform_mesh_allgather(w->mesh, &mine, sizeof(mine), all);
+    for (size_t h = 0; h < w->hosts && status == UFORM_OK; h++) {
+        rows_of[h] = (size_t)all[h];
+        if (h < w->host) *first += rows_of[h];
+    }
+    free(all);
+    return status;
+}
+
+uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local, const size_t *rows_of,
+                                       size_t row_bytes, void *out) {
+    if (!w->mesh) {
+        w->backend->ops->copy(w->backend, out, local, rows_of[0] * row_bytes);
+        return UFORM_OK;
+    }
+    return uform_world_gather_vectors(w, local, rows_of, row_bytes, out);
 }
 
 uform_status_t uform_world_gather_relations(uform_world_t *w, const uform_relations_t *local,

@@ -5,7 +5,8 @@
  *   checkpoint.c   save and resume
  *   workspace.c    the activations a step keeps, measured and pointed from one list
  *   step_items.c   a step's items: checks, relations, replicas, media tokens
- *   step_layers.c  the encoder's forward and backward in training, heads, choices, late interaction
+ *   step_layers.c  the encoder's forward and backward in training, heads, choices
+ *   late_step.c    the late-interaction term: its rows gathered, its loss and gradients
  *   step.c         one optimizer step
  *   step_world.c   a mesh step's world: gathers and sums across hosts
  *   gradient_sum.c a mesh step's gradient sum, bucket by bucket during the backward
@@ -98,6 +99,9 @@ struct uform_trainer {
     /* On a mesh: the thread and buckets that sum the gradients while the
      * backward runs (gradient_sum.c); made at the first step, NULL before. */
     struct uform_gradient_sum *gradient_sum;
+    /* The last step's late-interaction rows: gathered over the world (the
+     * rows the term reads), and all the world's rows (late_step.c). */
+    size_t late_rows_gathered, late_rows_of_world;
     /* Several GPUs: this handle holds a replica per GPU, each a one-GPU
      * trainer, and every verb goes to them (replica_group.c); then nothing
      * above but executor and busy is set. NULL otherwise. */
@@ -299,6 +303,16 @@ UFORM_INTERNAL uform_status_t uform_tokenize_media(const uform_trainer_t *t,
                                                    const uform_trainer_batch_t *b,
                                                    uform_media_tokens_t **out);
 
+/* late_step.c: the late-interaction term over the world's items (gathered on
+ * a mesh), its gradients into each replica's d_states. */
+UFORM_INTERNAL uform_status_t uform_late_step(uform_trainer_t *t,
+                                              const uform_trainer_batch_t *batch,
+                                              uform_replica_t *replica, size_t replicas,
+                                              const size_t *kept, const size_t *index,
+                                              const size_t *first_row, uform_world_t *world,
+                                              const uint32_t *bags,
+                                              const uform_relations_t *relations, float *loss);
+
 /* trainer_mesh.c: collective; status is this host's init so far (every host
  * fails when one did, or when their trainers differ, naming the field). */
 UFORM_INTERNAL uform_status_t uform_trainer_join_mesh(uform_trainer_t *t, uform_mesh_t *mesh,
@@ -323,8 +337,13 @@ UFORM_INTERNAL uform_status_t uform_world_gather_items(uform_world_t *w, const v
  * memory: on a device they pass through host memory, as the engine is Gloo. */
 UFORM_INTERNAL uform_status_t uform_world_gather_item_vectors(uform_world_t *w, const void *local,
                                                               size_t item_bytes, void *out);
+/* Each host's count of rows to gather (rows_of[hosts]; this host gives
+ * `rows`) and where this host's start among them. Then the gather of those
+ * rows, in host order (without a mesh: a copy). */
+UFORM_INTERNAL uform_status_t uform_world_count_rows(uform_world_t *w, size_t rows, size_t *rows_of,
+                                                     size_t *first);
 UFORM_INTERNAL uform_status_t uform_world_gather_rows(uform_world_t *w, const void *local,
-                                                      size_t row_bytes, void *out);
+                                                      const size_t *rows_of, size_t row_bytes, void *out);
 UFORM_INTERNAL uform_status_t uform_world_gather_relations(uform_world_t *w,
                                                            const uform_relations_t *local,
                                                            uform_edges_storage_t *storage,
@@ -339,9 +358,6 @@ UFORM_INTERNAL void uform_world_end(uform_world_t *w, uform_status_t status);
 
 /* gradient_sum.c: a mesh step's gradient sum in buckets, overlapping the
  * backward. */
-typedef struct {
-    size_t offset, count;   /* floats of the flat gradient buffer */
-} uform_gradient_bucket_t;
 typedef struct uform_gradient_sum uform_gradient_sum_t;
 /* Before the backward, on a mesh. On failure this host has left the mesh. */
 UFORM_INTERNAL uform_status_t uform_gradient_sum_begin(uform_trainer_t *t, uform_world_t *w);
@@ -363,13 +379,6 @@ UFORM_INTERNAL void uform_backward_train(uform_trainer_t *t, uform_workspace_t *
 UFORM_INTERNAL void uform_embed(uform_trainer_t *t, uform_workspace_t *w);
 UFORM_INTERNAL float uform_masked_text(uform_trainer_t *t, uform_workspace_t *w, float weight,
                                        size_t world_selected);
-UFORM_INTERNAL uform_status_t uform_late_step(uform_trainer_t *t,
-                                              const uform_trainer_batch_t *batch,
-                                              uform_replica_t *replica, size_t replicas,
-                                              const size_t *kept, const size_t *index,
-                                              const size_t *first_row, uform_world_t *world,
-                                              const uint32_t *bags,
-                                              const uform_relations_t *relations, float *loss);
 UFORM_INTERNAL uform_status_t uform_replica_choices(uform_trainer_t *t,
                                                     const uform_trainer_batch_t *batch,
                                                     uform_replica_t *rep, const size_t *kept,
