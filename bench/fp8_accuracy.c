@@ -1,18 +1,26 @@
 /* fp8_accuracy.c: what FP8 products cost in accuracy (c/cuda/gemm_fp8.cu).
  *
- *     make bench-fp8-accuracy      # writes a checkpoint, builds this under the CUDA emulation, runs it
+ *     make bench-fp8-accuracy      # a random checkpoint of the benchmark shape: cosines
+ *     make bench-fp8-recall        # make demo's trained model: held-out recall@1
  *
- * Encodes the same texts with one random checkpoint three ways and compares
- * the embeddings: a RAM model in BF16 (the reference), a RAM model in E4M3
- * (the weights quantized, BF16 activations: every CPU, and GPUs without FP8
- * tensor cores) and a VRAM model in E4M3 (the weights and the activations in
- * FP8: ADA and later). Built against the CUDA emulation (the kernels as
- * written, the product on the host with FP32 sums), since no GPU has run the
- * FP8 path yet: a GPU's tensor cores accumulate differently, within 1e-3 of a
- * product's largest output (tests/gpu/test_cuda_ops.c), well inside what the
- * activations' quantization moves. Prints the lowest and the mean cosine.
- * Slow: the emulation runs every block's threads as fibers and the products
- * as plain loops (tens of minutes at depth 12, hidden 512, on two cores). */
+ * Encodes the same texts with one checkpoint three ways: a RAM model in BF16
+ * (the reference), a RAM model in E4M3 (the weights quantized, BF16
+ * activations: every CPU, and GPUs without FP8 tensor cores) and a VRAM model
+ * in E4M3 (the weights and the activations in FP8: ADA and later). Built
+ * against the CUDA emulation (the kernels as written, the product on the host
+ * with FP32 sums), since no GPU has run the FP8 path yet: a GPU's tensor cores
+ * accumulate differently, within 1e-3 of a product's largest output
+ * (tests/gpu/test_cuda_ops.c), well inside what the activations' quantization
+ * moves.
+ *
+ *     fp8_accuracy checkpoint              16 random texts: the lowest and mean cosine
+ *     fp8_accuracy checkpoint pairs.txt    also recall@1 of each model: the file holds
+ *                                          N queries, then their N documents, a line each
+ *                                          (query i's document is document i)
+ *
+ * Slow at the benchmark shape: the emulation runs every block's threads as
+ * fibers and the products as plain loops (tens of minutes at depth 12, hidden
+ * 512, on two cores); seconds at make demo's depth 1, hidden 64. */
 #include "uform.h"
 
 #include <math.h>
@@ -21,6 +29,7 @@
 #include <string.h>
 
 #define TEXTS 16
+#define MAX_PAIRS 4096
 
 static const float *embed(uform_model_t *model, const uform_tape_t *texts, uform_arena_t *arena, size_t *dimensions) {
     uform_encoded_t encoded;
@@ -47,9 +56,72 @@ static void compare(const char *what, const float *a, const float *b, size_t cou
     printf("| %-44s | %.6f | %.6f |\n", what, lowest, total / (double)count);
 }
 
+/* The fraction of queries whose highest-scoring document (dot product of the
+ * unit embeddings, FP32; the first of equal scores) is their own. */
+static double recall_at_1(const float *queries, const float *documents, size_t n, size_t width) {
+    size_t right = 0;
+    for (size_t q = 0; q < n; q++) {
+        size_t best = 0;
+        float best_score = -INFINITY;
+        for (size_t d = 0; d < n; d++) {
+            float score = 0;
+            for (size_t i = 0; i < width; i++) score += queries[q * width + i] * documents[d * width + i];
+            if (score > best_score) best = d, best_score = score;
+        }
+        right += best == q;
+    }
+    return (double)right / (double)n;
+}
+
+/* Reads the pairs file into data/offsets: 2 n lines (n queries, n documents). */
+static size_t read_pairs(const char *path, char **data, size_t *offsets) {
+    FILE *file = fopen(path, "rb");
+    if (!file) return fprintf(stderr, "%s: cannot open\n", path), exit(1), 0;
+    fseek(file, 0, SEEK_END);
+    long size = ftell(file);
+    fseek(file, 0, SEEK_SET);
+    *data = malloc((size_t)size + 1);
+    if (!*data || fread(*data, 1, (size_t)size, file) != (size_t)size) return fprintf(stderr, "%s: unreadable\n", path), exit(1), 0;
+    fclose(file);
+    size_t lines = 0, at = 0;
+    offsets[0] = 0;
+    for (long i = 0; i < size; i++) {
+        if ((*data)[i] != '\n') {
+            (*data)[at++] = (*data)[i];
+            continue;
+        }
+        if (lines + 1 >= 2 * MAX_PAIRS) return fprintf(stderr, "%s: over %d pairs\n", path, MAX_PAIRS), exit(1), 0;
+        offsets[++lines] = at;
+    }
+    if (lines == 0 || lines % 2) return fprintf(stderr, "%s: %zu lines, not 2 n\n", path, lines), exit(1), 0;
+    return lines / 2;
+}
+
+static void recall(uform_model_t *models[3], const char *path) {
+    static size_t offsets[2 * MAX_PAIRS + 1], document_offsets[MAX_PAIRS + 1];
+    char *data = NULL;
+    size_t n = read_pairs(path, &data, offsets);
+    for (size_t i = 0; i <= n; i++) document_offsets[i] = offsets[n + i] - offsets[n];
+    uform_tape_t queries = {data, offsets[n], offsets, n};
+    uform_tape_t documents = {data + offsets[n], document_offsets[n], document_offsets, n};
+    static const char *names[3] = {"BF16 (RAM)", "E4M3 weights (RAM)", "E4M3 weights and FP8 activations (VRAM)"};
+    printf("\n%s: %zu held-out queries, each against the %zu documents (chance %.4f)\n\n", path, n, n, 1.0 / (double)n);
+    printf("| model | recall@1 |\n|---|---:|\n");
+    for (int m = 0; m < 3; m++) {
+        uform_arena_t *arenas[2];
+        uform_arena_init_ram(&arenas[0]), uform_arena_init_ram(&arenas[1]);
+        size_t d = 0;
+        const float *q = embed(models[m], &queries, arenas[0], &d);
+        const float *e = embed(models[m], &documents, arenas[1], &d);
+        printf("| %s | %.3f |\n", names[m], recall_at_1(q, e, n, d));
+        uform_arena_free(arenas[0]), uform_arena_free(arenas[1]);
+    }
+    free(data);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s checkpoint.safetensors\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s checkpoint.safetensors [pairs.txt]\n", argv[0]);
         return 2;
     }
     /* texts of 8 to 128 bytes, printable, from a fixed generator */
@@ -90,6 +162,10 @@ int main(int argc, char **argv) {
     compare("E4M3 weights and FP8 activations (VRAM) vs BF16", reference, both, TEXTS, d);
     compare("E4M3 weights and FP8 activations vs E4M3 RAM", weights_only, both, TEXTS, d);
     for (int i = 0; i < 3; i++) uform_arena_free(arenas[i]);
+    if (argc == 3) {
+        uform_model_t *models[3] = {bf16, e4m3, fp8};
+        recall(models, argv[2]);
+    }
     uform_model_free(bf16), uform_model_free(e4m3), uform_model_free(fp8);
     return 0;
 }
