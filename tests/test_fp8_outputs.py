@@ -143,13 +143,51 @@ def test_trainer_step_embeddings_in_fp8():
         assert np.array_equal(np.asarray(answers[scalar]), torch_fp8(f32, scalar)), scalar.name
 
 
-def test_late_interaction_refuses_fp8_rows(checkpoint_factory):
+def maxsim_float64(queries: np.ndarray, query_offsets, documents: np.ndarray, document_offsets) -> np.ndarray:
+    """MaxSim in float64 from the definition (the mean over a query's rows of the largest dot
+    product with any of the document's rows; 0 when either has no rows)."""
+    scores = np.zeros((len(query_offsets) - 1, len(document_offsets) - 1))
+    for q in range(scores.shape[0]):
+        rows = queries[query_offsets[q]:query_offsets[q + 1]].astype(np.float64)
+        for d in range(scores.shape[1]):
+            products = rows @ documents[document_offsets[d]:document_offsets[d + 1]].astype(np.float64).T
+            scores[q, d] = products.max(axis=1).mean() if products.size else 0.0
+    return scores
+
+
+def test_late_interaction_scores_fp8_rows(checkpoint_factory):
+    """MaxSim reads E4M3 and E5M2 token rows as their values (no scale). Oracle: the codes
+    widened by PyTorch (float8 -> float32, exact), then MaxSim in float64. Tolerance 1e-5:
+    each product of two FP8 values is exact in FP32 (at most 8 significant bits), and the
+    library sums the 16 of a dot product in FP32, an error below 16 x 2^-24 of their
+    magnitudes (each at most 1). Against the F32 rows' scores, the FP8 rounding: each
+    component is within 2^-4 (E4M3) or 2^-3 (E5M2) of its F32 value relative, plus half the
+    smallest subnormal, so a dot product of unit vectors moves at most about twice that."""
     model = uform.Model.load_ram(checkpoint_factory(**TEXT_SHAPE))
+    queries, documents = sample_texts(TEXT_SHAPE["context"]), sample_texts(64)
+    executor = uform.Executor.for_ram(2)
+
+    def encode(texts, scalar):
+        return model.text_encode(texts, uform.Arena(), outputs=uform.Outputs.TOKENS, outputs_scalar=scalar).tokens
+
+    f32_q, f32_d = encode(queries, uform.Scalar.F32), encode(documents, uform.Scalar.F32)
+    f32_scores = uform.late_interaction_scores(f32_q, f32_d)
+    bounds = {uform.Scalar.E4M3: 2 * 2 ** -4 + 2 ** -8, uform.Scalar.E5M2: 2 * 2 ** -3 + 2 ** -8}
     for scalar in FP8:
-        tokens = model.text_encode([b"query", b"document"], uform.Arena(), outputs=BOTH,
-                                   outputs_scalar=scalar).tokens
-        with pytest.raises(uform.InvalidArgumentError, match=f"{scalar.name} token rows cannot be scored"):
-            uform.late_interaction_scores(tokens, tokens)
+        q, d = encode(queries, scalar), encode(documents, scalar)
+        assert q.scalar == scalar and q.dtype == np.uint8
+        expected = maxsim_float64(torch_widen(np.asarray(q), scalar), np.asarray(q.offsets),
+                                  torch_widen(np.asarray(d), scalar), np.asarray(d.offsets))
+        scores = uform.late_interaction_scores(q, d)
+        assert scores.dtype == np.float32 and scores.shape == (8, 8)
+        assert np.max(np.abs(scores - expected)) <= 1e-5, scalar.name
+        # the pool's threads give the same bits; mixed scalars score too
+        assert np.array_equal(uform.late_interaction_scores(q, d, executor=executor), scores)
+        mixed = uform.late_interaction_scores(f32_q, d)
+        expected_mixed = maxsim_float64(np.asarray(f32_q), np.asarray(f32_q.offsets),
+                                        torch_widen(np.asarray(d), scalar), np.asarray(d.offsets))
+        assert np.max(np.abs(mixed - expected_mixed)) <= 1e-5, scalar.name
+        assert np.max(np.abs(scores - f32_scores)) <= bounds[scalar], scalar.name
 
 
 # ---- uform.to_float32 ------------------------------------------------------------------

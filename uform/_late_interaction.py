@@ -21,8 +21,8 @@ from ._native import check, ffi, lib
 #: (rows, offsets) of a 2-D float32 array (or ArenaBuffer) and count + 1 row boundaries.
 TokenRows = Union[RowsTape, Tuple[Any, Any]]
 
-#: The scalars the scorer reads (B1, E4M3 and E5M2 rows carry no dot product it computes).
-_SCORED = (Scalar.F32, Scalar.BF16, Scalar.F16, Scalar.I8)
+#: The scalars the scorer reads (B1 rows are bits: they carry no dot product it computes).
+_SCORED = (Scalar.F32, Scalar.BF16, Scalar.F16, Scalar.E4M3, Scalar.E5M2, Scalar.I8)
 
 
 class _Side:
@@ -74,7 +74,7 @@ def _rows(value: Any, name: str) -> tuple[np.ndarray, Scalar]:
         if scalar not in _SCORED:
             raise InvalidArgumentError(
                 f"{name}: {scalar.name} token rows cannot be scored; encode with "
-                "outputs_scalar F32, BF16, F16 or I8")
+                "outputs_scalar F32, BF16, F16, E4M3, E5M2 or I8")
         if value.dtype != _DTYPES[scalar]:
             raise InvalidArgumentError(
                 f"{name}: rows of dtype {value.dtype} do not hold {scalar.name} scalars")
@@ -123,7 +123,7 @@ def late_interaction_scores(queries: TokenRows, documents: TokenRows, /, *,
     has no tokens.
 
     queries, documents: `Encoded.tokens` of an encode call with Outputs.TOKENS (F32, BF16,
-    F16 or I8 outputs; read in place in the arena), or (rows, offsets): rows a 2-D float32
+    F16, E4M3, E5M2 or I8 outputs; read in place in the arena), or (rows, offsets): rows a 2-D float32
     array (or ArenaBuffer) whose rows are contiguous, offsets count + 1 non-decreasing row
     boundaries. Both sides need the same width. executor: the pool that shares the work;
     None runs on the calling thread. The GIL is released while C computes."""

@@ -466,7 +466,8 @@ typedef struct {
     size_t count;                    /* items */
     size_t width;                    /* scalars per row */
     size_t row_bytes;                /* >= width scalars of `scalar` */
-    uform_scalar_t scalar;           /* F32, BF16, F16 or I8 (value = int8 / 127) */
+    uform_scalar_t scalar;           /* F32, BF16, F16, E4M3, E5M2 (OCP FP8 codes, no scale)
+                                        or I8 (value = int8 / 127); not B1 */
 } uform_token_rows_t;
 
 /* scores[q * documents->count + d] = mean over the query's rows of the largest

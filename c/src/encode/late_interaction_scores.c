@@ -9,22 +9,15 @@
 
 /* ---- validation ---------------------------------------------------------------- */
 
-static const char *uform_li_scalar_name(uform_scalar_t scalar) {
-    switch (scalar) {
-    case UFORM_SCALAR_E4M3: return "E4M3";
-    case UFORM_SCALAR_E5M2: return "E5M2";
-    case UFORM_SCALAR_B1: return "B1";
-    default: return "?";
-    }
-}
-
 /* Bytes of one scalar the scorer reads, 0 for the ones it does not. */
 static size_t uform_li_scalar_bytes(uform_scalar_t scalar) {
     switch (scalar) {
     case UFORM_SCALAR_F32: return 4;
     case UFORM_SCALAR_BF16:
     case UFORM_SCALAR_F16: return 2;
-    case UFORM_SCALAR_I8: return 1;
+    case UFORM_SCALAR_I8:
+    case UFORM_SCALAR_E4M3:
+    case UFORM_SCALAR_E5M2: return 1;
     default: return 0;
     }
 }
@@ -33,14 +26,13 @@ static uform_status_t uform_li_check_side(const uform_token_rows_t *side, const 
     if (!side) return uform_fail(UFORM_INVALID_ARGUMENT, "%s: NULL", name);
     size_t scalar_bytes = uform_li_scalar_bytes(side->scalar);
     if (scalar_bytes == 0) {
-        /* Outside the header's domain (F32, BF16, F16, I8): an invalid argument,
-         * named, rather than UNSUPPORTED (no build scores them). */
-        if (side->scalar == UFORM_SCALAR_E4M3 || side->scalar == UFORM_SCALAR_E5M2 ||
-            side->scalar == UFORM_SCALAR_B1)
+        /* Outside the header's domain: an invalid argument, named, rather
+         * than UNSUPPORTED (no build scores them). */
+        if (side->scalar == UFORM_SCALAR_B1)
             return uform_fail(UFORM_INVALID_ARGUMENT,
-                              "%s.scalar: %s token rows cannot be scored; use F32, BF16, F16 "
-                              "or I8",
-                              name, uform_li_scalar_name(side->scalar));
+                              "%s.scalar: B1 token rows cannot be scored (bits carry no dot "
+                              "product); use F32, BF16, F16, E4M3, E5M2 or I8",
+                              name);
         return uform_fail(UFORM_INVALID_ARGUMENT, "%s.scalar: %d is not a uform_scalar_t", name,
                           (int)side->scalar);
     }

@@ -20,10 +20,12 @@
  *
  * I8 rows enter the product as their integers (exact in FP32) and each I8
  * side's 1/127 is applied once to the mean, in double: the products of two I8
- * sides are then exact integers up to width 1024.
+ * sides are then exact integers up to width 1024. E4M3 and E5M2 rows (unit
+ * vectors, no scale) enter as their exact FP32 values.
  */
 #include "backend/cpu/rows.h"
 #include "backend/cpu/sgemm.h"
+#include "core/fp8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -68,10 +70,16 @@ static inline float uform_li_f16(uint16_t half) {
 }
 
 /* Rows [begin, begin + rows) of a side as FP32 values in dst (rows x width,
- * dense); I8 as its integers (the 1/127 is applied to the mean). */
+ * dense); I8 as its integers (the 1/127 is applied to the mean), E4M3 and
+ * E5M2 as their values. */
 static void uform_li_convert(const uform_token_rows_t *side, size_t begin, size_t rows,
                              float *dst) {
     size_t width = side->width;
+    float fp8[256];   /* each FP8 code's value, exact in FP32 */
+    if (side->scalar == UFORM_SCALAR_E4M3 || side->scalar == UFORM_SCALAR_E5M2)
+        for (unsigned code = 0; code < 256; code++)
+            fp8[code] = side->scalar == UFORM_SCALAR_E4M3 ? uform_e4m3_to_f32((uint8_t)code)
+                                                           : uform_e5m2_to_f32((uint8_t)code);
     for (size_t r = 0; r < rows; r++) {
         const uint8_t *row = (const uint8_t *)side->data + (begin + r) * side->row_bytes;
         float *out = dst + r * width;
@@ -93,6 +101,10 @@ static void uform_li_convert(const uform_token_rows_t *side, size_t begin, size_
             break;
         case UFORM_SCALAR_I8:
             for (size_t i = 0; i < width; i++) out[i] = (float)(int8_t)row[i];
+            break;
+        case UFORM_SCALAR_E4M3:
+        case UFORM_SCALAR_E5M2:
+            for (size_t i = 0; i < width; i++) out[i] = fp8[row[i]];
             break;
         default: break;
         }
