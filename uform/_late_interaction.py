@@ -126,7 +126,8 @@ def late_interaction_scores(queries: TokenRows, documents: TokenRows, /, *,
     F16, E4M3, E5M2 or I8 outputs; read in place in the arena), or (rows, offsets): rows a 2-D float32
     array (or ArenaBuffer) whose rows are contiguous, offsets count + 1 non-decreasing row
     boundaries. Both sides need the same width. executor: the pool that shares the work;
-    None runs on the calling thread. The GIL is released while C computes."""
+    None runs on the calling thread; a VRAM executor scores on its first GPU. The GIL is
+    released while C computes."""
     query_side = _side(queries, "queries")
     document_side = _side(documents, "documents")
     pointer = _executor_pointer(executor)

@@ -174,6 +174,9 @@ uform_status_t uform_cuda_late_interaction_loss(uform_backend_t *b, const uform_
                                                 uform_pair_loss_form_t form, const uform_late_batch_t *batch,
                                                 float log_inverse_temperature, float bias, float weight, float *loss,
                                                 float *d_vectors, float *d_log_inverse_temperature, float *d_bias);
+/* maxsim.cu (backend.h: maxsim; the rows, offsets and scores are host memory) */
+uform_status_t uform_cuda_maxsim(uform_backend_t *b, const uform_token_rows_t *queries,
+                                 const uform_token_rows_t *documents, float *scores);
 /* choices.cu */
 void uform_cuda_choice_probabilities(uform_backend_t *b, const float *states, size_t hidden,
                                      const uform_segment_t *segments, size_t count, const uform_tape_t *choices,

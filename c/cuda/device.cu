@@ -154,6 +154,7 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.choice_probabilities = uform_cuda_choice_probabilities;
     ops.contrastive_loss = uform_cuda_contrastive_loss;
     ops.late_interaction_loss = uform_cuda_late_interaction_loss;
+    ops.maxsim = uform_cuda_maxsim;
     ops.choices_loss = uform_cuda_choices_loss;
     ops.reconstruction_loss = uform_cuda_reconstruction_loss;
     ops.pack = uform_cuda_pack;

@@ -473,7 +473,8 @@ typedef struct {
 /* scores[q * documents->count + d] = mean over the query's rows of the largest
  * dot product with any of the document's rows (MaxSim, as ColBERT). A query
  * or document without rows scores 0. Both sides need the same width. The
- * executor's threads share the work (NULL: the calling thread only). */
+ * executor's threads share the work (NULL: the calling thread only); a VRAM
+ * executor's first GPU scores instead (the rows are still host memory). */
 UFORM_API uform_status_t uform_late_interaction_scores(uform_executor_t *executor,
                                                        const uform_token_rows_t *queries,
                                                        const uform_token_rows_t *documents,

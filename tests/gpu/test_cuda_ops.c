@@ -23,6 +23,7 @@
  * largest output at w <= 1024; products over k terms 2 k 2^-24 of sum |a||b|,
  * bounded by 1e-4 of the largest output at k <= 1024. */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/sgemm.h"
 
 #ifndef UFORM_HAVE_CUDA
 #include <stdio.h>
@@ -799,6 +800,73 @@ static void test_late_interaction_loss(backends_t *b) {
 /* The embedding table's gradient over many rows (the CUDA backend sums them
  * in chunks of 256, then the chunks: 3 here) with ids repeated across chunks,
  * media rows skipped: sums over up to `rows` terms in another order (1e-4). */
+/* MaxSim (maxsim.cu) on token rows of every scalar it reads, against the CPU
+ * backend's (whose products take the machine's best sgemm path, whatever the
+ * backend's class): the GPU takes each dot product as one fused multiply-add
+ * per step in order, as the CPU's AVX2, AVX-512, NEON and SVE paths do, so
+ * against those the scores are the same bits; the portable path multiplies
+ * then adds (one rounding more per step): width 40 sums of unit-sized
+ * products, 1e-5 relative. Items without rows score 0; a NaN in a document
+ * row makes its pairs NaN on both. */
+static void test_maxsim(backends_t *b) {
+    enum { QUERIES = 5, DOCUMENTS = 7, WIDTH = 40 };
+    static const size_t query_offsets[QUERIES + 1] = {0, 3, 3, 10, 11, 17};
+    static const size_t document_offsets[DOCUMENTS + 1] = {2, 9, 9, 40, 41, 45, 52, 60};   /* from row 2 */
+    static const uform_scalar_t scalars[] = {UFORM_SCALAR_F32, UFORM_SCALAR_BF16, UFORM_SCALAR_F16,
+                                             UFORM_SCALAR_I8, UFORM_SCALAR_E4M3, UFORM_SCALAR_E5M2};
+    static const char *names[] = {"F32", "BF16", "F16", "I8", "E4M3", "E5M2"};
+    float *values = random_floats(60 * WIDTH, 0.3f);
+    bool fused = uform_sgemm_best_path() != UFORM_SGEMM_PORTABLE;
+    for (size_t s = 0; s < 6; s++) {
+        uform_scalar_t scalar = scalars[s];
+        /* rows of 4 bytes more than the scalars: a stride the GPU copy keeps */
+        size_t scalar_bytes = scalar == UFORM_SCALAR_F32 ? 4 : scalar == UFORM_SCALAR_BF16 || scalar == UFORM_SCALAR_F16 ? 2 : 1;
+        size_t row_bytes = WIDTH * scalar_bytes + 4;
+        uint8_t *rows = calloc(60, row_bytes);
+        b->cpu.ops->download_rows(&b->cpu, values, 60, WIDTH, scalar, rows, row_bytes);   /* FP32 to the scalar */
+        uform_token_rows_t q = {rows, query_offsets, QUERIES, WIDTH, row_bytes, scalar};
+        uform_token_rows_t d = {rows, document_offsets, DOCUMENTS, WIDTH, row_bytes, scalar};
+        float cpu[QUERIES * DOCUMENTS], gpu[QUERIES * DOCUMENTS];
+        uform_status_t cpu_status = b->cpu.ops->maxsim(&b->cpu, &q, &d, cpu);
+        uform_status_t gpu_status = b->gpu.ops->maxsim(&b->gpu, &q, &d, gpu);
+        double largest = 0, error = 0;
+        bool same = true;
+        for (size_t i = 0; i < QUERIES * DOCUMENTS; i++) {
+            largest = fmax(largest, fabs((double)cpu[i]));
+            double e = fabs((double)gpu[i] - (double)cpu[i]);
+            error = isnan(e) ? INFINITY : fmax(error, e);
+            same = same && (gpu[i] == cpu[i] || (isnan(gpu[i]) && isnan(cpu[i])));
+        }
+        bool empty_zero = gpu[1 * DOCUMENTS + 0] == 0.0f && gpu[0 * DOCUMENTS + 1] == 0.0f;
+        double bound = 1e-5 * fmax(largest, 1e-30);
+        bool ok = cpu_status == UFORM_OK && gpu_status == UFORM_OK && error <= bound &&
+                  (same || !fused) && empty_zero;
+        char what[64];
+        snprintf(what, sizeof(what), "maxsim %s%s", names[s], fused ? " (= CPU FMA bits)" : "");
+        printf("| %-34s | %8d | %10.3g | %10.3g | %s |\n", what, QUERIES * DOCUMENTS, error, bound,
+               ok ? "ok" : gpu_status != UFORM_OK ? uform_last_error() : !same && fused ? "FAIL (bits)" : "FAIL");
+        ok ? passed++ : failed++;
+        free(rows);
+    }
+    /* a NaN in document 3's only row: column 3 NaN on both, the rest as before */
+    float nan_rows[60 * WIDTH];
+    memcpy(nan_rows, values, sizeof(nan_rows));
+    nan_rows[40 * WIDTH + 7] = NAN;
+    uform_token_rows_t q = {nan_rows, query_offsets, QUERIES, WIDTH, WIDTH * sizeof(float), UFORM_SCALAR_F32};
+    uform_token_rows_t d = {nan_rows, document_offsets, DOCUMENTS, WIDTH, WIDTH * sizeof(float), UFORM_SCALAR_F32};
+    float cpu[QUERIES * DOCUMENTS], gpu[QUERIES * DOCUMENTS];
+    bool ok = b->cpu.ops->maxsim(&b->cpu, &q, &d, cpu) == UFORM_OK && b->gpu.ops->maxsim(&b->gpu, &q, &d, gpu) == UFORM_OK;
+    for (size_t i = 0; ok && i < QUERIES * DOCUMENTS; i++) {
+        bool has_rows = query_offsets[i / DOCUMENTS + 1] > query_offsets[i / DOCUMENTS];
+        bool nan_expected = i % DOCUMENTS == 3 && has_rows;
+        ok = isnan(gpu[i]) == nan_expected && isnan(cpu[i]) == nan_expected;
+    }
+    printf("| %-34s | %8d | %10s | %10s | %s |\n", "maxsim F32, a NaN row", QUERIES * DOCUMENTS, "-", "-",
+           ok ? "ok" : "FAIL");
+    ok ? passed++ : failed++;
+    free(values);
+}
+
 static void test_embedding_backward(backends_t *b, size_t rows, size_t width) {
     size_t table_rows = 257;
     float *dy = random_floats(rows * width, 1), *dtable = random_floats(table_rows * width, 1);
@@ -927,6 +995,7 @@ int main(void) {
     test_choices_loss(&b, 96);
     test_contrastive_loss(&b);
     test_late_interaction_loss(&b);
+    test_maxsim(&b);
     test_reconstruction(&b, 300, 48);
 #ifdef UFORM_CUDA_EMULATION
     test_optimizer(&b, 10007);

@@ -22,6 +22,7 @@
 #include "small_checkpoint.h"
 
 #include "backend/cpu/rows.h"
+#include "backend/cpu/sgemm.h"
 
 #ifndef UFORM_HAVE_CUDA
 int main(void) {
@@ -264,6 +265,21 @@ int main(void) {
         row("load_vram on every GPU's executor, devices None: a copy on each", every,
             status == UFORM_OK ? "" : uform_last_error());
         uform_model_free(other);
+        /* late_interaction_scores with a VRAM executor runs on its first GPU
+         * (c/cuda/maxsim.cu, checked in test_cuda_ops): the CPU's bits where
+         * the CPU's products are fused multiply-adds, within 1e-5 elsewhere */
+        float token_rows[24 * 16], on_gpu[3 * 4], on_cpu[3 * 4];
+        for (size_t i = 0; i < 24 * 16; i++) token_rows[i] = (float)((i * 7919) % 61) / 61.0f - 0.5f;
+        static const size_t query_offsets[4] = {0, 5, 5, 9}, document_offsets[5] = {9, 12, 20, 21, 24};
+        uform_token_rows_t queries = {token_rows, query_offsets, 3, 16, 16 * sizeof(float), UFORM_SCALAR_F32};
+        uform_token_rows_t documents = {token_rows, document_offsets, 4, 16, 16 * sizeof(float), UFORM_SCALAR_F32};
+        status = uform_late_interaction_scores(gpu, &queries, &documents, on_gpu);
+        bool scored = status == UFORM_OK && uform_late_interaction_scores(cpu, &queries, &documents, on_cpu) == UFORM_OK;
+        bool fused = uform_sgemm_best_path() != UFORM_SGEMM_PORTABLE;
+        for (size_t i = 0; scored && i < 12; i++)
+            scored = fused ? on_gpu[i] == on_cpu[i] : fabsf(on_gpu[i] - on_cpu[i]) <= 1e-5f;
+        row("late_interaction_scores on a VRAM executor: the CPU's scores", scored,
+            status == UFORM_OK ? "" : uform_last_error());
         uform_executor_free(gpu);
     }
     uform_executor_free(cpu);

@@ -150,6 +150,13 @@ bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_ba
     return device != NULL;
 }
 
+bool uform_vram_first_backend(const uform_executor_t *executor, uform_backend_t *backend) {
+    const uform_vram_devices_t *devices = executor ? uform_executor_devices(executor) : NULL;
+    if (!devices || devices->count == 0) return false;
+    *backend = devices->devices[0].backend;
+    return true;
+}
+
 /* ---- VRAM models --------------------------------------------------------------------- */
 
 
@@ -339,6 +346,11 @@ size_t uform_vram_executor_gpus(const uform_executor_t *executor, uform_gpu_clas
 
 bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_backend_t *backend) {
     (void)executor, (void)gpu, (void)backend;
+    return false;
+}
+
+bool uform_vram_first_backend(const uform_executor_t *executor, uform_backend_t *backend) {
+    (void)executor, (void)backend;
     return false;
 }
 #endif

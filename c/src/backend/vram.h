@@ -14,6 +14,10 @@ UFORM_INTERNAL size_t uform_vram_devices(void);
 UFORM_INTERNAL bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu,
                                        uform_backend_t *backend);
 
+/* The backend of the first GPU a VRAM executor lists: false (backend
+ * untouched) for a RAM executor. */
+UFORM_INTERNAL bool uform_vram_first_backend(const uform_executor_t *executor, uform_backend_t *backend);
+
 /* The GPUs of a VRAM executor: their count (0 for a RAM executor) and the
  * lowest class among them (NONE for a RAM executor). */
 UFORM_INTERNAL size_t uform_vram_executor_gpus(const uform_executor_t *executor, uform_gpu_class_t *gpu_class);

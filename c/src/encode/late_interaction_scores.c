@@ -1,10 +1,12 @@
 /* late_interaction_scores.c: uform_late_interaction_scores, MaxSim over token
  * rows: the checks of the two sides, then the backend's maxsim (backend.h;
- * the CPU's is backend/cpu/maxsim.c, which says how it blocks the work).
+ * the CPU's is backend/cpu/maxsim.c, which says how it blocks the work; a
+ * VRAM executor's first GPU runs c/cuda/maxsim.cu's).
  *
  *   score(q, d) = (1 / |q|) sum over query rows i of max over document rows j of <q_i, d_j>,
  *   0 when q or d has no rows. */
 #include "backend/cpu/cpu_backend.h"
+#include "backend/vram.h"
 #include "core/internal.h"
 
 /* ---- validation ---------------------------------------------------------------- */
@@ -93,6 +95,15 @@ uform_status_t uform_late_interaction_scores(uform_executor_t *executor,
         return uform_fail(UFORM_INVALID_ARGUMENT, "scores: NULL for %zu x %zu scores", query_count,
                           document_count);
 
-    uform_backend_t backend = uform_cpu_backend(UFORM_CPU_CLASS_AUTO, executor);
+    /* A VRAM executor's first GPU scores (maxsim.cu: the same bits as the
+     * CPU's FMA paths), held for the call as a verb holds its backend. */
+    uform_backend_t backend;
+    if (uform_vram_first_backend(executor, &backend) && backend.ops->maxsim) {
+        if (backend.ops->acquire) backend.ops->acquire(&backend);
+        uform_status_t status = backend.ops->maxsim(&backend, queries, documents, scores);
+        if (backend.ops->release) backend.ops->release(&backend);
+        return status;
+    }
+    backend = uform_cpu_backend(UFORM_CPU_CLASS_AUTO, executor);
     return backend.ops->maxsim(&backend, queries, documents, scores);
 }
