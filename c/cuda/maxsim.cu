@@ -14,26 +14,10 @@
 #include "cuda_internal.h"
 #include "reduce.cuh"
 
+#include "core/f16_widen.h"   /* the CPU scorer's F16 widening */
+
 #include <math.h>
 #include <string.h>
-
-/* The F16 value of bits, exact (the CPU scorer's branchless conversion). */
-__device__ static inline float uform_maxsim_f16(uint32_t half) {
-    uint32_t w = half << 16, sign = w & 0x80000000u, two_w = w + w;
-    uint32_t normal_bits = (two_w >> 4) + (0xe0u << 23), subnormal_bits = (two_w >> 17) | (126u << 23);
-    float normal, subnormal;
-    memcpy(&normal, &normal_bits, sizeof(normal));
-    memcpy(&subnormal, &subnormal_bits, sizeof(subnormal));
-    normal *= 0x1p-112f;
-    subnormal -= 0.5f;
-    uint32_t normal_out, subnormal_out;
-    memcpy(&normal_out, &normal, sizeof(normal_out));
-    memcpy(&subnormal_out, &subnormal, sizeof(subnormal_out));
-    uint32_t bits = sign | (two_w < (1u << 27) ? subnormal_out : normal_out);
-    float value;
-    memcpy(&value, &bits, sizeof(value));
-    return value;
-}
 
 /* out[r, c] = the value of scalar c of row r (rows of row_bytes from raw). */
 __global__ static void uform_maxsim_widen(const uint8_t *raw, size_t row_bytes, size_t rows, size_t width,
@@ -55,12 +39,12 @@ __global__ static void uform_maxsim_widen(const uint8_t *raw, size_t row_bytes, 
         case UFORM_SCALAR_F16: {
             uint16_t bits;
             memcpy(&bits, row + 2 * c, sizeof(bits));
-            value = uform_maxsim_f16(bits);
+            value = uform_f16_widen(bits);
             break;
         }
         case UFORM_SCALAR_I8: value = (float)(int8_t)row[c]; break;
         case UFORM_SCALAR_E4M3: value = uform_e4m3_float(row[c]); break;
-        case UFORM_SCALAR_E5M2: value = uform_maxsim_f16((uint32_t)row[c] << 8); break;   /* F16's top byte */
+        case UFORM_SCALAR_E5M2: value = uform_f16_widen((uint16_t)(row[c] << 8)); break;   /* F16's top byte */
         default: break;
         }
         out[index] = value;

@@ -25,6 +25,7 @@
  */
 #include "backend/cpu/rows.h"
 #include "backend/cpu/sgemm.h"
+#include "core/f16_widen.h"
 #include "core/fp8.h"
 
 #include <math.h>
@@ -43,31 +44,6 @@ static size_t uform_li_min(size_t a, size_t b) { return a < b ? a : b; }
 
 
 /* ---- reading rows as FP32 ------------------------------------------------------ */
-
-/* The F16 to F32 conversion of Maratyszcza's FP16 library: branchless, exact
- * for every input (normal, subnormal, zero, infinity, NaN), so the row loop
- * vectorises. Normal values: the exponent and mantissa shifted into place
- * with the exponent rebased by 2^112, then scaled back by 2^-112. Subnormal
- * ones: the mantissa placed under the exponent of 0.5, minus 0.5. */
-static inline float uform_li_f16(uint16_t half) {
-    uint32_t w = (uint32_t)half << 16;
-    uint32_t sign = w & 0x80000000u;
-    uint32_t two_w = w + w;
-    uint32_t normal_bits = (two_w >> 4) + (0xe0u << 23);
-    uint32_t subnormal_bits = (two_w >> 17) | (126u << 23);
-    float normal, subnormal;
-    memcpy(&normal, &normal_bits, sizeof(normal));
-    memcpy(&subnormal, &subnormal_bits, sizeof(subnormal));
-    normal *= 0x1p-112f;
-    subnormal -= 0.5f;
-    uint32_t normal_out, subnormal_out;
-    memcpy(&normal_out, &normal, sizeof(normal_out));
-    memcpy(&subnormal_out, &subnormal, sizeof(subnormal_out));
-    uint32_t bits = sign | (two_w < (1u << 27) ? subnormal_out : normal_out);
-    float result;
-    memcpy(&result, &bits, sizeof(result));
-    return result;
-}
 
 /* Rows [begin, begin + rows) of a side as FP32 values in dst (rows x width,
  * dense); I8 as its integers (the 1/127 is applied to the mean), E4M3 and
@@ -96,7 +72,7 @@ static void uform_li_convert(const uform_token_rows_t *side, size_t begin, size_
             for (size_t i = 0; i < width; i++) {
                 uint16_t bits;
                 memcpy(&bits, row + 2 * i, sizeof(bits));
-                out[i] = uform_li_f16(bits);
+                out[i] = uform_f16_widen(bits);
             }
             break;
         case UFORM_SCALAR_I8:
