@@ -35,7 +35,7 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
     w->host = w->mesh ? w->mesh->host : 0;
     w->world_count = count;
     if (!w->mesh) return UFORM_OK;
-    w->counts_of = uform_alloc_zeroed(4 * w->hosts, sizeof(size_t), "mesh step");
+    w->counts_of = uform_alloc_zeroed(3 * w->hosts, sizeof(size_t), "mesh step");
     uform_world_given_t *given = uform_alloc(w->hosts, sizeof(uform_world_given_t), "mesh step");
     if (!w->counts_of || !given) {
         free(given);
@@ -43,8 +43,7 @@ uform_status_t uform_world_begin(uform_trainer_t *t, const uform_trainer_batch_t
         return UFORM_OUT_OF_MEMORY;
     }
     w->items_of = w->counts_of + w->hosts;
-    w->rows_of = w->items_of + w->hosts;
-    w->edges_of = w->rows_of + w->hosts;
+    w->edges_of = w->items_of + w->hosts;
     uform_world_given_t mine = {count, batch && batch->bags ? 1u : 0u};
     uform_status_t status = uform_mesh_allgather(w->mesh, &mine, sizeof(mine), given);
     w->world_count = 0;
@@ -116,9 +115,8 @@ uform_status_t uform_world_summary(uform_world_t *w, const size_t *index, size_t
             for (size_t i = 0; i < w->counts_of[h]; i++, at++)
                 w->world_index[at] = kept[at] == UINT32_MAX ? SIZE_MAX : w->world_items + kept[at];
             w->items_of[h] = (size_t)all[h].items;
-            w->rows_of[h] = (size_t)all[h].rows;
             w->world_items += w->items_of[h];
-            w->world_rows += w->rows_of[h];
+            w->world_rows += (size_t)all[h].rows;
             w->selected += (size_t)all[h].selected;
             w->choice_items += (size_t)all[h].choice_items;
             for (size_t m = 0; m < 4; m++) w->media_masked[m] += (size_t)all[h].media_masked[m];

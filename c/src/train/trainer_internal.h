@@ -174,7 +174,7 @@ typedef struct {
     size_t kept_base, world_items;  /* kept items */
     size_t row_base, world_rows;    /* rows of kept items */
     size_t selected, media_masked[4], choice_items;   /* world totals */
-    size_t *counts_of, *items_of, *rows_of, *edges_of; /* [hosts] each */
+    size_t *counts_of, *items_of, *edges_of; /* [hosts] each */
     size_t *world_index;            /* [world_count]: world kept index, or SIZE_MAX */
     /* A failure this host's peers heard of in an agreement (uform_world_end:
      * any other failure of its own leaves the mesh) */
