@@ -93,19 +93,27 @@ CUBLAS_ROOT := $(if $(NVCC),$(shell $(PYTHON) -c "import os, sysconfig; \
   p = os.path.join(sysconfig.get_paths()['purelib'], 'nvidia', 'cu13'); \
   print(p if os.path.exists(os.path.join(p, 'include', 'cublasLt.h')) else '')" 2>/dev/null))
 CUDA_FOUND := $(if $(CUBLAS_ROOT),cuda)
+# NCCL (the PyPI wheel nvidia-nccl-cu13: nccl.h and libnccl.so.2, dlopen'ed on a
+# mesh's first use, c/cuda/collectives.cu): optional; without it a mesh of GPU
+# hosts sums its gradients through host memory over Gloo.
+NCCL_ROOT := $(if $(CUDA_FOUND),$(shell $(PYTHON) -c "import os, sysconfig; \
+  p = os.path.join(sysconfig.get_paths()['purelib'], 'nvidia', 'nccl'); \
+  print(p if os.path.exists(os.path.join(p, 'include', 'nccl.h')) else '')" 2>/dev/null))
+NCCL_FLAGS := $(if $(NCCL_ROOT),-I$(NCCL_ROOT)/include -DUFORM_HAVE_NCCL -DUFORM_NCCL_LIB_DIR='"$(NCCL_ROOT)/lib"')
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/lib64/libcudart_static.a),/usr/local/cuda,$(abspath $(dir $(realpath $(NVCC)))/..))
 CUDA_ARCHITECTURES := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
                       -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
                       -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -std=c++17 -O3 -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror -Werror all-warnings \
               $(CUDA_ARCHITECTURES) -Ic/include -Ic/src -I$(CUBLAS_ROOT)/include \
-              -DUFORM_CUBLAS_LIB_DIR='"$(CUBLAS_ROOT)/lib"'
+              -DUFORM_CUBLAS_LIB_DIR='"$(CUBLAS_ROOT)/lib"' $(NCCL_FLAGS)
 CUDA_CFLAGS := $(if $(CUDA_FOUND),-DUFORM_HAVE_CUDA)
 comma := ,
 # cuBLASLt is dlopen'ed when a GPU backend starts (c/cuda/cublaslt.h): the rpath
 # tells that dlopen where the wheel was; nothing maps its 500 MB before.
 CUDA_LIBS := $(if $(CUDA_FOUND),-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt \
-               -Wl$(comma)-rpath$(comma)$(CUBLAS_ROOT)/lib -lstdc++)
+               -Wl$(comma)-rpath$(comma)$(CUBLAS_ROOT)/lib $(if $(NCCL_ROOT),-Wl$(comma)-rpath$(comma)$(NCCL_ROOT)/lib) \
+               -lstdc++)
 CUDA_SOURCES := $(if $(CUDA_FOUND),$(wildcard c/cuda/*.cu))
 CUDA_OBJECTS := $(patsubst c/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SOURCES))
 
@@ -137,7 +145,7 @@ $(MEDIA_OBJECTS) $(SANITIZED_MEDIA_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MEDIA_CFLA
 MESH_FLAGGED_OBJECTS := $(foreach f,train/mesh encode/capabilities,$(BUILD)/obj/$(f).o $(BUILD)/asan/$(f).o)
 $(MESH_FLAGGED_OBJECTS): $(MEDIA_FILE)
 $(MESH_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(MESH_CFLAGS)
-CUDA_FLAGGED_OBJECTS := $(BUILD)/obj/backend/vram.o $(BUILD)/asan/backend/vram.o
+CUDA_FLAGGED_OBJECTS := $(foreach f,backend/vram train/mesh_nccl,$(BUILD)/obj/$(f).o $(BUILD)/asan/$(f).o)
 $(CUDA_FLAGGED_OBJECTS): $(MEDIA_FILE)
 $(CUDA_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(CUDA_CFLAGS)
 
@@ -296,7 +304,7 @@ test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
 # without a GPU or nvcc (make test runs it).
 EMULATION_FLAGS := -DUFORM_CUDA_EMULATION -DUFORM_HAVE_CUDA
 EMULATED_CUDA_OBJECTS := $(patsubst c/cuda/%.cu,$(BUILD)/emulated/%.o,$(filter-out c/cuda/cublaslt.cu,$(wildcard c/cuda/*.cu))) \
-                         $(BUILD)/emulated/vram.o
+                         $(BUILD)/emulated/vram.o $(BUILD)/emulated/mesh_nccl.o
 $(BUILD)/emulated/%.o: c/cuda/%.cu $(wildcard c/cuda/*.h c/cuda/*.cuh) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_COMMON) $(EMULATION_FLAGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
@@ -304,9 +312,13 @@ $(BUILD)/emulated/%.o: c/cuda/%.cu $(wildcard c/cuda/*.h c/cuda/*.cuh) $(HEADERS
 $(BUILD)/emulated/vram.o: c/src/backend/vram.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ASAN) -DUFORM_HAVE_CUDA -c $< -o $@
+$(BUILD)/emulated/mesh_nccl.o: c/src/train/mesh_nccl.c $(HEADERS) c/cuda/collectives.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ASAN) -DUFORM_HAVE_CUDA -c $< -o $@
 $(BUILD)/emulated/test_%: tests/gpu/test_%.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJECTS) $(SANITIZED_OBJECTS)
 	$(CC) $(CFLAGS_ASAN) $(EMULATION_FLAGS) -Itests/c $< \
-	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/asan/backend/vram.o,$(SANITIZED_OBJECTS)) $(EMULATED_CUDA_OBJECTS) \
+	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/asan/backend/vram.o $(BUILD)/asan/train/mesh_nccl.o,$(SANITIZED_OBJECTS)) \
+	  $(EMULATED_CUDA_OBJECTS) \
 	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
 
 EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_trainer test_vram_mesh test_vram_replicas
@@ -408,10 +420,14 @@ $(BUILD)/emulated-fast/%.o: c/cuda/%.cu $(wildcard c/cuda/*.h c/cuda/*.cuh) $(HE
 $(BUILD)/emulated-fast/vram.o: c/src/backend/vram.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) -DUFORM_HAVE_CUDA -c $< -o $@
+$(BUILD)/emulated-fast/mesh_nccl.o: c/src/train/mesh_nccl.c $(HEADERS) c/cuda/collectives.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_LIB) -DUFORM_HAVE_CUDA -c $< -o $@
 FP8_ACCURACY_CHECKPOINT := $(BUILD)/fp8-accuracy-d12-h512.safetensors
 $(BUILD)/emulated-fast/fp8_accuracy: bench/fp8_accuracy.c $(FAST_EMULATED_CUDA_OBJECTS) $(OBJECTS)
 	$(CC) $(CFLAGS_LIB) $(EMULATION_FLAGS) bench/fp8_accuracy.c \
-	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/obj/backend/vram.o,$(OBJECTS)) $(FAST_EMULATED_CUDA_OBJECTS) \
+	  $(filter-out $(CUDA_OBJECTS) $(BUILD)/obj/backend/vram.o $(BUILD)/obj/train/mesh_nccl.o,$(OBJECTS)) \
+	  $(FAST_EMULATED_CUDA_OBJECTS) \
 	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
 bench-fp8-accuracy: deps $(BUILD)/emulated-fast/fp8_accuracy
 	$(PYTHON) examples/make_checkpoint.py $(FP8_ACCURACY_CHECKPOINT) --depth 12 --hidden 512 --dimensions 512 \

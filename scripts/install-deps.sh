@@ -73,6 +73,10 @@ if command -v nvcc >/dev/null 2>&1; then
     "$PYTHON" -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(
         sysconfig.get_paths()['purelib'], 'nvidia', 'cu13', 'include', 'cublasLt.h')))" 2>/dev/null \
         || need_pip+=("nvidia-cublas>=13,<14")
+    # NCCL (nccl.h, libnccl.so.2): a mesh of GPU hosts sums its gradients on the GPUs.
+    "$PYTHON" -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(
+        sysconfig.get_paths()['purelib'], 'nvidia', 'nccl', 'include', 'nccl.h')))" 2>/dev/null \
+        || need_pip+=("nvidia-nccl-cu13>=2.19,<3")
 fi
 if [ ${#need_pip[@]} -gt 0 ]; then
     echo "installing Python packages: ${need_pip[*]}"

@@ -1,7 +1,8 @@
 """Mesh: one training run over several processes and hosts (docs/distributed.md).
 
 `Mesh.bootstrap(executor, MeshOptions(...))` meets the other hosts in a shared directory
-and connects the collective engine (Gloo over TCP; on GPUs through host memory);
+and connects the collective engine (Gloo over TCP; on GPUs NCCL sums the gradients where
+every host can, docs/distributed.md "NCCL");
 `Trainer.init_ram(executor, mesh=mesh, ...)` or `Trainer.init_vram(...)` then makes every step
 one update over the items of every host.
 """
@@ -52,7 +53,7 @@ class MeshDescription:
     hosts: Tuple[str, ...]         # each host's name, as it reported it
     multimem_tier: MultimemTier    # NONE on CPUs
     gpu_class: Optional[GPUClass]  # every host's GPUs' class; None on CPUs
-    engine: str                    # "gloo" (on GPUs too, through host memory)
+    engine: str                    # "nccl" (GPU hosts: gradients summed on the GPUs), else "gloo"
     run_id: str                    # fresh for every bootstrap
     timeout_ms: int
 

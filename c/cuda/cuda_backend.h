@@ -20,8 +20,9 @@
  * CPU's are), the row-wise layers and their backwards, the heads' row
  * operations, attention forward and backward (flash-style on BF16 tensor
  * cores, and the first, simple FP32 kernel), AdamW and the global
- * norm. Not yet: MaxSim (its table entry is NULL;
- * tests/gpu/test_cuda_ops.c lists what it checked). */
+ * norm, MaxSim (maxsim.cu); beside the table, a mesh's gradient sums
+ * through NCCL (collectives.h). tests/gpu/test_cuda_ops.c lists what it
+ * checked. */
 #ifndef UFORM_CUDA_BACKEND_H
 #define UFORM_CUDA_BACKEND_H
 

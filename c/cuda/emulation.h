@@ -50,6 +50,7 @@
 #include <math.h>
 #include <mutex>
 #include <ucontext.h>
+#include <unistd.h>
 #include <vector>
 
 #define __global__
@@ -342,12 +343,16 @@ struct uform_emulated_launcher {
 };
 
 /* ---- the runtime API calls the backend makes ---- */
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
 #define cudaStreamNonBlocking 0x01
+struct cudaUUID_t {
+    char bytes[16];
+};
 struct cudaDeviceProp {
     char name[256];
+    cudaUUID_t uuid;
     int major, minor;
 };
 
@@ -364,6 +369,14 @@ static inline cudaError_t cudaGetDeviceCount(int *count) { return *count = uform
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *properties, int device) {
     (void)device;
     snprintf(properties->name, sizeof(properties->name), "CUDA emulated on the CPU (c/cuda/emulation.h)");
+    /* Each process's devices are its own (their memory is its own), so their
+     * UUIDs name the process and the device (NCCL refuses two ranks on one
+     * GPU), unless UFORM_EMULATION_SHARED_GPUS is set: then every process's
+     * device d is the same GPU d, as processes sharing one real GPU. */
+    char uuid[17];
+    unsigned process = getenv("UFORM_EMULATION_SHARED_GPUS") ? 0u : (unsigned)getpid() & 0xfffffffu;
+    snprintf(uuid, sizeof(uuid), "e%07x%08x", process, (unsigned)device);
+    memcpy(properties->uuid.bytes, uuid, sizeof(properties->uuid.bytes));
     properties->major = 9, properties->minor = 0;
     return cudaSuccess;
 }
@@ -379,6 +392,23 @@ static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsign
 }
 static inline cudaError_t cudaStreamDestroy(cudaStream_t stream) { return (void)stream, cudaSuccess; }
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return (void)stream, cudaSuccess; }
+/* Launches and copies are synchronous here: every stream has always finished,
+ * an event records nothing and waiting for one is free. */
+typedef void *cudaEvent_t;
+#define cudaEventDisableTiming 0x02
+static inline cudaError_t cudaStreamQuery(cudaStream_t stream) { return (void)stream, cudaSuccess; }
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
+    (void)flags;
+    static char name;
+    return *event = &name, cudaSuccess;
+}
+static inline cudaError_t cudaEventDestroy(cudaEvent_t event) { return (void)event, cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    return (void)event, (void)stream, cudaSuccess;
+}
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
+    return (void)stream, (void)event, (void)flags, cudaSuccess;
+}
 static inline cudaError_t cudaMalloc(void **memory, size_t bytes) {
     *memory = aligned_alloc(256, (bytes + 255) / 256 * 256);
     return *memory ? cudaSuccess : cudaErrorMemoryAllocation;

@@ -508,9 +508,10 @@ typedef struct {
     const size_t *devices;            /* [host_domain_count]: devices (replicas) of each host: its
                                          memory domains on CPUs, its GPUs on a VRAM executor */
     const char *const *hosts;         /* [host_domain_count]: each host's name as it reported it */
-    uform_multimem_tier_t multimem_tier; /* NONE (NCCL, which would report NVLink SHARP, is not built) */
+    uform_multimem_tier_t multimem_tier; /* NONE (reading NVLink SHARP's support is not built) */
     uform_gpu_class_t gpu_class;      /* every host's GPUs' class; NONE on CPUs */
-    const char *engine;               /* "gloo" (on GPUs too: through host memory) */
+    const char *engine;               /* "nccl": GPU hosts whose gradients NCCL sums on the GPUs
+                                         (Gloo carries the rest); else "gloo" */
     const char *run_id;               /* 32 hex digits, fresh for every bootstrap */
     uint64_t timeout_ms;              /* as derived */
 } uform_mesh_description_t;
@@ -519,8 +520,10 @@ typedef struct {
  * host_domain_count processes arrived (UFORM_MESH naming those that did not,
  * after timeout_ms), then connects the collective engine: Gloo over TCP (its
  * address: UFORM_MESH_HOSTNAME, else UFORM_MESH_INTERFACE, else this machine's
- * host name), for RAM and VRAM executors alike (a VRAM trainer's collectives
- * pass through host memory). Every host's executor must be of one kind (RAM, or
+ * host name), for RAM and VRAM executors alike; on VRAM executors also NCCL,
+ * which sums the gradients on the GPUs where every host can load it and no
+ * GPU is shared between hosts (UFORM_MESH_ENGINE=gloo declines it, =nccl
+ * insists: UFORM_MESH naming why it cannot). Every host's executor must be of one kind (RAM, or
  * VRAM of one GPU class): else UFORM_MESH naming both. A build without Gloo:
  * UFORM_UNSUPPORTED. The executor is borrowed and must outlive the mesh. */
 UFORM_API uform_status_t uform_mesh_bootstrap(uform_executor_t *executor,

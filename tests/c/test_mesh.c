@@ -477,7 +477,7 @@ int main(void) {
         if (pid == 0) {
             uform_mesh_directory_t d;
             uform_status_t status = uform_mesh_directory_meet(directory, "kinds", 1, 2, 8000, &d);
-            if (status == UFORM_OK) status = uform_mesh_directory_set(&d, "host.1", "1 3 gpu-host", 12);
+            if (status == UFORM_OK) status = uform_mesh_directory_set(&d, "host.1", "1 3 - gpu-host", 14);
             exit(status == UFORM_OK ? 0 : 1);
         }
         uform_mesh_t *mesh = NULL;

@@ -1,5 +1,6 @@
 /* test_vram_mesh.c: Trainer.init_vram on a mesh (docs/distributed.md, "GPU
- * hosts"): the collectives pass through host memory over Gloo.
+ * hosts" and "NCCL"): the gradients summed over Gloo through host memory, or
+ * by NCCL on the GPUs.
  *
  * Checked on GPU 0:
  * - a mesh of one host gives the losses of no mesh bit for bit: its gathers and
@@ -11,8 +12,13 @@
  *   for bit after the steps (the sum answers the same bits on every host);
  *   with two GPUs, again with each process holding GPUs 0 and 1 (a replica
  *   per GPU, the process's GPUs ranks of the mesh's world).
- * Two processes share the one GPU (each its own context): no NCCL, which would
- * refuse two ranks on one GPU, is involved.
+ * Each two-host case runs twice: with UFORM_MESH_ENGINE=gloo (sums through
+ * host memory) and as chosen (NCCL where the hosts' GPUs are distinct and
+ * NCCL loads: under the CUDA emulation each process's devices are its own, so
+ * NCCL, emulated, is chosen; on one real GPU the processes share it, and
+ * NCCL, which refuses two ranks on one GPU, is declined). With two GPUs, also
+ * a host on each GPU (NCCL's case on a real machine). UFORM_MESH_ENGINE=nccl
+ * on hosts sharing a GPU is refused at bootstrap naming the GPU.
  *
  * Tolerance: the mesh sums the two hosts' gradients, one process sums every
  * item's in one pass, so the gradients differ by FP32 rounding; AdamW's first
@@ -40,6 +46,9 @@ int main(void) {
 }
 #else
 
+/* c/cuda/collectives.h: whether NCCL loads here (the tests link the library's objects) */
+bool uform_nccl_usable(char *why, size_t why_bytes);
+
 #define LOSS_TOLERANCE 1e-3
 #define STEPS 3
 #define HOSTS 2
@@ -48,6 +57,7 @@ typedef struct {
     int32_t status;
     float losses[STEPS];
     uint64_t digest;   /* FNV-1a of one tensor's parameters after the steps (tensor_digest) */
+    char engine[16];   /* the mesh's, as described */
     char message[400];
 } host_result_t;
 
@@ -103,16 +113,19 @@ static uform_status_t tensor_digest(const uform_trainer_t *t, uint64_t *digest) 
 /* Every step over items [first, last) on a trainer of GPUs 0 .. gpus - 1,
  * alone (hosts 0) or as host `host` of `hosts` meeting in directory/job. */
 static host_result_t run(size_t host, size_t hosts, const char *directory, const char *job, size_t first,
-                         size_t last, size_t gpus) {
+                         size_t last, size_t gpus, uint32_t first_gpu) {
     host_result_t r;
     memset(&r, 0, sizeof(r));
     uform_executor_t *gpu = NULL;
     uform_mesh_t *mesh = NULL;
     uform_trainer_t *trainer = NULL;
-    uint32_t devices[2] = {0, 1};
+    uint32_t devices[2] = {first_gpu, first_gpu + 1};
     uform_status_t status = uform_executor_for_vram(devices, gpus, &gpu);
     uform_mesh_options_t mo = {host, hosts, directory, job, 60000};
     if (status == UFORM_OK && hosts) status = uform_mesh_bootstrap(gpu, &mo, &mesh);
+    uform_mesh_description_t described;
+    if (status == UFORM_OK && mesh && uform_mesh_describe(mesh, &described) == UFORM_OK)
+        snprintf(r.engine, sizeof(r.engine), "%s", described.engine);
     uform_trainer_options_t options = mesh_options(mesh);
     if (status == UFORM_OK) status = uform_trainer_init_vram(gpu, &options, &trainer);
     for (unsigned s = 0; s < STEPS && status == UFORM_OK; s++) status = step_items(trainer, s, first, last, &r.losses[s]);
@@ -125,11 +138,51 @@ static host_result_t run(size_t host, size_t hosts, const char *directory, const
     return r;
 }
 
+/* This program started again as hosts 0 and 1 of a mesh in directory/job,
+ * each with `count` GPUs, UFORM_MESH_ENGINE=engine, placing "own" (host h on
+ * GPU h) or "shared" (every host on the first GPUs); their results. */
+static void run_hosts(const char *program, const char *directory, const char *job, const char *count,
+                      const char *engine, const char *placing, host_result_t *hosts) {
+    pid_t pids[HOSTS];
+    char results[HOSTS][300];
+    for (size_t h = 0; h < HOSTS; h++) {
+        snprintf(results[h], sizeof(results[h]), "%s/result.%s.%zu", directory, job, h);
+        char index[24];
+        snprintf(index, sizeof(index), "%zu", h);
+        fflush(stdout);
+        pids[h] = fork();
+        if (pids[h] == 0) {
+            execl("/proc/self/exe", program, "host", index, directory, job, results[h], count, engine, placing,
+                  (char *)NULL);
+            execl(program, program, "host", index, directory, job, results[h], count, engine, placing, (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (size_t h = 0; h < HOSTS; h++) {
+        int code = 0;
+        waitpid(pids[h], &code, 0);
+        memset(&hosts[h], 0, sizeof(hosts[h]));
+        hosts[h].status = -1;
+        FILE *f = fopen(results[h], "rb");
+        if (!f || fread(&hosts[h], sizeof(hosts[h]), 1, f) != 1)
+            snprintf(hosts[h].message, sizeof(hosts[h].message), "host %zu wrote no result (exit status %d)", h,
+                     code);
+        if (f) fclose(f);
+    }
+}
+
 int main(int argc, char **argv) {
-    if (argc == 7 && strcmp(argv[1], "host") == 0) {   /* started again as one host of the mesh */
+    if (argc == 9 && strcmp(argv[1], "host") == 0) {   /* started again as one host of the mesh */
         size_t host = strtoul(argv[2], NULL, 10);
+        setenv("UFORM_MESH_ENGINE", argv[7], 1);
+        bool own_gpu = strcmp(argv[8], "own") == 0;   /* host h on GPU h, else all on the first GPUs */
+        /* NCCL insisted on where GPUs are shared: the emulation's processes
+         * share theirs too (emulation.h), as on a real machine */
+        if (!own_gpu && strcmp(argv[7], "nccl") == 0) setenv("UFORM_EMULATION_SHARED_GPUS", "1", 1);
+        /* "lost": host 1 dies in step 1's second gradient sum (2 blocks: 4 sums a step) */
+        if (strcmp(argv[8], "lost") == 0 && host == 1) setenv("UFORM_EMULATION_NCCL_DIE_AT", "6", 1);
         host_result_t r = run(host, HOSTS, argv[3], argv[4], host * ITEMS / HOSTS, (host + 1) * ITEMS / HOSTS,
-                              strtoul(argv[6], NULL, 10));
+                              strtoul(argv[6], NULL, 10), own_gpu ? (uint32_t)host : 0);
         FILE *f = fopen(argv[5], "wb");
         bool written = f && fwrite(&r, sizeof(r), 1, f) == 1;
         if (f) fclose(f);
@@ -152,9 +205,9 @@ int main(int argc, char **argv) {
     char directory[] = "/tmp/uform-vram-mesh-XXXXXX";
     if (!mkdtemp(directory)) return 1;
 
-    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS, 1);
+    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS, 1, 0);
     row("one process, no mesh (the oracle)", alone.status == UFORM_OK, alone.message);
-    host_result_t one = run(0, 1, directory, "one", 0, ITEMS, 1);
+    host_result_t one = run(0, 1, directory, "one", 0, ITEMS, 1, 0);
     char detail[768];
     snprintf(detail, sizeof(detail), "%s losses %.9g %.9g %.9g against %.9g %.9g %.9g", one.message,
              (double)one.losses[0], (double)one.losses[1], (double)one.losses[2], (double)alone.losses[0],
@@ -166,54 +219,71 @@ int main(int argc, char **argv) {
 
     /* two hosts, this program again twice: of GPU 0 each (sharing it), then,
      * with two GPUs, of GPUs 0 and 1 each (a replica per GPU in each process:
-     * the process's GPUs are ranks of the mesh's world) */
-    for (size_t gpus = 1; gpus <= (capabilities.gpus >= 2 ? 2u : 1u); gpus++) {
-        pid_t pids[HOSTS];
-        char results[HOSTS][300], job[16], count[8];
-        snprintf(job, sizeof(job), "two-%zu", gpus);
-        snprintf(count, sizeof(count), "%zu", gpus);
-        for (size_t h = 0; h < HOSTS; h++) {
-            snprintf(results[h], sizeof(results[h]), "%s/result.%zu.%zu", directory, gpus, h);
-            char index[24];
-            snprintf(index, sizeof(index), "%zu", h);
-            fflush(stdout);
-            pids[h] = fork();
-            if (pids[h] == 0) {
-                execl("/proc/self/exe", argv[0], "host", index, directory, job, results[h], count, (char *)NULL);
-                execl(argv[0], argv[0], "host", index, directory, job, results[h], count, (char *)NULL);
-                _exit(127);
-            }
-        }
+     * the process's GPUs are ranks of the mesh's world), and of a GPU each;
+     * each through host memory (gloo), then as chosen (auto) */
+    /* {GPUs per host, placing, engine}: a GPU each only on a real machine
+     * (under the emulation it takes the shared cases' path) */
+    const char *cases[5][3] = {{"1", "shared", "gloo"}, {"1", "shared", "auto"}, {"2", "shared", "gloo"},
+                               {"2", "shared", "auto"}, {"1", "own", "auto"}};
+    size_t case_count = capabilities.gpus < 2 ? 2 : 4;
+#ifndef UFORM_CUDA_EMULATION
+    if (capabilities.gpus >= 2) case_count = 5;
+#endif
+    for (size_t c = 0; c < case_count; c++) {
+        const char *count = cases[c][0], *placing = cases[c][1], *engine = cases[c][2];
         host_result_t hosts[HOSTS];
-        for (size_t h = 0; h < HOSTS; h++) {
-            int code = 0;
-            waitpid(pids[h], &code, 0);
-            memset(&hosts[h], 0, sizeof(hosts[h]));
-            hosts[h].status = -1;
-            FILE *f = fopen(results[h], "rb");
-            if (!f || fread(&hosts[h], sizeof(hosts[h]), 1, f) != 1)
-                snprintf(hosts[h].message, sizeof(hosts[h].message), "host %zu wrote no result (exit status %d)", h,
-                         code);
-            if (f) fclose(f);
-        }
+        char job[32];
+        snprintf(job, sizeof(job), "two-%zu", c);
+        run_hosts(argv[0], directory, job, count, engine, placing, hosts);
+        char name[96];
+        snprintf(name, sizeof(name), "mesh of 2 x %s GPU%s (%s), %s", count, count[0] == '1' ? "" : "s",
+                 strcmp(placing, "own") == 0 ? "a GPU each" : "shared", engine);
         for (size_t h = 0; h < HOSTS; h++) {
             double worst = 0;
             for (unsigned s = 0; s < STEPS; s++)
                 worst = fmax(worst, fabs((double)hosts[h].losses[s] - alone.losses[s]) /
                                         fmax(fabs((double)alone.losses[s]), 1e-30));
-            char what[96];
-            snprintf(what, sizeof(what), "mesh of 2 x %zu GPU%s, host %zu: losses against one process", gpus,
-                     gpus > 1 ? "s" : "", h);
-            snprintf(detail, sizeof(detail), "%s largest relative difference %.1e (<= %.0e)", hosts[h].message,
-                     worst, LOSS_TOLERANCE);
+            char what[160];
+            snprintf(what, sizeof(what), "%s, host %zu: losses against one process", name, h);
+            snprintf(detail, sizeof(detail), "%s largest relative difference %.1e (<= %.0e), engine %s",
+                     hosts[h].message, worst, LOSS_TOLERANCE, hosts[h].engine);
             row(what, hosts[h].status == UFORM_OK && worst <= LOSS_TOLERANCE, detail);
         }
-        char what[96];
-        snprintf(what, sizeof(what), "mesh of 2 x %zu GPU%s: both hosts' weights equal, bit for bit", gpus,
-                 gpus > 1 ? "s" : "");
+        char what[160];
+        snprintf(what, sizeof(what), "%s: both hosts' weights equal, bit for bit", name);
         row(what, hosts[0].status == UFORM_OK && hosts[1].status == UFORM_OK && hosts[0].digest == hosts[1].digest,
             "");
+        /* which engine summed: gloo when asked; else NCCL exactly where it can be */
+        bool distinct = strcmp(placing, "own") == 0;
+#ifdef UFORM_CUDA_EMULATION
+        distinct = true;   /* each process's emulated devices are its own */
+#endif
+        const char *expected = strcmp(engine, "gloo") == 0 || !distinct || !uform_nccl_usable(NULL, 0)
+                                   ? "gloo" : "nccl";
+        snprintf(what, sizeof(what), "%s: the engine is %s", name, expected);
+        snprintf(detail, sizeof(detail), "described %s and %s", hosts[0].engine, hosts[1].engine);
+        row(what, strcmp(hosts[0].engine, expected) == 0 && strcmp(hosts[1].engine, expected) == 0, detail);
     }
+    /* NCCL insisted on, where the hosts share a GPU: refused at bootstrap, naming why */
+    host_result_t refused[HOSTS];
+    run_hosts(argv[0], directory, "insist", "1", "nccl", "shared", refused);
+    for (size_t h = 0; h < HOSTS; h++) {
+        bool usable = uform_nccl_usable(NULL, 0);
+        bool named = strstr(refused[h].message, "UFORM_MESH_ENGINE=nccl, but") &&
+                     (!usable || strstr(refused[h].message, "NCCL refuses two ranks on one GPU"));
+        char what[160];
+        snprintf(what, sizeof(what), "2 x 1 GPU shared, UFORM_MESH_ENGINE=nccl: host %zu refused at bootstrap", h);
+        row(what, refused[h].status == UFORM_MESH && named, refused[h].message);
+    }
+#ifdef UFORM_CUDA_EMULATION
+    /* a host lost in the middle of NCCL's sums: its peer's sum fails (NCCL's
+     * error, the communicator aborted) and the mesh names the lost host */
+    host_result_t lost[HOSTS];
+    run_hosts(argv[0], directory, "lost", "1", "auto", "lost", lost);
+    row("2 x 1 GPU, NCCL, host 1 killed mid-sum: host 0 names it",
+        lost[0].status == UFORM_MESH && strstr(lost[0].message, "lost host 1") && strcmp(lost[0].engine, "nccl") == 0,
+        lost[0].message);
+#endif
     char command[400];
     snprintf(command, sizeof(command), "rm -rf '%s'", directory);
     if (system(command) != 0) printf("could not remove %s\n", directory);

@@ -150,6 +150,13 @@ bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_ba
     return device != NULL;
 }
 
+size_t uform_vram_executor_backends(const uform_executor_t *executor, uform_backend_t *backends, size_t room) {
+    const uform_vram_devices_t *devices = executor ? uform_executor_devices(executor) : NULL;
+    size_t count = devices ? devices->count : 0;
+    for (size_t i = 0; i < count && i < room; i++) backends[i] = devices->devices[i].backend;
+    return count;
+}
+
 bool uform_vram_first_backend(const uform_executor_t *executor, uform_backend_t *backend) {
     const uform_vram_devices_t *devices = executor ? uform_executor_devices(executor) : NULL;
     if (!devices || devices->count == 0) return false;
@@ -352,5 +359,10 @@ bool uform_vram_backend(const uform_executor_t *executor, uint32_t gpu, uform_ba
 bool uform_vram_first_backend(const uform_executor_t *executor, uform_backend_t *backend) {
     (void)executor, (void)backend;
     return false;
+}
+
+size_t uform_vram_executor_backends(const uform_executor_t *executor, uform_backend_t *backends, size_t room) {
+    (void)executor, (void)backends, (void)room;
+    return 0;
 }
 #endif

@@ -18,6 +18,11 @@ UFORM_INTERNAL bool uform_vram_backend(const uform_executor_t *executor, uint32_
  * untouched) for a RAM executor. */
 UFORM_INTERNAL bool uform_vram_first_backend(const uform_executor_t *executor, uform_backend_t *backend);
 
+/* The backends of a VRAM executor's GPUs in its order, at most `room` into
+ * backends; answers their count (0 for a RAM executor). */
+UFORM_INTERNAL size_t uform_vram_executor_backends(const uform_executor_t *executor, uform_backend_t *backends,
+                                                   size_t room);
+
 /* The GPUs of a VRAM executor: their count (0 for a RAM executor) and the
  * lowest class among them (NONE for a RAM executor). */
 UFORM_INTERNAL size_t uform_vram_executor_gpus(const uform_executor_t *executor, uform_gpu_class_t *gpu_class);

@@ -18,6 +18,10 @@
  * the end. Nothing else of the step touches the mesh meanwhile: the thread is
  * its only user between the step's gathers and the agreement after the
  * backward, which waits for every bucket first (uform_gradient_sum_finish).
+ * Where the mesh sums on the GPUs (NCCL, mesh_nccl.c) nothing comes down:
+ * the step's thread marks where the backward's stream stands when a block is
+ * written, and the thread has NCCL sum that block in place, on the GPU, after
+ * the mark, while the backward goes on.
  * A host whose backward or device failed still sums every bucket (its peers
  * do) and reports its failure at that agreement, where no host applies the
  * step. */
@@ -34,6 +38,7 @@ struct uform_gradient_sum {
     uform_mesh_t *mesh;
     float *values;                 /* the trainer's gradients, or their host copy on a device */
     bool on_host;                  /* values are the gradients themselves */
+    bool on_device;                /* ... on a GPU, summed there (NCCL) */
     uform_gradient_bucket_t *buckets;
     size_t count;                  /* buckets */
     size_t posted, summed;         /* buckets given to the thread; done (or skipped after a failure) */
@@ -62,26 +67,29 @@ static size_t uform_gradient_buckets(const uform_trainer_t *t, uform_gradient_bu
     return n;
 }
 
-/* Off host 0, the replicated terms' own gradients zeroed in g, so the sum counts them once. */
-static void uform_gradient_drop_replicated(const uform_trainer_t *t, const uform_world_t *w, float *g) {
+/* Off host 0, the replicated terms' own gradients zeroed (on the trainer's
+ * backend, before they come down or are summed there), so the sum counts them
+ * once: every host computed the same gradient for them. */
+static void uform_gradient_drop_replicated(uform_trainer_t *t, const uform_world_t *w) {
     if (w->host == 0) return;
-    /* the replicated terms' own parameters: every host computed the same
-     * gradient, which must count once */
+    uform_backend_t *b = &t->backend;
     size_t groups = t->contrastive.groups;
     if (t->contrasts) {
-        memset(g + t->log_inverse_temperature, 0, groups * sizeof(float));
-        memset(g + t->contrastive_bias, 0, groups * sizeof(float));
+        b->ops->zero(b, t->gradients + t->log_inverse_temperature, groups * sizeof(float));
+        b->ops->zero(b, t->gradients + t->contrastive_bias, groups * sizeof(float));
     }
     if (t->late) {
-        g[t->late_log_inverse_temperature] = 0;
-        g[t->late_bias] = 0;
+        b->ops->zero(b, t->gradients + t->late_log_inverse_temperature, sizeof(float));
+        b->ops->zero(b, t->gradients + t->late_bias, sizeof(float));
     }
 }
 
 /* Bucket k over the mesh; the failure's text kept for the step's thread. */
 static void uform_gradient_sum_bucket(uform_gradient_sum_t *s, size_t k, uform_status_t *status,
                                       char *message, size_t message_bytes) {
-    *status = uform_mesh_sum(s->mesh, s->values + s->buckets[k].offset, s->buckets[k].count);
+    float *values = s->values + s->buckets[k].offset;
+    *status = s->on_device ? uform_mesh_device_sum(s->mesh, values, s->buckets[k].count, k)
+                           : uform_mesh_sum(s->mesh, values, s->buckets[k].count);
     if (*status != UFORM_OK) snprintf(message, message_bytes, "%s", uform_last_error());
 }
 
@@ -150,18 +158,23 @@ static uform_gradient_sum_t *uform_gradient_sum_new(const uform_trainer_t *t) {
 
 uform_status_t uform_gradient_sum_begin(uform_trainer_t *t, uform_world_t *w) {
     bool on_host = t->backend.ops->host_memory;
+    bool on_device = !on_host && uform_mesh_sums_on_device(w->mesh);
     if (!t->gradient_sum) t->gradient_sum = uform_gradient_sum_new(t);
-    if (!on_host && !t->mesh_gradients)   /* kept across steps */
+    if (!on_host && !on_device && !t->mesh_gradients)   /* kept across steps */
         t->mesh_gradients = uform_alloc_aligned(t->count, sizeof(float), "mesh gradients (host copy)");
-    if (!t->gradient_sum || (!on_host && !t->mesh_gradients)) {
-        uform_mesh_abandon(w->mesh, UFORM_OUT_OF_MEMORY);   /* its peers are in the sums */
-        return UFORM_OUT_OF_MEMORY;
+    uform_status_t status = t->gradient_sum ? UFORM_OK : UFORM_OUT_OF_MEMORY;
+    if (status == UFORM_OK && !on_host && !on_device && !t->mesh_gradients) status = UFORM_OUT_OF_MEMORY;
+    if (status == UFORM_OK && on_device) status = uform_mesh_device_prepare(w->mesh, t->gradient_sum->count);
+    if (status != UFORM_OK) {
+        uform_mesh_abandon(w->mesh, status);   /* its peers are in the sums */
+        return status;
     }
     uform_gradient_sum_t *s = t->gradient_sum;
     pthread_mutex_lock(&s->lock);
     s->mesh = w->mesh;
     s->on_host = on_host;
-    s->values = on_host ? t->gradients : t->mesh_gradients;
+    s->on_device = on_device;
+    s->values = on_host || on_device ? t->gradients : t->mesh_gradients;
     s->posted = s->summed = 0;
     s->status = s->local = UFORM_OK;
     s->message[0] = s->local_message[0] = 0;
@@ -170,11 +183,16 @@ uform_status_t uform_gradient_sum_begin(uform_trainer_t *t, uform_world_t *w) {
 }
 
 /* On a device: buckets [first, end) brought down into the host copy, waited
- * for; a failure is kept as this host's own (the buckets are summed anyway). */
+ * for; a failure is kept as this host's own (the buckets are summed anyway).
+ * Where they are summed on the device: their marks on its stream. */
 static void uform_gradient_sum_download(uform_trainer_t *t, size_t first, size_t end) {
     uform_gradient_sum_t *s = t->gradient_sum;
     if (s->on_host || first >= end) return;
     uform_backend_t *b = &t->backend;
+    if (s->on_device) {
+        for (size_t k = first; k < end; k++) uform_mesh_device_mark(s->mesh, b, k);
+        return;
+    }
     for (size_t k = first; k < end; k++)
         b->ops->download(b, s->values + s->buckets[k].offset, t->gradients + s->buckets[k].offset,
                          s->buckets[k].count * sizeof(float));
@@ -210,10 +228,10 @@ void uform_gradient_sum_block_done(void *trainer, size_t layer) {
 uform_status_t uform_gradient_sum_finish(uform_trainer_t *t, const uform_world_t *w) {
     uform_gradient_sum_t *s = t->gradient_sum;
     s->posted_early = s->posted;   /* only this thread posts */
-    uform_gradient_sum_download(t, s->posted, s->count);
     /* the replicated terms' parameters sit in the bucket after the blocks,
-     * which no backward writes: zeroed before it is posted */
-    uform_gradient_drop_replicated(t, w, s->values);
+     * which no backward writes: zeroed before it comes down or is marked */
+    uform_gradient_drop_replicated(t, w);
+    uform_gradient_sum_download(t, s->posted, s->count);
     uform_gradient_sum_post(s, s->count);
     pthread_mutex_lock(&s->lock);
     while (s->summed < s->count) pthread_cond_wait(&s->changed, &s->lock);
@@ -229,7 +247,8 @@ uform_status_t uform_gradient_sum_finish(uform_trainer_t *t, const uform_world_t
     }
     if (s->on_host) return UFORM_OK;
     uform_backend_t *b = &t->backend;
-    b->ops->upload(b, t->gradients, s->values, t->count * sizeof(float));
+    if (s->on_device) uform_mesh_device_join(s->mesh, b);   /* the sums happened on the GPU */
+    else b->ops->upload(b, t->gradients, s->values, t->count * sizeof(float));
     return b->ops->synchronize(b);
 }
 

@@ -252,6 +252,15 @@ uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, size_t count) {
     return UFORM_OK;
 }
 
+uform_status_t uform_mesh_device_sum(uform_mesh_t *m, float *values, size_t count, size_t slot) {
+    UFORM_TRY(uform_mesh_usable(m));
+    if (count == 0) return UFORM_OK;
+    if (uform_mesh_nccl_sum(m, values, count, slot) == UFORM_OK) return UFORM_OK;
+    /* this rank's communicator is aborted: its sibling GPUs' threads learn now */
+    if (m->local) uform_local_break(m->local, uform_last_error());
+    return uform_mesh_broke(m);
+}
+
 typedef struct {
     int32_t status;
     char message[508];
@@ -307,6 +316,7 @@ void uform_mesh_release(uform_mesh_t *m) {
 
 void uform_mesh_free(uform_mesh_t *m) {
     if (!m) return;
+    uform_mesh_nccl_close(m);
     if (m->engine) uform_gloo_close(m->engine);
     /* host 0 removes the run's folder and handshake files (the others: nothing);
      * not after a failure, while peers may still read the notes in it */
@@ -322,12 +332,13 @@ void uform_mesh_free(uform_mesh_t *m) {
  * The hosts' GPUs must be of one class: describe() answers the class every GPU
  * of the run dispatches as, and a CPU host among GPU hosts would train with
  * other kernels than theirs. */
-static uform_status_t uform_mesh_introduce(uform_mesh_t *m) {
-    char key[64], mine[320], name[256] = {0};
+static uform_status_t uform_mesh_introduce(uform_mesh_t *m, char **offers) {
+    char key[64], mine[2048], name[256] = {0}, offer[1536];
     uform_gpu_class_t *classes = uform_alloc_zeroed(m->hosts, sizeof(uform_gpu_class_t), "mesh GPU classes");
     if (!classes) return UFORM_OUT_OF_MEMORY;
     if (gethostname(name, sizeof(name) - 1) != 0) snprintf(name, sizeof(name), "unknown");
-    snprintf(mine, sizeof(mine), "%zu %d %s", m->devices[m->host], (int)m->gpu_class, name);
+    uform_mesh_nccl_offer(m, offer, sizeof(offer));
+    snprintf(mine, sizeof(mine), "%zu %d %s %s", m->devices[m->host], (int)m->gpu_class, offer, name);
     snprintf(key, sizeof(key), "host.%zu", m->host);
     uform_status_t status = uform_mesh_directory_set(&m->directory, key, mine, strlen(mine));
     for (size_t h = 0; h < m->hosts && status == UFORM_OK; h++) {
@@ -348,16 +359,25 @@ static uform_status_t uform_mesh_introduce(uform_mesh_t *m) {
         char *end = NULL;
         unsigned long long devices = strtoull(text, &end, 10);
         long gpu_class = *end == ' ' ? strtol(end + 1, &end, 10) : -1;
-        if (*end != ' ' || devices == 0 || devices > 4096 || gpu_class < UFORM_GPU_CLASS_NONE ||
+        char *offered = *end == ' ' ? end + 1 : NULL;   /* "-" or its GPUs' UUIDs (mesh_nccl.c) */
+        char *named = offered ? strchr(offered, ' ') : NULL;
+        if (!named || devices == 0 || devices > 4096 || gpu_class < UFORM_GPU_CLASS_NONE ||
             gpu_class > UFORM_GPU_CLASS_BLACKWELL) {
             free(text);
-            status = uform_fail(UFORM_MESH, "mesh: host %zu published a malformed introduction", h);
+            status = uform_fail(UFORM_MESH, "mesh: host %zu published a malformed introduction (a host of "
+                                "another uform version?)", h);
             break;
         }
         m->devices[h] = (size_t)devices;
         classes[h] = (uform_gpu_class_t)gpu_class;
-        memmove(text, end + 1, strlen(end + 1) + 1);
+        *named = 0;
+        offers[h] = strdup(offered);
+        memmove(text, named + 1, strlen(named + 1) + 1);
         m->names[h] = text;
+        if (!offers[h]) {
+            status = UFORM_OUT_OF_MEMORY;
+            break;
+        }
     }
     for (size_t h = 1; h < m->hosts && status == UFORM_OK; h++)
         if (classes[h] != classes[0])
@@ -402,21 +422,28 @@ uform_status_t uform_mesh_bootstrap(uform_executor_t *executor, const uform_mesh
         m->names = uform_alloc_zeroed(m->hosts, sizeof(char *), "mesh host names");
         if (!m->devices || !m->names) status = UFORM_OUT_OF_MEMORY;
     }
+    char **offers = NULL;
     if (status == UFORM_OK) {
         m->devices[m->host] = replicas;
-        status = uform_mesh_introduce(m);
+        offers = uform_alloc_zeroed(m->hosts, sizeof(char *), "mesh offers");
+        status = offers ? uform_mesh_introduce(m, offers) : UFORM_OUT_OF_MEMORY;
     }
     if (status == UFORM_OK && m->hosts > 1)
         status = uform_gloo_connect(&m->directory, m->host, m->hosts, m->timeout_ms,
                                     getenv("UFORM_MESH_HOSTNAME"), getenv("UFORM_MESH_INTERFACE"),
                                     &m->engine);
+    if (status == UFORM_OK) {
+        for (size_t h = 0; h < m->hosts; h++) {
+            if (h < m->host) m->rank += m->devices[h];
+            m->ranks += m->devices[h];
+        }
+        status = uform_mesh_nccl_connect(m, offers);
+    }
+    for (size_t h = 0; offers && h < m->hosts; h++) free(offers[h]);
+    free(offers);
     if (status != UFORM_OK) {
         uform_mesh_free(m);
         return status;
-    }
-    for (size_t h = 0; h < m->hosts; h++) {
-        if (h < m->host) m->rank += m->devices[h];
-        m->ranks += m->devices[h];
     }
     *mesh = m;
     return UFORM_OK;
@@ -433,7 +460,7 @@ uform_status_t uform_mesh_describe(const uform_mesh_t *m, uform_mesh_description
     out->hosts = (const char *const *)m->names;
     out->multimem_tier = UFORM_MULTIMEM_NONE;
     out->gpu_class = m->gpu_class;
-    out->engine = "gloo";
+    out->engine = m->nccl_owned ? "nccl" : "gloo";
     out->run_id = m->directory.run_id;
     out->timeout_ms = m->timeout_ms;
     return UFORM_OK;

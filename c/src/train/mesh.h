@@ -19,6 +19,7 @@
 #define UFORM_MESH_H
 
 #include "core/internal.h"
+#include "backend/backend.h"
 #include "train/mesh_directory.h"
 #include "train/mesh_engine.h"
 #include <stdatomic.h>
@@ -41,6 +42,12 @@ struct uform_mesh {
      * then across hosts by local rank 0 over the parent, then back. */
     struct uform_local_ranks *local;
     struct uform_mesh *parent;
+    /* NCCL (mesh_nccl.c): the communicator that sums this rank's gradients on
+     * its GPU, or NULL (sums through host memory); a process's own
+     * communicators, one per GPU, in `nccl_owned` (a view borrows its GPU's). */
+    struct uform_nccl *nccl;
+    struct uform_nccl **nccl_owned;
+    size_t nccl_owned_count;
     bool broken;                /* a collective failed: every later call fails */
     char broken_message[1024];
     atomic_flag taken;          /* a trainer uses the mesh */
@@ -72,6 +79,41 @@ UFORM_INTERNAL void uform_mesh_abandon(uform_mesh_t *m, uform_status_t status);
 /* A trainer takes the mesh for its life (one trainer per mesh at a time). */
 UFORM_INTERNAL uform_status_t uform_mesh_take(uform_mesh_t *m, uform_executor_t *executor);
 UFORM_INTERNAL void uform_mesh_release(uform_mesh_t *m);
+
+/* ---- gradients summed on the GPUs through NCCL (mesh_nccl.c) ---- */
+
+/* This host's offer in its introduction: its GPUs' UUIDs joined by commas, or
+ * "-" (a CPU host, no NCCL here, or UFORM_MESH_ENGINE=gloo). */
+UFORM_INTERNAL void uform_mesh_nccl_offer(const uform_mesh_t *m, char *offer, size_t bytes);
+/* With every host's offer (offers[h]): NCCL when the world has several GPUs,
+ * every host offered it and no GPU appears twice (NCCL refuses two ranks on
+ * one GPU); then host 0 makes the unique id, every host reads it from the
+ * run's folder and connects its GPUs. UFORM_MESH_ENGINE=nccl makes the lack
+ * of NCCL an error naming why, instead of the sums through host memory. */
+UFORM_INTERNAL uform_status_t uform_mesh_nccl_connect(uform_mesh_t *m, char *const *offers);
+/* The communicators of a trainer over several GPUs of one process without a
+ * mesh (one per GPU, devices in the executor's order), or *comms NULL where
+ * NCCL is not used (sums through host memory). */
+UFORM_INTERNAL uform_status_t uform_nccl_group_connect(const uform_backend_t *devices, size_t count,
+                                                       struct uform_nccl ***comms);
+/* Frees them: aborted when `broken` (peers may be gone), else finalized. */
+UFORM_INTERNAL void uform_nccl_group_free(struct uform_nccl **comms, size_t count, bool broken);
+
+/* Whether m sums gradients on the GPU (NCCL). The three below only then. */
+UFORM_INTERNAL bool uform_mesh_sums_on_device(const uform_mesh_t *m);
+/* Events for `slots` buckets; UFORM_OUT_OF_MEMORY or UFORM_DEVICE. */
+UFORM_INTERNAL uform_status_t uform_mesh_device_prepare(uform_mesh_t *m, size_t slots);
+/* Marks where b's stream stands as bucket `slot`'s (uform_nccl_mark). */
+UFORM_INTERNAL void uform_mesh_device_mark(uform_mesh_t *m, uform_backend_t *b, size_t slot);
+/* values (device memory) summed over the world after mark `slot`: the same
+ * bits on every rank; a failure breaks the mesh (mesh.h). */
+UFORM_INTERNAL uform_status_t uform_mesh_device_sum(uform_mesh_t *m, float *values, size_t count, size_t slot);
+/* b's stream waits for the sums. */
+UFORM_INTERNAL void uform_mesh_device_join(uform_mesh_t *m, uform_backend_t *b);
+/* The mesh's own communicators freed (aborted when it is broken). */
+UFORM_INTERNAL void uform_mesh_nccl_close(uform_mesh_t *m);
+/* NCCL's part of uform_mesh_device_sum (mesh.c breaks the mesh on failure). */
+UFORM_INTERNAL uform_status_t uform_mesh_nccl_sum(uform_mesh_t *m, float *values, size_t count, size_t slot);
 
 /* ---- ranks that are threads of one process (mesh_local.c) ---- */
 

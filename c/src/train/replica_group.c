@@ -29,6 +29,9 @@ struct uform_replica_group {
     uform_trainer_t **replicas;    /* [count]: replica g trains on GPU g of the executor */
     uform_mesh_t **meshes;         /* [count]: replica g's view of the collectives */
     uform_local_ranks_t *engine;
+    /* [count]: the GPUs' NCCL communicators of a group without a mesh (a
+     * mesh's are its own), or NULL: the gradients summed in host memory */
+    struct uform_nccl **nccl;
     uform_arena_t **arenas;        /* [count]: a replica's embeddings, before they are joined */
 };
 
@@ -41,6 +44,9 @@ void uform_group_free(uform_replica_group_t *g) {
         }
         if (g->arenas) uform_arena_free(g->arenas[r]);
     }
+    bool broken = false;
+    for (size_t r = 0; g->meshes && r < g->count; r++) broken = broken || g->meshes[r]->broken;
+    uform_nccl_group_free(g->nccl, g->count, broken);
     uform_mesh_local_views_free(g->meshes, g->count, g->engine);
     uform_mesh_release(g->mesh);
     free(g->replicas);
@@ -100,6 +106,10 @@ uform_status_t uform_trainer_init_on_devices(uform_executor_t *executor, const u
         if (status == UFORM_OK) status = uform_arena_init_ram(&g->arenas[r]);
     }
     if (status == UFORM_OK) status = uform_mesh_local_views(executor, count, mesh, &g->meshes, &g->engine);
+    /* the gradients summed on the GPUs: through the mesh's communicators, or the group's own */
+    if (status == UFORM_OK && !mesh) status = uform_nccl_group_connect(devices, count, &g->nccl);
+    for (size_t r = 0; r < count && status == UFORM_OK; r++)
+        g->meshes[r]->nccl = mesh ? (mesh->nccl_owned ? mesh->nccl_owned[r] : NULL) : (g->nccl ? g->nccl[r] : NULL);
     /* On a mesh every host gets here, and all go on only with equal trainers
      * (GPU 0's stands for the host's: its replicas are equal by construction). */
     if (mesh) status = uform_trainer_join_mesh(g->replicas ? g->replicas[0] : NULL, mesh, status);
