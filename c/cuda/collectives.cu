@@ -3,8 +3,8 @@
  * nccl_emulation.h. */
 #include "cuda_internal.h"
 #include "collectives.h"
+#include "library_loader.h"
 
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <time.h>
@@ -50,23 +50,12 @@ static void uform_nccl_load(void) {
                             ncclCommInitRankConfig, ncclCommGetAsyncError, ncclCommAbort, ncclCommFinalize,
                             ncclCommDestroy, ncclAllReduce, ncclGroupStart, ncclGroupEnd};
 #else
-    void *library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!library && UFORM_NCCL_LIB_DIR[0]) {
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/libnccl.so.2", UFORM_NCCL_LIB_DIR);
-        library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!library) {
-        const char *why = dlerror();
-        snprintf(uform_nccl_error, sizeof(uform_nccl_error),
-                 "NCCL (libnccl.so.2, from the PyPI wheel nvidia-nccl-cu13) could not be loaded: %s",
-                 why ? why : "not found");
-        return;
-    }
+    void *library = uform_library_open("libnccl.so.2", UFORM_NCCL_LIB_DIR,
+                                       "NCCL (libnccl.so.2, from the PyPI wheel nvidia-nccl-cu13)", uform_nccl_error,
+                                       sizeof(uform_nccl_error));
+    if (!library) return;
     bool complete = true;
-#define UFORM_LOAD(field, symbol)                                                                  \
-    api->field = (decltype(api->field))dlsym(library, #symbol);                                    \
-    complete = complete && api->field != NULL;
+#define UFORM_LOAD UFORM_LIBRARY_SYMBOL
     UFORM_LOAD(get_version, ncclGetVersion)
     UFORM_LOAD(error_string, ncclGetErrorString)
     UFORM_LOAD(last_error, ncclGetLastError)

@@ -2,10 +2,9 @@
  * on a GPU; the load itself runs wherever a CUDA backend is asked for. */
 #include "cuda_internal.h"
 #include "cublaslt.h"
+#include "library_loader.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
 
 #ifndef UFORM_CUBLAS_LIB_DIR
 #define UFORM_CUBLAS_LIB_DIR ""
@@ -17,24 +16,13 @@ static char uform_cublaslt_error[512];
 static pthread_once_t uform_cublaslt_once = PTHREAD_ONCE_INIT;
 
 static void uform_cublaslt_load(void) {
-    void *library = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!library && UFORM_CUBLAS_LIB_DIR[0]) {
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/libcublasLt.so.13", UFORM_CUBLAS_LIB_DIR);
-        library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!library) {
-        const char *why = dlerror();
-        snprintf(uform_cublaslt_error, sizeof(uform_cublaslt_error),
-                 "cuBLASLt (libcublasLt.so.13, from the PyPI wheel nvidia-cublas) could not be loaded: %s",
-                 why ? why : "not found");
-        return;
-    }
+    void *library = uform_library_open("libcublasLt.so.13", UFORM_CUBLAS_LIB_DIR,
+                                       "cuBLASLt (libcublasLt.so.13, from the PyPI wheel nvidia-cublas)",
+                                       uform_cublaslt_error, sizeof(uform_cublaslt_error));
+    if (!library) return;
     uform_cublaslt_t *api = &uform_cublaslt_api;
     bool complete = true;
-#define UFORM_LOAD(field, symbol)                                                                  \
-    api->field = (decltype(api->field))dlsym(library, #symbol);                                    \
-    complete = complete && api->field != NULL;
+#define UFORM_LOAD UFORM_LIBRARY_SYMBOL
     UFORM_LOAD(create, cublasLtCreate)
     UFORM_LOAD(destroy, cublasLtDestroy)
     UFORM_LOAD(status_string, cublasLtGetStatusString)
