@@ -45,6 +45,12 @@ UFORM_INTERNAL uform_status_t uform_cuda_device_class(uint32_t device, uform_gpu
 UFORM_INTERNAL uform_status_t uform_cuda_backend_init(uint32_t device, uform_backend_t *backend);
 UFORM_INTERNAL void uform_cuda_backend_free(uform_backend_t *backend);
 
+/* Memory of GPU `device` for a device arena (core/arena.c), from any thread:
+ * the calling thread's current device is set for the call and put back.
+ * NULL with the error set (OUT_OF_MEMORY naming `what`). */
+UFORM_INTERNAL void *uform_cuda_arena_alloc(uint32_t device, size_t bytes, const char *what);
+UFORM_INTERNAL void uform_cuda_arena_free(uint32_t device, void *memory);
+
 /* Attention on this backend from now on: attention.cu's simple FP32 kernels
  * (true) or the BF16 tensor-core ones (false, the default). For tests, which
  * check both against the CPU backend. */

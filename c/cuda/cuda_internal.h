@@ -76,8 +76,8 @@ typedef struct {
     char failure_message[512];
     /* Growable scratch, used inside one operation at a time (a verb holds
      * the backend: acquire): activations rounded to BF16 for products on
-     * packed weights, the choices head's pairs and scores (device), and FP32
-     * rows downloaded for download_rows (pinned host). */
+     * packed weights, the choices head's pairs and scores, and rows
+     * converted for download_rows (convert_rows.cu). */
     uform_cuda_buffer_t bf16_rows, choices;
     /* the trainer's dense products: its FP32 weights and gradients dy rounded
      * to BF16 (gemm.cu) */
@@ -92,8 +92,7 @@ typedef struct {
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
     uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
     uform_cuda_buffer_t pair_loss;         /* contrastive_loss.cu's and late_interaction_loss.cu's layouts */
-    float *host_rows;
-    size_t host_rows_bytes;
+    uform_cuda_buffer_t converted_rows;
 } uform_cuda_context_t;
 
 static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {
@@ -156,8 +155,11 @@ void uform_cuda_download(uform_backend_t *b, void *host, const void *device, siz
 void uform_cuda_copy(uform_backend_t *b, void *destination, const void *source, size_t bytes);
 void uform_cuda_zero(uform_backend_t *b, void *memory, size_t bytes);
 uform_status_t uform_cuda_synchronize(uform_backend_t *b);
+/* convert_rows.cu */
 void uform_cuda_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
                               uform_scalar_t scalar, void *host, size_t row_bytes);
+void uform_cuda_convert_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
+                             uform_scalar_t scalar, void *rows_out, size_t row_bytes);
 /* pair_rules.cu: the bytes the relations of n items take in a layout
  * (SIZE_MAX: more edges of one kind than uint32 offsets hold), and the layout
  * written at host, the rules naming the same offsets from device. */

@@ -119,7 +119,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->choices_loss);
     uform_cuda_buffer_free(&context->pair_loss);
     uform_cuda_buffer_free(&context->choices);
-    cudaFreeHost(context->host_rows);
+    uform_cuda_buffer_free(&context->converted_rows);
     cudaStreamDestroy(context->stream);
     pthread_mutex_destroy(&context->lock);
     free(context);
@@ -151,6 +151,7 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.acquire = uform_cuda_acquire;
     ops.release = uform_cuda_release;
     ops.download_rows = uform_cuda_download_rows;
+    ops.convert_rows = uform_cuda_convert_rows;
     ops.choice_probabilities = uform_cuda_choice_probabilities;
     ops.contrastive_loss = uform_cuda_contrastive_loss;
     ops.late_interaction_loss = uform_cuda_late_interaction_loss;

@@ -385,6 +385,7 @@ static inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr
     return *value = 4, cudaSuccess;   /* a few SMs: grids sized for it stay small */
 }
 static inline cudaError_t cudaSetDevice(int device) { return (void)device, cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int *device) { return *device = 0, cudaSuccess; }
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
     (void)flags;
     static char name;

@@ -4,10 +4,6 @@
  * the caller reads them on return. Compiled, not yet run on a GPU. */
 #include "cuda_internal.h"
 
-extern "C" {
-#include "backend/cpu/rows.h"
-}
-
 void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
     void *memory = NULL;
     cudaError_t error = cudaMalloc(&memory, bytes ? bytes : 1);   /* 256-byte aligned: >= the 64 promised */
@@ -19,6 +15,38 @@ void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {
     }
     (void)b;
     return memory;
+}
+
+/* The calling thread's current device set to `device` for a call and put back
+ * after: a device arena is used from threads (the caller's own, with CUDA work
+ * of its own) that no backend holds. */
+static int uform_cuda_enter_device(uint32_t device) {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1, (void)cudaGetLastError();
+    if (previous != (int)device) (void)cudaSetDevice((int)device);
+    return previous;
+}
+
+static void uform_cuda_leave_device(uint32_t device, int previous) {
+    if (previous >= 0 && previous != (int)device) (void)cudaSetDevice(previous);
+}
+
+extern "C" void *uform_cuda_arena_alloc(uint32_t device, size_t bytes, const char *what) {
+    int previous = uform_cuda_enter_device(device);
+    void *memory = NULL;
+    cudaError_t error = cudaMalloc(&memory, bytes ? bytes : 1);
+    uform_cuda_leave_device(device, previous);
+    if (error == cudaSuccess) return memory;
+    (void)cudaGetLastError();
+    uform_fail(error == cudaErrorMemoryAllocation ? UFORM_OUT_OF_MEMORY : UFORM_DEVICE,
+               "%s: cudaMalloc of %zu bytes on GPU %u: %s", what, bytes, device, cudaGetErrorString(error));
+    return NULL;
+}
+
+extern "C" void uform_cuda_arena_free(uint32_t device, void *memory) {
+    int previous = uform_cuda_enter_device(device);
+    (void)cudaFree(memory);   /* waits for the GPU's work on it, as cudaFree does */
+    uform_cuda_leave_device(device, previous);
 }
 
 void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t bytes, const char *what) {
@@ -90,26 +118,4 @@ uform_status_t uform_cuda_synchronize(uform_backend_t *b) {
     }
     b->failure = UFORM_OK;
     return status;
-}
-
-/* The FP32 rows come to the host (pinned staging, grown as needed) and are
- * converted there by the CPU backend's own conversion: the output bits of a
- * VRAM model then follow exactly the rules of a RAM model's, and the copy
- * across is of unit vectors, small next to the forward that made them. */
-void uform_cuda_download_rows(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
-                              uform_scalar_t scalar, void *host, size_t row_bytes) {
-    uform_cuda_context_t *context = uform_cuda_context(b);
-    size_t bytes = rows * width * sizeof(float);
-    if (!bytes) return;
-    if (bytes > context->host_rows_bytes) {
-        cudaFreeHost(context->host_rows);
-        context->host_rows = NULL;
-        context->host_rows_bytes = 0;
-        if (!uform_cuda_ok(b, cudaMallocHost((void **)&context->host_rows, bytes), "download_rows (staging)"))
-            return;
-        context->host_rows_bytes = bytes;
-    }
-    uform_cuda_download(b, context->host_rows, rows_f32, bytes);
-    if (context->failure != UFORM_OK) return;
-    uform_cpu_download_rows(b, context->host_rows, rows, width, scalar, host, row_bytes);
 }

@@ -182,8 +182,23 @@ typedef struct uform_arena uform_arena_t;
 UFORM_API uform_status_t uform_arena_init_ram(uform_arena_t **arena);
 /* Invalidates every output previously written into the arena. */
 UFORM_API uform_status_t uform_arena_reset(uform_arena_t *arena);
-/* Bytes the arena currently holds from the system. */
+/* A device arena: the output rows of the encode verbs of a VRAM model on GPU
+ * `device` (one the VRAM executor holds) are written to that GPU's memory,
+ * converted to the output scalar there: uform_encoded_t's `embeddings` and
+ * `tokens` are then device pointers (read them with cudaMemcpy, or pass them
+ * to kernels of your own); `token_offsets` and the struct stay in host
+ * memory. Only a model whose every copy is on that GPU writes into it; a RAM
+ * model, a model on another GPU or on several, text_choose and a training
+ * step refuse it (docs/gpu.md, "Where outputs live"). The executor must
+ * outlive the arena. Without a CUDA build: UFORM_UNSUPPORTED. */
+UFORM_API uform_status_t uform_arena_init_vram(uform_arena_t **arena, const uform_executor_t *executor,
+                                               uint32_t device);
+/* Bytes the arena currently holds from the system (and, in a device arena,
+ * from its GPU). */
 UFORM_API uform_status_t uform_arena_capacity(const uform_arena_t *arena, size_t *bytes);
+/* Where the arena's output rows live: *on_device 0 (host memory, *device 0),
+ * or 1 with the GPU in *device. */
+UFORM_API uform_status_t uform_arena_location(const uform_arena_t *arena, uint32_t *on_device, uint32_t *device);
 UFORM_API void uform_arena_free(uform_arena_t *arena);
 
 /* ------------------------------------------------------------------------ */

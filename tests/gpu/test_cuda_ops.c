@@ -324,10 +324,21 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
     free(x), free(bias), free(y), free(codes), free(codes_back), free(scales), free(scales_back), free(x16);
 }
 
-/* download_rows: the same bytes as the CPU's for every scalar (the CUDA
- * backend converts on the host with the CPU's code). */
-static void test_download_rows(backends_t *b, size_t rows, size_t width) {
+/* download_rows and convert_rows (into the GPU's memory, then copied down
+ * as bytes): the same bytes as the CPU's download_rows for every scalar,
+ * exactly (both call core/output_scalars.h; on a GPU its double arithmetic
+ * for FP8 is exact, as on the host). Row 0 holds the values where the
+ * formats' rules part: NaNs, infinities, zeros of both signs, an FP32
+ * subnormal, ties of BF16, F16 and I8, F16's overflow to infinity, E4M3's and
+ * E5M2's saturation. Rows lie further apart than their bytes; the padding
+ * must stay as it was (0), except B1's, which download_rows writes (0). */
+static void test_download_rows(backends_t *b, size_t rows, size_t width, bool in_place) {
     float *x = random_floats(rows * width, 1.5f);
+    static const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f,
+                                    1.0f + 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-7f,   /* BF16 ties, to even both ways */
+                                    1.0f + 0x1p-11f, 65520.0f, 65504.0f, 70000.0f, 1e6f, -1e6f, 449.0f, 464.0f,
+                                    0.5f / 127.0f, 1.5f / 127.0f, 5.9604645e-8f, 2.9802322e-8f};
+    for (size_t i = 0; i < sizeof(special) / sizeof(special[0]) && i < width; i++) x[i] = special[i];
     float *gx = on_gpu(b, x, rows * width * 4);
     static const uform_scalar_t scalars[] = {UFORM_SCALAR_F32, UFORM_SCALAR_BF16, UFORM_SCALAR_F16,
                                              UFORM_SCALAR_E4M3, UFORM_SCALAR_E5M2, UFORM_SCALAR_I8,
@@ -336,11 +347,18 @@ static void test_download_rows(backends_t *b, size_t rows, size_t width) {
         size_t row_bytes = width * 4 + 3;   /* rows further apart than their bytes */
         uint8_t *expected = calloc(rows, row_bytes), *got = calloc(rows, row_bytes);
         b->cpu.ops->download_rows(&b->cpu, x, rows, width, scalars[s], expected, row_bytes);
-        b->gpu.ops->download_rows(&b->gpu, gx, rows, width, scalars[s], got, row_bytes);
+        if (in_place) {
+            uint8_t *converted = on_gpu(b, got, rows * row_bytes);   /* zeros, as the host's padding */
+            b->gpu.ops->convert_rows(&b->gpu, gx, rows, width, scalars[s], converted, row_bytes);
+            b->gpu.ops->download(&b->gpu, got, converted, rows * row_bytes);
+            b->gpu.ops->free(&b->gpu, converted);
+        } else {
+            b->gpu.ops->download_rows(&b->gpu, gx, rows, width, scalars[s], got, row_bytes);
+        }
         uform_status_t status = b->gpu.ops->synchronize(&b->gpu);
         bool ok = status == UFORM_OK && memcmp(expected, got, rows * row_bytes) == 0;
         char what[64];
-        snprintf(what, sizeof(what), "download_rows scalar %d", (int)scalars[s]);
+        snprintf(what, sizeof(what), "%s scalar %d", in_place ? "convert_rows" : "download_rows", (int)scalars[s]);
         printf("| %-34s | %8zu | %10s | %10s | %s |\n", what, rows * width, "exact", "exact",
                ok ? "ok" : status != UFORM_OK ? uform_last_error() : "FAIL");
         ok ? passed++ : failed++;
@@ -983,7 +1001,9 @@ int main(void) {
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_packed_e4m3(&b, 37, 96, 64);
-    test_download_rows(&b, 13, 40);
+    test_download_rows(&b, 13, 40, false);
+    test_download_rows(&b, 13, 40, true);
+    test_download_rows(&b, 300, 3, true);   /* more rows than a block's threads; a B1 row of one byte */
     test_choices(&b, 128);
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);

@@ -15,9 +15,10 @@
  * at most a few times 2^-9 x sqrt(depth x products) ~ 1e-2 in the worst case
  * over random weights of scale 0.3; the test allows 3e-2 per component and asks
  * a cosine of at least 0.999 between the two embeddings of every item. The
- * narrow scalars are the FP32 rows converted on the host by the same code on
- * both sides, so a VRAM model's BF16, I8 or B1 rows must equal that
- * conversion of its own FP32 rows exactly. */
+ * narrow scalars are the FP32 rows converted by the same functions on both
+ * sides (core/output_scalars.h: on the GPU for a VRAM model, c/cuda/
+ * convert_rows.cu), so a VRAM model's BF16, I8 or B1 rows must equal the
+ * host's conversion of its own FP32 rows exactly. */
 #include "check.h"
 #include "small_checkpoint.h"
 
@@ -125,7 +126,7 @@ int main(void) {
         row(what, same_layout, same_layout ? "same token offsets" : "token offsets differ");
         if (same_layout) compare_rows(what, a.tokens, b.tokens, a.token_offsets[a.count], a.token_width);
 
-        /* the narrow scalars: exactly the host conversion of the VRAM model's own F32 rows */
+        /* the narrow scalars: exactly the host's conversion of the VRAM model's own F32 rows */
         outputs_t f32 = outputs_take(&b);
         static const uform_scalar_t scalars[] = {UFORM_SCALAR_BF16, UFORM_SCALAR_F16, UFORM_SCALAR_E4M3,
                                                  UFORM_SCALAR_E5M2, UFORM_SCALAR_I8, UFORM_SCALAR_B1};

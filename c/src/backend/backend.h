@@ -113,6 +113,12 @@ typedef struct {
      * apart. */
     void (*download_rows)(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
                           uform_scalar_t scalar, void *host, size_t row_bytes);
+    /* download_rows' conversion (the same bits: core/output_scalars.h) into
+     * this backend's own memory: a device arena's rows (uform_arena_init_vram).
+     * Optional: NULL where no arena lives in the backend's memory (the CPU's,
+     * whose arenas are host arenas). */
+    void (*convert_rows)(uform_backend_t *b, const float *rows_f32, size_t rows, size_t width,
+                         uform_scalar_t scalar, void *rows_out, size_t row_bytes);
     /* Waits for every operation issued; the first failure since the last call. */
     uform_status_t (*synchronize)(uform_backend_t *b);
     /* Optional (NULL: nothing to do). A backend whose operations share state

@@ -254,6 +254,29 @@ static uform_status_t uform_vram_load(const char *verb, const uform_safetensors_
 
 #endif /* UFORM_HAVE_CUDA */
 
+/* ---- device arenas ----------------------------------------------------------------- */
+
+uform_status_t uform_arena_init_vram(uform_arena_t **result, const uform_executor_t *executor, uint32_t device) {
+    if (!result) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: the out-pointer is NULL");
+    *result = NULL;
+    if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
+#ifdef UFORM_HAVE_CUDA
+    if (!uform_executor_devices(executor))
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "executor: a RAM executor holds no GPU; a device arena needs a VRAM executor "
+                          "(Executor.for_vram) holding GPU %u",
+                          device);
+    if (!uform_vram_device_of(executor, device))
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)", device);
+    uform_arena_memory_t memory = {uform_cuda_arena_alloc, uform_cuda_arena_free, device};
+    return uform_arena_init_device(result, &memory);
+#else
+    (void)device;
+    return uform_no_cuda("uform_arena_init_vram");
+#endif
+}
+
 uform_status_t uform_model_load_vram(const char *path, const uint32_t *devices, size_t devices_count,
                                      uform_gpu_class_t gpu_class, uform_executor_t *executor,
                                      uform_scalar_t quantization, const uform_progress_t *progress,

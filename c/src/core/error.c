@@ -98,28 +98,6 @@ float uform_f16_to_f32(uint16_t value) {
     return result;
 }
 
-/* Round to nearest, ties to even, with overflow to infinity and gradual underflow. */
-uint16_t uform_f32_to_f16(float value) {
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof(bits));
-    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-    uint32_t magnitude_bits = bits & 0x7fffffffu;
-    if (magnitude_bits > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);   /* NaN */
-    if (magnitude_bits >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  /* rounds to inf */
-    float magnitude;
-    memcpy(&magnitude, &magnitude_bits, sizeof(magnitude));
-    if (magnitude_bits < 0x38800000u) {
-        /* below the smallest normal 2^-14: multiples of 2^-24, rint ties to even */
-        return (uint16_t)(sign | (uint16_t)nearbyintf(magnitude * 0x1p24f));
-    }
-    uint32_t exponent = (magnitude_bits >> 23) - 112u;
-    uint32_t mantissa = magnitude_bits & 0x7fffffu;
-    uint32_t half = (exponent << 10) | (mantissa >> 13);
-    uint32_t rest = mantissa & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half += 1;
-    return (uint16_t)(sign | half);
-}
-
 void uform_progress_begin(uform_progress_state_t *state, const uform_progress_t *progress,
                           size_t total) {
     state->progress = progress;

@@ -9,14 +9,10 @@
 #ifndef UFORM_CORE_F16_WIDEN_H
 #define UFORM_CORE_F16_WIDEN_H
 
+#include "core/host_device.h"
+
 #include <stdint.h>
 #include <string.h>
-
-#if defined(__CUDACC__) || defined(UFORM_CUDA_EMULATION)
-#define UFORM_HOST_DEVICE __host__ __device__   /* emulation.h defines both empty */
-#else
-#define UFORM_HOST_DEVICE
-#endif
 
 UFORM_HOST_DEVICE static inline float uform_f16_widen(uint16_t half) {
     uint32_t w = (uint32_t)half << 16;

@@ -22,6 +22,8 @@
 #define UFORM_VECTOR_CLONES
 #endif
 
+#include "core/host_device.h"
+
 #define UFORM_BUILDING 1
 #include "uform.h"
 
@@ -80,7 +82,7 @@ static inline float uform_bf16_to_f32(uint16_t value) {
 }
 
 /* Round to nearest, ties to even; NaN stays NaN. */
-static inline uint16_t uform_f32_to_bf16(float value) {
+UFORM_HOST_DEVICE static inline uint16_t uform_f32_to_bf16(float value) {
     uint32_t bits;
     memcpy(&bits, &value, sizeof(bits));
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
@@ -89,7 +91,6 @@ static inline uint16_t uform_f32_to_bf16(float value) {
 }
 
 UFORM_INTERNAL float uform_f16_to_f32(uint16_t value);
-UFORM_INTERNAL uint16_t uform_f32_to_f16(float value);
 
 /* ---- executor (executor.c) ----------------------------------------------- */
 
@@ -122,8 +123,22 @@ UFORM_INTERNAL uform_status_t uform_executor_submit(uform_executor_t *executor, 
 /* ---- arena (arena.c) ------------------------------------------------------ */
 
 /* Makes room for `bytes` in one 64-byte aligned block list and returns it;
- * blocks are reused after uform_arena_reset. */
+ * blocks are reused after uform_arena_reset. Host memory, in every arena. */
 UFORM_INTERNAL void *uform_arena_take(uform_arena_t *arena, size_t bytes, const char *what);
+/* The same for output rows: in a device arena, the GPU's memory. */
+UFORM_INTERNAL void *uform_arena_take_rows(uform_arena_t *arena, size_t bytes, const char *what);
+/* Whether the arena's rows live on a GPU, and which (gpu may be NULL). */
+UFORM_INTERNAL bool uform_arena_on_device(const uform_arena_t *arena, uint32_t *gpu);
+/* UNSUPPORTED for a device arena, "<who> in a host arena ...", for the calls
+ * whose outputs only a host arena takes. */
+UFORM_INTERNAL uform_status_t uform_arena_require_host(const uform_arena_t *arena, const char *who);
+/* A device arena's memory: alloc answers NULL with the error set. */
+typedef struct {
+    void *(*alloc)(uint32_t gpu, size_t bytes, const char *what);
+    void (*free)(uint32_t gpu, void *memory);
+    uint32_t gpu;
+} uform_arena_memory_t;
+UFORM_INTERNAL uform_status_t uform_arena_init_device(uform_arena_t **arena, const uform_arena_memory_t *memory);
 /* Marks the arena as written by the calling verb; INVALID_ARGUMENT when another
  * call holds it (two calls writing one arena would corrupt each other). */
 UFORM_INTERNAL uform_status_t uform_arena_acquire(uform_arena_t *arena);

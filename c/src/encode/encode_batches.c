@@ -181,17 +181,22 @@ static uform_status_t uform_lane_run(uform_encoder_t *e, uform_encoder_lane_t *l
                                   lane->rows, hidden, lane->states);
     if (lane->rows) uform_forward(model, b, &batch, lane->longest, lane->states, lane->scratch);
 
+    /* into a device arena the rows are converted on the GPU where they are;
+     * token rows staged on the host (their count unknown until the end) come
+     * down as into a host arena */
+    bool device_rows = uform_arena_on_device(e->arena, NULL);
     if (e->outputs & UFORM_OUTPUTS_EMBEDDINGS) {
         b->ops->mean_pool_forward(b, lane->states, hidden, lane->indices.device_segments, items, lane->pooled);
         uform_project_normalize(model, b, &model->embedding_head, lane->pooled, items, lane->projected);
-        b->ops->download_rows(b, lane->projected, items, model->dimensions, encoded->scalar,
-                              (uint8_t *)encoded->embeddings + lane->first * encoded->embedding_row_bytes,
-                              encoded->embedding_row_bytes);
+        (device_rows ? b->ops->convert_rows : b->ops->download_rows)(
+            b, lane->projected, items, model->dimensions, encoded->scalar,
+            (uint8_t *)encoded->embeddings + lane->first * encoded->embedding_row_bytes, encoded->embedding_row_bytes);
     }
     if ((e->outputs & UFORM_OUTPUTS_TOKENS) && lane->rows) {
         uform_project_normalize(model, b, &model->token_head, lane->states, lane->rows, lane->projected);
-        b->ops->download_rows(b, lane->projected, lane->rows, model->token_width, encoded->scalar,
-                              lane->tokens_destination, encoded->token_row_bytes);
+        (device_rows && e->tokens_known ? b->ops->convert_rows : b->ops->download_rows)(
+            b, lane->projected, lane->rows, model->token_width, encoded->scalar, lane->tokens_destination,
+            encoded->token_row_bytes);
     }
     return b->ops->synchronize(b);
 }
@@ -328,7 +333,7 @@ static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t s
         size_t bytes;
         if (!uform_mul_ok(e->count, encoded->embedding_row_bytes, &bytes))
             return uform_fail(UFORM_OUT_OF_MEMORY, "embeddings: %zu rows overflow", e->count);
-        encoded->embeddings = uform_arena_take(e->arena, bytes, "embeddings");
+        encoded->embeddings = uform_arena_take_rows(e->arena, bytes, "embeddings");
         if (!encoded->embeddings) return UFORM_OUT_OF_MEMORY;
     }
     if (e->outputs & UFORM_OUTPUTS_TOKENS) {
@@ -342,11 +347,35 @@ static uform_status_t uform_encoder_outputs(uform_encoder_t *e, uform_scalar_t s
             size_t bytes;
             if (!uform_mul_ok(rows_bound, encoded->token_row_bytes, &bytes))
                 return uform_fail(UFORM_OUT_OF_MEMORY, "tokens: %zu rows overflow", rows_bound);
-            encoded->tokens = uform_arena_take(e->arena, bytes, "tokens");
+            encoded->tokens = uform_arena_take_rows(e->arena, bytes, "tokens");
             if (!encoded->tokens) return UFORM_OUT_OF_MEMORY;
         }
     }
     return UFORM_OK;
+}
+
+/* A device arena takes the rows of a model whose only copy is on its GPU, on
+ * a backend that converts rows in place (convert_rows). */
+static uform_status_t uform_encoder_check_arena(const uform_encoder_t *e) {
+    uint32_t gpu;
+    if (!uform_arena_on_device(e->arena, &gpu)) return UFORM_OK;
+    const uform_model_t *model = e->model;
+    if (!model->device.ops || model->gpu_class == UFORM_GPU_CLASS_NONE)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "arena: it is in GPU %u's memory and this model is in RAM: give a RAM model a host "
+                          "arena (uform_arena_init_ram)",
+                          gpu);
+    if (model->replica_count > 1)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "arena: it is in GPU %u's memory and this model is on %zu GPUs: a device arena takes "
+                          "the outputs of a model on its own GPU only (use a host arena, or a model per GPU)",
+                          gpu, model->replica_count);
+    if (model->gpu_device != gpu)
+        return uform_fail(UFORM_INVALID_ARGUMENT,
+                          "arena: it is in GPU %u's memory and this model is on GPU %u: a device arena takes the "
+                          "outputs of a model on its own GPU only",
+                          gpu, model->gpu_device);
+    return uform_model_needs(model, model->device.ops->convert_rows != NULL, "encode", "convert_rows");
 }
 
 /* The lanes of a call: one per copy of the model, each on the backend the
@@ -385,6 +414,7 @@ uform_status_t uform_encoder_begin(uform_encoder_t *e, const uform_model_t *mode
     e->count = count;
     e->tokens_known = rows_exact;
 
+    UFORM_TRY(uform_encoder_check_arena(e));
     uform_arena_rewind(arena);
     UFORM_TRY(uform_encoder_outputs(e, scalar, rows_bound));
     uform_status_t status = uform_encoder_lanes(e);
@@ -474,9 +504,17 @@ uform_status_t uform_encoder_finish(uform_encoder_t *e) {
     uform_encoded_t *encoded = e->encoded;
     if ((e->outputs & UFORM_OUTPUTS_TOKENS) && !e->tokens_known) {
         size_t bytes = encoded->token_offsets[e->count] * encoded->token_row_bytes;
-        encoded->tokens = uform_arena_take(e->arena, bytes, "tokens");
+        encoded->tokens = uform_arena_take_rows(e->arena, bytes, "tokens");
         if (!encoded->tokens) return UFORM_OUT_OF_MEMORY;
-        if (bytes) memcpy(encoded->tokens, e->staged, bytes);
+        if (!bytes) return UFORM_OK;
+        if (!uform_arena_on_device(e->arena, NULL)) {
+            memcpy(encoded->tokens, e->staged, bytes);
+            return UFORM_OK;
+        }
+        /* up to the arena's GPU through the one lane's backend, still held */
+        uform_backend_t *b = &e->lanes[0].backend;
+        b->ops->upload(b, encoded->tokens, e->staged, bytes);
+        return b->ops->synchronize(b);
     }
     return UFORM_OK;
 }

@@ -223,6 +223,7 @@ static uform_status_t uform_text_choose_into(uform_model_t *model, uform_executo
     const uint32_t *groups = options ? options->temperature_groups : NULL;
     UFORM_TRY(uform_check_groups(model, groups, texts->count));
     if (!executor) executor = model->executor;
+    UFORM_TRY(uform_arena_require_host(arena, "text_choose: it answers its probabilities"));
     for (size_t i = 0; i < model->replica_count; i++) {
         const uform_model_t *copy = uform_model_replica(model, i);
         uform_backend_t backend = uform_model_backend(copy, executor);

@@ -49,18 +49,3 @@ void uform_project_normalize(const uform_model_t *model, uform_backend_t *backen
     backend->ops->linear(backend, &weight, x, model->hidden, rows, NULL, false, y, head->n);
     backend->ops->normalize_forward(backend, y, rows, head->n, y, NULL);
 }
-
-/* ---- output scalars ---------------------------------------------------------- */
-
-size_t uform_output_row_bytes(uform_scalar_t scalar, size_t width) {
-    switch (scalar) {
-    case UFORM_SCALAR_F32: return width * 4;
-    case UFORM_SCALAR_BF16:
-    case UFORM_SCALAR_F16: return width * 2;
-    case UFORM_SCALAR_E4M3:
-    case UFORM_SCALAR_E5M2:
-    case UFORM_SCALAR_I8: return width;
-    case UFORM_SCALAR_B1: return (width + 7) / 8;
-    default: return 0;
-    }
-}

@@ -2,6 +2,7 @@
 #ifndef UFORM_MODEL_H
 #define UFORM_MODEL_H
 
+#include "core/output_scalars.h"   /* uform_output_row_bytes */
 #include "core/internal.h"
 #include "core/safetensors.h"
 #include "model/transformer.h"
@@ -125,7 +126,5 @@ UFORM_INTERNAL void uform_project_normalize(const uform_model_t *model, uform_ba
                                             const uform_packed_t *head, const float *x, size_t rows,
                                             float *y);
 
-/* Bytes of one row of `width` scalars; 0 for a scalar outputs cannot be. */
-UFORM_INTERNAL size_t uform_output_row_bytes(uform_scalar_t scalar, size_t width);
 
 #endif /* UFORM_MODEL_H */

@@ -246,8 +246,7 @@ uform_status_t uform_group_step(uform_trainer_t *t, const uform_trainer_batch_t 
     /* On a mesh the world's item count is known to the replicas only: they
      * bound the relation ids. */
     uform_status_t refused = uform_check_step_batch(first, batch, g->mesh ? (size_t)UINT32_MAX + 1 : count);
-    if (refused == UFORM_OK && embeddings_out && !arena)
-        refused = uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    if (refused == UFORM_OK) refused = uform_check_step_arena(arena, embeddings_out != NULL);
     size_t row_bytes = uform_output_row_bytes(outputs_scalar, first->dimensions);
     if (refused == UFORM_OK && embeddings_out && row_bytes == 0)
         refused = uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar", (int)outputs_scalar);

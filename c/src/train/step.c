@@ -61,8 +61,7 @@ static uform_status_t uform_trainer_step_body(uform_trainer_t *t, const uform_tr
     uform_world_t *wd = &world_of;
     if (status == UFORM_OK) status = refused;
     if (status == UFORM_OK) status = uform_check_step_batch(t, batch, wd->world_count);
-    if (status == UFORM_OK && embeddings_out && !arena)
-        status = uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    if (status == UFORM_OK) status = uform_check_step_arena(arena, embeddings_out != NULL);
     if (status == UFORM_OK && embeddings_out && uform_output_row_bytes(outputs_scalar, t->dimensions) == 0)
         status = uform_fail(UFORM_INVALID_ARGUMENT, "outputs_scalar: %d is not a scalar",
                             (int)outputs_scalar);

@@ -74,6 +74,12 @@ static uform_status_t uform_check_step_choices(const uform_trainer_t *t, const u
     return UFORM_OK;
 }
 
+uform_status_t uform_check_step_arena(const uform_arena_t *arena, bool embeddings) {
+    if (!embeddings) return UFORM_OK;
+    if (!arena) return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    return uform_arena_require_host(arena, "arena: a training step answers its embeddings");
+}
+
 uform_status_t uform_check_step_batch(const uform_trainer_t *t, const uform_trainer_batch_t *b,
                                       size_t world_count) {
     if (!b) return uform_fail(UFORM_INVALID_ARGUMENT, "batch: NULL");

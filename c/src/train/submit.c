@@ -79,8 +79,7 @@ uform_status_t uform_trainer_step_submit(uform_trainer_t *trainer, uform_executo
     if (!trainer) return uform_fail(UFORM_INVALID_ARGUMENT, "trainer: NULL");
     if (!executor) return uform_fail(UFORM_INVALID_ARGUMENT, "executor: NULL");
     if (!batch) return uform_fail(UFORM_INVALID_ARGUMENT, "batch: NULL");
-    if (embeddings && !arena)
-        return uform_fail(UFORM_INVALID_ARGUMENT, "arena: NULL while embeddings are asked for");
+    UFORM_TRY(uform_check_step_arena(arena, embeddings != NULL));
     uform_trainer_job_t *context = uform_alloc_zeroed(1, sizeof(*context), "step job");
     if (!context) return UFORM_OUT_OF_MEMORY;
     *context = (uform_trainer_job_t){trainer, *batch, embeddings ? arena : NULL, outputs_scalar,

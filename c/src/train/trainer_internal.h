@@ -277,6 +277,8 @@ UFORM_INTERNAL uform_status_t uform_remap_edges(const uform_edges_t *given, size
 UFORM_INTERNAL uform_status_t uform_check_step_batch(const uform_trainer_t *t,
                                                      const uform_trainer_batch_t *b,
                                                      size_t world_count);
+/* The arena a step answers its embeddings in, when asked for: a host arena. */
+UFORM_INTERNAL uform_status_t uform_check_step_arena(const uform_arena_t *arena, bool embeddings);
 UFORM_INTERNAL void uform_split_by_tokens(const size_t *lengths, size_t count, size_t columns,
                                           uform_replica_t *replica, size_t replicas);
 UFORM_INTERNAL void uform_replica_layout(const uform_trainer_batch_t *batch, const size_t *kept,

@@ -1,7 +1,7 @@
 /* download_rows.c: the CPU backend's download_rows (backend.h): FP32 rows
  * converted to an output scalar into host memory. */
 #include "backend/cpu/rows.h"
-#include "core/fp8.h"
+#include "core/output_scalars.h"
 
 #include <math.h>
 
@@ -33,14 +33,7 @@ void uform_cpu_download_rows(uform_backend_t *b, const float *rows_f32, size_t r
             for (size_t i = 0; i < width; i++) row[i] = uform_f64_to_e5m2((double)x[i]);
             break;
         case UFORM_SCALAR_I8:
-            /* Unit vectors: every component is in [-1, 1]; a fixed scale of 127. */
-            for (size_t i = 0; i < width; i++) {
-                float scaled = nearbyintf(x[i] * 127.0f);
-                if (scaled != scaled) scaled = 0.0f; /* NaN: a cast of it would be undefined */
-                if (scaled > 127.0f) scaled = 127.0f;
-                if (scaled < -127.0f) scaled = -127.0f;
-                row[i] = (uint8_t)(int8_t)scaled;
-            }
+            for (size_t i = 0; i < width; i++) row[i] = (uint8_t)uform_f32_to_i8(x[i]);
             break;
         case UFORM_SCALAR_B1:
             /* Sign bits, most significant bit first: numpy.packbits order. */
