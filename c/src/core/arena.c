@@ -40,6 +40,7 @@ struct uform_arena {
 
 _Static_assert(sizeof(uform_arena_block_t) <= UFORM_ARENA_HEADER, "block header too big");
 
+/* A block of the host list, or of a device arena's rows (device). */
 static uform_arena_block_t *uform_arena_block_new(const uform_arena_t *arena, bool device, size_t capacity,
                                                   const char *what) {
     size_t bytes;
@@ -151,8 +152,9 @@ void uform_arena_free(uform_arena_t *arena) {
     free(arena);
 }
 
-static void *uform_arena_list_take(uform_arena_t *arena, uform_arena_list_t *list, bool device, size_t bytes,
+static void *uform_arena_list_take(uform_arena_t *arena, uform_arena_list_t *list, size_t bytes,
                                    const char *what) {
+    bool device = list == &arena->rows;
     size_t rounded;
     if (!uform_add_ok(bytes, 63, &rounded)) {
         uform_fail(UFORM_OUT_OF_MEMORY, "%s: %zu bytes is too large", what, bytes);
@@ -183,10 +185,10 @@ static void *uform_arena_list_take(uform_arena_t *arena, uform_arena_list_t *lis
 }
 
 void *uform_arena_take(uform_arena_t *arena, size_t bytes, const char *what) {
-    return uform_arena_list_take(arena, &arena->host, false, bytes, what);
+    return uform_arena_list_take(arena, &arena->host, bytes, what);
 }
 
 void *uform_arena_take_rows(uform_arena_t *arena, size_t bytes, const char *what) {
     if (!arena->on_device) return uform_arena_take(arena, bytes, what);
-    return uform_arena_list_take(arena, &arena->rows, true, bytes, what);
+    return uform_arena_list_take(arena, &arena->rows, bytes, what);
 }
