@@ -91,7 +91,11 @@ class GPUClass(IntEnum):
 
 
 class MultimemTier(IntEnum):
-    """How a mesh reduces across devices: NONE on CPUs (Gloo); the NVLink tiers are for GPU meshes."""
+    """NVLink SHARP under a mesh's NCCL sums, as NCCL reports it (the lowest over the run's GPUs).
+
+    NONE: no multicast (CPUs, Gloo, or NCCL without it); NVLINK: within each host's NVLink
+    domain (NVSwitch); NVLINK_SWITCH: one NVLink domain spans hosts (an NVLink Switch System).
+    """
 
     NONE = 0
     NVLINK = 1

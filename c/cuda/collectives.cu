@@ -15,6 +15,17 @@
 #elif defined(UFORM_HAVE_NCCL)
 #include <nccl.h>
 #define UFORM_NCCL_BUILT 1
+/* ncclCommQueryProperties (NCCL 2.29 on) is declared with the device API's
+ * host side; its inline device declarations warn (821) without their bodies */
+#if __has_include(<nccl_device/host.h>)
+#pragma nv_diag_suppress 821
+#include <nccl_device/host.h>
+#pragma nv_diag_default 821
+#define UFORM_NCCL_PROPERTIES 1
+#endif
+#endif
+#ifdef UFORM_CUDA_EMULATION
+#define UFORM_NCCL_PROPERTIES 1
 #endif
 
 #ifndef UFORM_NCCL_LIB_DIR
@@ -36,6 +47,9 @@ typedef struct {
     decltype(&ncclAllReduce) all_reduce;
     decltype(&ncclGroupStart) group_start;
     decltype(&ncclGroupEnd) group_end;
+#ifdef UFORM_NCCL_PROPERTIES
+    decltype(&ncclCommQueryProperties) query_properties;   /* NULL before NCCL 2.29: no multimem tier */
+#endif
 } uform_nccl_api_t;
 
 static uform_nccl_api_t uform_nccl_api;
@@ -48,7 +62,8 @@ static void uform_nccl_load(void) {
 #ifdef UFORM_CUDA_EMULATION
     *api = uform_nccl_api_t{ncclGetVersion, ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
                             ncclCommInitRankConfig, ncclCommGetAsyncError, ncclCommAbort, ncclCommFinalize,
-                            ncclCommDestroy, ncclAllReduce, ncclGroupStart, ncclGroupEnd};
+                            ncclCommDestroy, ncclAllReduce, ncclGroupStart, ncclGroupEnd,
+                            ncclCommQueryProperties};
 #else
     void *library = uform_library_open("libnccl.so.2", UFORM_NCCL_LIB_DIR,
                                        "NCCL (libnccl.so.2, from the PyPI wheel nvidia-nccl-cu13)", uform_nccl_error,
@@ -69,6 +84,9 @@ static void uform_nccl_load(void) {
     UFORM_LOAD(group_start, ncclGroupStart)
     UFORM_LOAD(group_end, ncclGroupEnd)
 #undef UFORM_LOAD
+#ifdef UFORM_NCCL_PROPERTIES
+    api->query_properties = (decltype(api->query_properties))dlsym(library, "ncclCommQueryProperties");
+#endif
     if (!complete) {
         snprintf(uform_nccl_error, sizeof(uform_nccl_error),
                  "NCCL (libnccl.so.2) lacks a function this build calls: older than 2.14?");
@@ -244,6 +262,28 @@ extern "C" uform_status_t uform_nccl_connect(const uint8_t id[UFORM_NCCL_ID_BYTE
     return status;
 }
 
+extern "C" uform_multimem_tier_t uform_nccl_multimem_tier(const uform_nccl_t *c, size_t host_gpus) {
+#ifdef UFORM_NCCL_PROPERTIES
+    const uform_nccl_api_t *api = uform_nccl();
+    if (!api || !api->query_properties || !c->comm) return UFORM_MULTIMEM_NONE;
+    ncclCommProperties_t properties;   /* NCCL_COMM_PROPERTIES_INITIALIZER, every other field zero */
+    memset(&properties, 0, sizeof(properties));
+    properties.size = sizeof(properties), properties.magic = NCCL_API_MAGIC, properties.version = NCCL_VERSION_CODE;
+    (void)cudaSetDevice(c->device);
+    /* a library older than this build's header refuses the query: no tier */
+    if (api->query_properties(c->comm, &properties) != ncclSuccess || !properties.multimemSupport ||
+        properties.nLsaTeams < 1 || properties.nRanks % properties.nLsaTeams != 0)
+        return UFORM_MULTIMEM_NONE;
+    /* a team (ranks that reach each other's memory over NVLink) larger than
+     * this host's GPUs spans hosts: an NVLink Switch System */
+    size_t team = (size_t)(properties.nRanks / properties.nLsaTeams);
+    return team > host_gpus ? UFORM_MULTIMEM_NVLINK_SWITCH : UFORM_MULTIMEM_NVLINK;
+#else
+    (void)c, (void)host_gpus;
+    return UFORM_MULTIMEM_NONE;   /* built against an NCCL header without the query */
+#endif
+}
+
 extern "C" uform_status_t uform_nccl_prepare(uform_nccl_t *c, size_t slots) {
     if (slots <= c->slots) return UFORM_OK;
     cudaEvent_t *marks = (cudaEvent_t *)realloc(c->marks, slots * sizeof(cudaEvent_t));
@@ -369,6 +409,10 @@ extern "C" uform_status_t uform_nccl_connect(const uint8_t id[UFORM_NCCL_ID_BYTE
     (void)id, (void)ranks, (void)first_rank, (void)devices, (void)timeout_ms;
     memset(comms, 0, count * sizeof(*comms));
     return uform_fail(UFORM_UNSUPPORTED, "this build of libuform has no NCCL");
+}
+extern "C" uform_multimem_tier_t uform_nccl_multimem_tier(const uform_nccl_t *c, size_t host_gpus) {
+    (void)c, (void)host_gpus;
+    return UFORM_MULTIMEM_NONE;
 }
 extern "C" uform_status_t uform_nccl_prepare(uform_nccl_t *c, size_t slots) {
     (void)c, (void)slots;

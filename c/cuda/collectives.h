@@ -51,6 +51,14 @@ UFORM_INTERNAL uform_status_t uform_nccl_connect(const uint8_t id[UFORM_NCCL_ID_
                                                  size_t first_rank, const uform_backend_t *devices, size_t count,
                                                  uint64_t timeout_ms, uform_nccl_t **comms);
 
+/* What NCCL reports of NVLink SHARP (multicast reductions in the NVLink
+ * switches, which NCCL's own sums then use) for this communicator: NONE when
+ * it has none, or the library cannot say (older than 2.29 or than this
+ * build's header); NVLINK when its NVLink domain stays within this host's
+ * `host_gpus` GPUs; NVLINK_SWITCH when one domain spans hosts (an NVLink
+ * Switch System). A ready communicator only (after uform_nccl_connect). */
+UFORM_INTERNAL uform_multimem_tier_t uform_nccl_multimem_tier(const uform_nccl_t *comm, size_t host_gpus);
+
 /* Events for `slots` marks (before the first mark of a step; not while a sum runs). */
 UFORM_INTERNAL uform_status_t uform_nccl_prepare(uform_nccl_t *comm, size_t slots);
 

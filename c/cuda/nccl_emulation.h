@@ -25,7 +25,8 @@
  * but that watchdog cannot run while an emulated call blocks. A collective
  * that fails returns ncclSuccess and records ncclRemoteError as the comm's
  * async error, as real NCCL fails asynchronously. UFORM_EMULATION_NCCL_DIE_AT
- * kills the process at a given sum (tests of a host lost mid-step). Not emulated: other
+ * kills the process at a given sum (tests of a host lost mid-step);
+ * UFORM_EMULATION_NCCL_LSA_RANKS makes up NVLink SHARP (ncclCommQueryProperties). Not emulated: other
  * collectives, types and operations, streams, CUDA graphs, splitting, any
  * timing. */
 #ifndef UFORM_NCCL_EMULATION_H
@@ -451,6 +452,38 @@ static inline ncclResult_t ncclCommFinalize(ncclComm_t comm) { return (void)comm
 
 static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm) uform_nccl_emulated::release(comm);
+    return ncclSuccess;
+}
+
+/* NCCL 2.32's ncclCommProperties_t (nccl_device/host.h) up to the fields
+ * collectives.cu reads; the GIN type is an enum there, an int here. */
+typedef struct ncclCommProperties {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int rank, nRanks, cudaDev, nvmlDev;
+    bool deviceApiSupport, multimemSupport;
+    int ginType;
+    int nLsaTeams;
+} ncclCommProperties_t;
+
+/* What real NCCL reports of NVLink SHARP, made up for tests:
+ * UFORM_EMULATION_NCCL_LSA_RANKS=n says this process's ranks sit in NVLink
+ * domains (NCCL's LSA teams: ranks that reach each other's memory) of n
+ * ranks with multicast; unset, 0 or not dividing the ranks: no multicast
+ * (multimemSupport false, every rank its own team). As NCCL, the caller's
+ * struct must come from its initializer (magic). */
+static inline ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props) {
+    if (!comm || !props || props->magic != NCCL_API_MAGIC) return ncclInvalidUsage;
+    if (comm->state != ncclSuccess) return ncclInvalidUsage;   /* not ready: NCCL waits, tests never ask */
+    const char *given = getenv("UFORM_EMULATION_NCCL_LSA_RANKS");
+    int lsa = given ? atoi(given) : 0;
+    bool multicast = lsa > 0 && comm->nranks % lsa == 0;
+    props->rank = comm->rank, props->nRanks = comm->nranks;
+    props->cudaDev = -1, props->nvmlDev = -1;
+    props->deviceApiSupport = multicast, props->multimemSupport = multicast;
+    props->ginType = 0;
+    props->nLsaTeams = multicast ? comm->nranks / lsa : comm->nranks;
     return ncclSuccess;
 }
 

@@ -502,9 +502,12 @@ UFORM_API uform_status_t uform_late_interaction_scores(uform_executor_t *executo
 typedef struct uform_mesh uform_mesh_t;
 
 typedef enum {
-    UFORM_MULTIMEM_NONE = 0,          /* no multicast memory: plain collectives (every CPU mesh) */
-    UFORM_MULTIMEM_NVLINK = 1,
-    UFORM_MULTIMEM_NVLINK_SWITCH = 2
+    UFORM_MULTIMEM_NONE = 0,          /* no multicast memory: plain collectives (every CPU mesh, a Gloo
+                                         mesh, or NCCL reporting no NVLink SHARP) */
+    UFORM_MULTIMEM_NVLINK = 1,        /* NVLink SHARP within each host's NVLink domain (NVSwitch):
+                                         NCCL's sums reduce in the switches there */
+    UFORM_MULTIMEM_NVLINK_SWITCH = 2  /* one NVLink domain with SHARP spans hosts (an NVLink Switch
+                                         System, such as GB200 NVL72) */
 } uform_multimem_tier_t;
 
 typedef struct {
@@ -523,7 +526,9 @@ typedef struct {
     const size_t *devices;            /* [host_domain_count]: devices (replicas) of each host: its
                                          memory domains on CPUs, its GPUs on a VRAM executor */
     const char *const *hosts;         /* [host_domain_count]: each host's name as it reported it */
-    uform_multimem_tier_t multimem_tier; /* NONE (reading NVLink SHARP's support is not built) */
+    uform_multimem_tier_t multimem_tier; /* the lowest tier NCCL reports on any GPU of the run
+                                            (ncclCommQueryProperties, NCCL 2.29 on); NONE without
+                                            NCCL. Never run on a GPU: emulated only */
     uform_gpu_class_t gpu_class;      /* every host's GPUs' class; NONE on CPUs */
     const char *engine;               /* "nccl": GPU hosts whose gradients NCCL sums on the GPUs
                                          (Gloo carries the rest); else "gloo" */

@@ -18,7 +18,9 @@
  * NCCL, emulated, is chosen; on one real GPU the processes share it, and
  * NCCL, which refuses two ranks on one GPU, is declined). With two GPUs, also
  * a host on each GPU (NCCL's case on a real machine). UFORM_MESH_ENGINE=nccl
- * on hosts sharing a GPU is refused at bootstrap naming the GPU.
+ * on hosts sharing a GPU is refused at bootstrap naming the GPU. Both hosts
+ * describe one multimem tier; under the emulation, which makes NVLink SHARP
+ * up (UFORM_EMULATION_NCCL_LSA_RANKS), the tier each report gives.
  *
  * Tolerance: the mesh sums the two hosts' gradients, one process sums every
  * item's in one pass, so the gradients differ by FP32 rounding; AdamW's first
@@ -58,6 +60,7 @@ typedef struct {
     float losses[STEPS];
     uint64_t digest;   /* FNV-1a of one tensor's parameters after the steps (tensor_digest) */
     char engine[16];   /* the mesh's, as described */
+    int32_t multimem;  /* its multimem_tier, as described */
     char message[400];
 } host_result_t;
 
@@ -111,9 +114,10 @@ static uform_status_t tensor_digest(const uform_trainer_t *t, uint64_t *digest) 
 }
 
 /* Every step over items [first, last) on a trainer of GPUs 0 .. gpus - 1,
- * alone (hosts 0) or as host `host` of `hosts` meeting in directory/job. */
+ * alone (hosts 0) or as host `host` of `hosts` meeting in directory/job;
+ * without `train`, only the mesh's bootstrap and description. */
 static host_result_t run(size_t host, size_t hosts, const char *directory, const char *job, size_t first,
-                         size_t last, size_t gpus, uint32_t first_gpu) {
+                         size_t last, size_t gpus, uint32_t first_gpu, bool train) {
     host_result_t r;
     memset(&r, 0, sizeof(r));
     uform_executor_t *gpu = NULL;
@@ -125,11 +129,11 @@ static host_result_t run(size_t host, size_t hosts, const char *directory, const
     if (status == UFORM_OK && hosts) status = uform_mesh_bootstrap(gpu, &mo, &mesh);
     uform_mesh_description_t described;
     if (status == UFORM_OK && mesh && uform_mesh_describe(mesh, &described) == UFORM_OK)
-        snprintf(r.engine, sizeof(r.engine), "%s", described.engine);
+        snprintf(r.engine, sizeof(r.engine), "%s", described.engine), r.multimem = (int32_t)described.multimem_tier;
     uform_trainer_options_t options = mesh_options(mesh);
-    if (status == UFORM_OK) status = uform_trainer_init_vram(gpu, &options, &trainer);
-    for (unsigned s = 0; s < STEPS && status == UFORM_OK; s++) status = step_items(trainer, s, first, last, &r.losses[s]);
-    if (status == UFORM_OK) status = tensor_digest(trainer, &r.digest);
+    if (status == UFORM_OK && train) status = uform_trainer_init_vram(gpu, &options, &trainer);
+    for (unsigned s = 0; s < STEPS && status == UFORM_OK && train; s++) status = step_items(trainer, s, first, last, &r.losses[s]);
+    if (status == UFORM_OK && train) status = tensor_digest(trainer, &r.digest);
     r.status = (int32_t)status;
     if (status != UFORM_OK) snprintf(r.message, sizeof(r.message), "%s", uform_last_error());
     uform_trainer_free(trainer);
@@ -181,8 +185,16 @@ int main(int argc, char **argv) {
         if (!own_gpu && strcmp(argv[7], "nccl") == 0) setenv("UFORM_EMULATION_SHARED_GPUS", "1", 1);
         /* "lost": host 1 dies in step 1's second gradient sum (2 blocks: 4 sums a step) */
         if (strcmp(argv[8], "lost") == 0 && host == 1) setenv("UFORM_EMULATION_NCCL_DIE_AT", "6", 1);
+        /* "lsa:a:b": bootstrap only, host 0's emulated NVLink domains of a
+         * ranks with multicast (nccl_emulation.h), host 1's of b */
+        bool tiers = strncmp(argv[8], "lsa:", 4) == 0;
+        if (tiers) {
+            char domain[16] = "0";
+            sscanf(argv[8] + 4 + (host ? strcspn(argv[8] + 4, ":") + 1 : 0), "%15[0-9]", domain);
+            setenv("UFORM_EMULATION_NCCL_LSA_RANKS", domain, 1);
+        }
         host_result_t r = run(host, HOSTS, argv[3], argv[4], host * ITEMS / HOSTS, (host + 1) * ITEMS / HOSTS,
-                              strtoul(argv[6], NULL, 10), own_gpu ? (uint32_t)host : 0);
+                              strtoul(argv[6], NULL, 10), own_gpu ? (uint32_t)host : 0, !tiers);
         FILE *f = fopen(argv[5], "wb");
         bool written = f && fwrite(&r, sizeof(r), 1, f) == 1;
         if (f) fclose(f);
@@ -205,9 +217,9 @@ int main(int argc, char **argv) {
     char directory[] = "/tmp/uform-vram-mesh-XXXXXX";
     if (!mkdtemp(directory)) return 1;
 
-    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS, 1, 0);
+    host_result_t alone = run(0, 0, NULL, NULL, 0, ITEMS, 1, 0, true);
     row("one process, no mesh (the oracle)", alone.status == UFORM_OK, alone.message);
-    host_result_t one = run(0, 1, directory, "one", 0, ITEMS, 1, 0);
+    host_result_t one = run(0, 1, directory, "one", 0, ITEMS, 1, 0, true);
     char detail[768];
     snprintf(detail, sizeof(detail), "%s losses %.9g %.9g %.9g against %.9g %.9g %.9g", one.message,
              (double)one.losses[0], (double)one.losses[1], (double)one.losses[2], (double)alone.losses[0],
@@ -268,6 +280,12 @@ int main(int argc, char **argv) {
         snprintf(what, sizeof(what), "%s: the engine is %s", name, expected);
         snprintf(detail, sizeof(detail), "described %s and %s", hosts[0].engine, hosts[1].engine);
         row(what, strcmp(hosts[0].engine, expected) == 0 && strcmp(hosts[1].engine, expected) == 0, detail);
+        /* the tier is the world's: both hosts describe the same one, NONE
+         * without NCCL (on a real machine, whatever its NVLink has) */
+        snprintf(what, sizeof(what), "%s: one multimem tier on both hosts", name);
+        snprintf(detail, sizeof(detail), "described %d and %d", (int)hosts[0].multimem, (int)hosts[1].multimem);
+        row(what, hosts[0].multimem == hosts[1].multimem &&
+                      (strcmp(expected, "nccl") == 0 || hosts[0].multimem == UFORM_MULTIMEM_NONE), detail);
     }
     /* NCCL insisted on, where the hosts share a GPU: refused at bootstrap, naming why */
     host_result_t refused[HOSTS];
@@ -281,6 +299,35 @@ int main(int argc, char **argv) {
         row(what, refused[h].status == UFORM_MESH && named, refused[h].message);
     }
 #ifdef UFORM_CUDA_EMULATION
+    /* multimem_tier from what (emulated) NCCL reports of NVLink SHARP, two
+     * hosts of two GPUs (4 ranks): {engine, placing, expected tier} */
+    const struct {
+        const char *engine, *placing;
+        uform_multimem_tier_t tier;
+        const char *why;
+    } tiers[] = {
+        {"auto", "lsa:0:0", UFORM_MULTIMEM_NONE, "no multicast anywhere"},
+        {"auto", "lsa:2:2", UFORM_MULTIMEM_NVLINK, "multicast within each host's 2 GPUs"},
+        {"auto", "lsa:4:4", UFORM_MULTIMEM_NVLINK_SWITCH, "one domain of 4 ranks over both hosts"},
+        {"auto", "lsa:4:0", UFORM_MULTIMEM_NONE, "host 1 has none: the world's lowest"},
+        {"auto", "lsa:4:2", UFORM_MULTIMEM_NVLINK, "the world's lowest of SWITCH and NVLINK"},
+        {"gloo", "lsa:4:4", UFORM_MULTIMEM_NONE, "Gloo sums through host memory"},
+    };
+    for (size_t c = 0; c < sizeof(tiers) / sizeof(tiers[0]); c++) {
+        host_result_t hosts[HOSTS];
+        char job[32];
+        snprintf(job, sizeof(job), "tier-%zu", c);
+        run_hosts(argv[0], directory, job, "2", tiers[c].engine, tiers[c].placing, hosts);
+        char what[160];
+        snprintf(what, sizeof(what), "2 x 2 GPUs, %s, %s: multimem tier %d (%s)", tiers[c].engine, tiers[c].placing,
+                 (int)tiers[c].tier, tiers[c].why);
+        snprintf(detail, sizeof(detail), "%s described %d and %d",
+                 hosts[0].message[0] ? hosts[0].message : hosts[1].message, (int)hosts[0].multimem,
+                 (int)hosts[1].multimem);
+        row(what, hosts[0].status == UFORM_OK && hosts[1].status == UFORM_OK &&
+                      hosts[0].multimem == (int32_t)tiers[c].tier && hosts[1].multimem == (int32_t)tiers[c].tier,
+            detail);
+    }
     /* a host lost in the middle of NCCL's sums: its peer's sum fails (NCCL's
      * error, the communicator aborted) and the mesh names the lost host */
     host_result_t lost[HOSTS];

@@ -458,7 +458,7 @@ uform_status_t uform_mesh_describe(const uform_mesh_t *m, uform_mesh_description
     out->ranks = m->ranks;
     out->devices = m->devices;
     out->hosts = (const char *const *)m->names;
-    out->multimem_tier = UFORM_MULTIMEM_NONE;
+    out->multimem_tier = m->multimem_tier;
     out->gpu_class = m->gpu_class;
     out->engine = m->nccl_owned ? "nccl" : "gloo";
     out->run_id = m->directory.run_id;

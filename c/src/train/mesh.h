@@ -48,6 +48,7 @@ struct uform_mesh {
     struct uform_nccl *nccl;
     struct uform_nccl **nccl_owned;
     size_t nccl_owned_count;
+    uform_multimem_tier_t multimem_tier;   /* the world's, from NCCL (NONE without NCCL) */
     bool broken;                /* a collective failed: every later call fails */
     char broken_message[1024];
     atomic_flag taken;          /* a trainer uses the mesh */

@@ -91,6 +91,26 @@ static void uform_mesh_nccl_refusal(const uform_mesh_t *m, char *const *offers, 
                 }
 }
 
+/* The world's multimem tier: the lowest any GPU of any host reports (a tier
+ * is a property of every rank's path, and the hosts must describe one run
+ * alike). Every host with communicators calls it; a host whose NCCL start
+ * failed has left, and the gather fails on the others. */
+static uform_status_t uform_mesh_multimem_agree(uform_mesh_t *m) {
+    uint32_t mine = UFORM_MULTIMEM_NVLINK_SWITCH;
+    for (size_t i = 0; i < m->nccl_owned_count; i++) {
+        uint32_t tier = (uint32_t)uform_nccl_multimem_tier(m->nccl_owned[i], m->devices[m->host]);
+        if (tier < mine) mine = tier;
+    }
+    uint32_t *all = uform_alloc(m->hosts, sizeof(uint32_t), "multimem tiers");
+    if (!all) return UFORM_OUT_OF_MEMORY;
+    uform_status_t status = uform_mesh_allgather(m, &mine, sizeof(mine), all);
+    for (size_t h = 0; status == UFORM_OK && h < m->hosts; h++)
+        if (all[h] < mine) mine = all[h];
+    free(all);
+    if (status == UFORM_OK) m->multimem_tier = (uform_multimem_tier_t)mine;
+    return status;
+}
+
 uform_status_t uform_mesh_nccl_connect(uform_mesh_t *m, char *const *offers) {
     char why[512];
     uform_mesh_nccl_refusal(m, offers, why, sizeof(why));
@@ -133,7 +153,7 @@ uform_status_t uform_mesh_nccl_connect(uform_mesh_t *m, char *const *offers) {
     }
     m->nccl_owned_count = count;
     m->nccl = m->nccl_owned[0];   /* a host of one GPU sums through it; views borrow theirs */
-    return UFORM_OK;
+    return uform_mesh_multimem_agree(m);
 }
 
 void uform_mesh_nccl_close(uform_mesh_t *m) {
