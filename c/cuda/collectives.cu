@@ -45,6 +45,7 @@ typedef struct {
     decltype(&ncclCommFinalize) finalize;
     decltype(&ncclCommDestroy) destroy;
     decltype(&ncclAllReduce) all_reduce;
+    decltype(&ncclBroadcast) broadcast;
     decltype(&ncclGroupStart) group_start;
     decltype(&ncclGroupEnd) group_end;
 #ifdef UFORM_NCCL_PROPERTIES
@@ -62,7 +63,7 @@ static void uform_nccl_load(void) {
 #ifdef UFORM_CUDA_EMULATION
     *api = uform_nccl_api_t{ncclGetVersion, ncclGetErrorString, ncclGetLastError, ncclGetUniqueId,
                             ncclCommInitRankConfig, ncclCommGetAsyncError, ncclCommAbort, ncclCommFinalize,
-                            ncclCommDestroy, ncclAllReduce, ncclGroupStart, ncclGroupEnd,
+                            ncclCommDestroy, ncclAllReduce, ncclBroadcast, ncclGroupStart, ncclGroupEnd,
                             ncclCommQueryProperties};
 #else
     void *library = uform_library_open("libnccl.so.2", UFORM_NCCL_LIB_DIR,
@@ -81,6 +82,7 @@ static void uform_nccl_load(void) {
     UFORM_LOAD(finalize, ncclCommFinalize)
     UFORM_LOAD(destroy, ncclCommDestroy)
     UFORM_LOAD(all_reduce, ncclAllReduce)
+    UFORM_LOAD(broadcast, ncclBroadcast)
     UFORM_LOAD(group_start, ncclGroupStart)
     UFORM_LOAD(group_end, ncclGroupEnd)
 #undef UFORM_LOAD
@@ -116,7 +118,8 @@ struct uform_nccl {
     cudaStream_t stream;      /* the sums' own stream */
     cudaEvent_t *marks;       /* [slots]: points of the compute stream (uform_nccl_mark) */
     size_t slots;
-    cudaEvent_t done;         /* after the last sum issued */
+    cudaEvent_t ready;        /* where the compute stream stood before a gather */
+    cudaEvent_t done;         /* after the last sum or gather issued */
 };
 
 static uint64_t uform_nccl_now_ms(void) {
@@ -157,6 +160,7 @@ static void uform_nccl_release(uform_nccl_t *c) {
     if (c->device >= 0) (void)cudaSetDevice(c->device);
     for (size_t s = 0; s < c->slots; s++) (void)cudaEventDestroy(c->marks[s]);
     if (c->done) (void)cudaEventDestroy(c->done);
+    if (c->ready) (void)cudaEventDestroy(c->ready);
     if (c->stream) (void)cudaStreamDestroy(c->stream);
     (void)cudaGetLastError();
     free(c->marks);
@@ -214,6 +218,7 @@ extern "C" uform_status_t uform_nccl_connect(const uint8_t id[UFORM_NCCL_ID_BYTE
         cudaError_t error = cudaSetDevice(c->device);
         if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
         if (error == cudaSuccess) error = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+        if (error == cudaSuccess) error = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming);
         if (error != cudaSuccess) {
             (void)cudaGetLastError();
             status = uform_fail(UFORM_DEVICE, "GPU %d: NCCL's stream: %s", c->device, cudaGetErrorString(error));
@@ -304,14 +309,52 @@ extern "C" void uform_nccl_mark(uform_nccl_t *c, uform_backend_t *b, size_t slot
     uform_cuda_ok(b, cudaEventRecord(c->marks[slot], uform_cuda_context(b)->stream), "NCCL mark (cudaEventRecord)");
 }
 
-/* The communicator is done for: aborted (its peers' sums fail or time out). */
-static uform_status_t uform_nccl_failed(uform_nccl_t *c, const char *what, const char *words) {
-    uform_status_t status = uform_fail(UFORM_MESH, "NCCL: the gradient sum on GPU %d (rank %d of %d) %s: %s",
+/* The communicator is done for: aborted (its peers' collectives fail or time
+ * out). `collective` names it ("the gradient sum"), `what` what went wrong. */
+static uform_status_t uform_nccl_failed(uform_nccl_t *c, const char *collective, const char *what,
+                                        const char *words) {
+    uform_status_t status = uform_fail(UFORM_MESH, "NCCL: %s on GPU %d (rank %d of %d) %s: %s", collective,
                                        c->device, c->rank, c->ranks, what, words);
     const uform_nccl_api_t *api = uform_nccl();
     if (c->comm && api) (void)api->abort(c->comm);
     c->comm = NULL;
     return status;
+}
+
+/* After `collective` was issued on the comm's stream (NCCL's answer in
+ * `result`): waits until it is done, at most until `deadline`. NCCL waits for
+ * its peers on the GPU and does not give up: the host watches the stream and
+ * NCCL's asynchronous errors, and aborts at the deadline (a peer died or
+ * hung). */
+static uform_status_t uform_nccl_finish(uform_nccl_t *c, const char *collective, ncclResult_t result,
+                                        uint64_t deadline, uint64_t timeout_ms) {
+    const uform_nccl_api_t *api = uform_nccl();
+    if (result == ncclInProgress) result = uform_nccl_settle(c->comm, deadline);   /* still being issued */
+    if (result != ncclSuccess)
+        return uform_nccl_failed(c, collective, result == ncclTimeout ? "was not issued in time" : "could not be issued",
+                                 uform_nccl_words(c->comm, result));
+    cudaError_t error = cudaEventRecord(c->done, c->stream);
+    while (error == cudaSuccess && (error = cudaStreamQuery(c->stream)) == cudaErrorNotReady) {
+        error = cudaSuccess;
+        ncclResult_t state = ncclSuccess;
+        if (api->async_error(c->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
+            return uform_nccl_failed(c, collective, "failed", uform_nccl_words(c->comm, state));
+        if (uform_nccl_now_ms() >= deadline) {
+            char words[160];
+            snprintf(words, sizeof(words), "no answer within the mesh's %llu ms timeout (a peer died or hung)",
+                     (unsigned long long)timeout_ms);
+            return uform_nccl_failed(c, collective, "timed out", words);
+        }
+        uform_nccl_pause();
+    }
+    if (error != cudaSuccess) {
+        (void)cudaGetLastError();
+        return uform_nccl_failed(c, collective, "failed on the GPU", cudaGetErrorString(error));
+    }
+    ncclResult_t state = ncclSuccess;   /* the emulation fails synchronously, yet reports it here */
+    if (api->async_error(c->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
+        return uform_nccl_failed(c, collective, "failed", uform_nccl_words(c->comm, state));
+    return UFORM_OK;
 }
 
 extern "C" uform_status_t uform_nccl_sum(uform_nccl_t *c, float *values, size_t count, size_t slot,
@@ -326,43 +369,53 @@ extern "C" uform_status_t uform_nccl_sum(uform_nccl_t *c, float *values, size_t 
     cudaError_t error = cudaStreamWaitEvent(c->stream, c->marks[slot], 0);
     if (error != cudaSuccess) {
         (void)cudaGetLastError();
-        return uform_nccl_failed(c, "could not wait for its gradients", cudaGetErrorString(error));
+        return uform_nccl_failed(c, "the gradient sum", "could not wait for its gradients",
+                                 cudaGetErrorString(error));
     }
     ncclResult_t result = api->all_reduce(values, values, count, ncclFloat32, ncclSum, c->comm, c->stream);
-    if (result == ncclInProgress) result = uform_nccl_settle(c->comm, deadline);   /* still being issued */
-    if (result != ncclSuccess)
-        return uform_nccl_failed(c, result == ncclTimeout ? "was not issued in time" : "could not be issued",
-                                 uform_nccl_words(c->comm, result));
-    error = cudaEventRecord(c->done, c->stream);
-    /* NCCL waits for its peers on the GPU and does not give up: the host
-     * watches the stream and NCCL's asynchronous errors, and aborts at the
-     * deadline (a peer died or hung). */
-    while (error == cudaSuccess && (error = cudaStreamQuery(c->stream)) == cudaErrorNotReady) {
-        error = cudaSuccess;
-        ncclResult_t state = ncclSuccess;
-        if (api->async_error(c->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
-            return uform_nccl_failed(c, "failed", uform_nccl_words(c->comm, state));
-        if (uform_nccl_now_ms() >= deadline) {
-            char words[160];
-            snprintf(words, sizeof(words), "no answer within the mesh's %llu ms timeout (a peer died or hung)",
-                     (unsigned long long)timeout_ms);
-            return uform_nccl_failed(c, "timed out", words);
-        }
-        uform_nccl_pause();
-    }
-    if (error != cudaSuccess) {
-        (void)cudaGetLastError();
-        return uform_nccl_failed(c, "failed on the GPU", cudaGetErrorString(error));
-    }
-    ncclResult_t state = ncclSuccess;   /* the emulation fails synchronously, yet reports it here */
-    if (api->async_error(c->comm, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
-        return uform_nccl_failed(c, "failed", uform_nccl_words(c->comm, state));
-    return UFORM_OK;
+    return uform_nccl_finish(c, "the gradient sum", result, deadline, timeout_ms);
 }
 
 extern "C" void uform_nccl_join(uform_nccl_t *c, uform_backend_t *b) {
     uform_cuda_ok(b, cudaStreamWaitEvent(uform_cuda_context(b)->stream, c->done, 0),
                   "NCCL join (cudaStreamWaitEvent)");
+}
+
+extern "C" bool uform_nccl_placed(const uform_nccl_t *c, size_t rank, size_t ranks) {
+    return c && c->comm && (size_t)c->rank == rank && (size_t)c->ranks == ranks;
+}
+
+/* A broadcast from every rank in turn, in one group: NCCL has no gather of
+ * blocks of different sizes, and this is how its documentation builds one. */
+extern "C" uform_status_t uform_nccl_gather(uform_nccl_t *c, uform_backend_t *b, const void *mine,
+                                            const size_t *bytes, void *out, uint64_t timeout_ms) {
+    const uform_nccl_api_t *api = uform_nccl();
+    if (!c->comm)
+        return uform_fail(UFORM_MESH, "NCCL: GPU %d's communicator was aborted after an earlier failure",
+                          c->device);
+    uint64_t deadline = uform_nccl_now_ms() + timeout_ms;
+    (void)cudaSetDevice(c->device);
+    /* the compute stream wrote `mine`: the gather's stream starts after it */
+    cudaError_t error = cudaEventRecord(c->ready, uform_cuda_context(b)->stream);
+    if (error == cudaSuccess) error = cudaStreamWaitEvent(c->stream, c->ready, 0);
+    if (error != cudaSuccess) {
+        (void)cudaGetLastError();
+        return uform_nccl_failed(c, "the gather", "could not wait for its rows", cudaGetErrorString(error));
+    }
+    ncclResult_t result = api->group_start();
+    size_t at = 0;
+    for (int r = 0; r < c->ranks && result == ncclSuccess; r++) {
+        uint8_t *block = (uint8_t *)out + at;
+        if (bytes[r])   /* every rank knows every count: all skip the same */
+            result = api->broadcast(r == c->rank ? mine : block, block, bytes[r], ncclUint8, r, c->comm, c->stream);
+        if (result == ncclInProgress) result = ncclSuccess;
+        at += bytes[r];
+    }
+    ncclResult_t ended = api->group_end();
+    if (result == ncclSuccess) result = ended;
+    uform_status_t status = uform_nccl_finish(c, "the gather", result, deadline, timeout_ms);
+    if (status == UFORM_OK) uform_nccl_join(c, b);   /* the rows are used on the compute stream */
+    return status;
 }
 
 extern "C" void uform_nccl_abort(uform_nccl_t *c) {
@@ -425,6 +478,15 @@ extern "C" uform_status_t uform_nccl_sum(uform_nccl_t *c, float *values, size_t 
     return uform_fail(UFORM_UNSUPPORTED, "this build of libuform has no NCCL");
 }
 extern "C" void uform_nccl_join(uform_nccl_t *c, uform_backend_t *b) { (void)c, (void)b; }
+extern "C" bool uform_nccl_placed(const uform_nccl_t *c, size_t rank, size_t ranks) {
+    (void)c, (void)rank, (void)ranks;
+    return false;
+}
+extern "C" uform_status_t uform_nccl_gather(uform_nccl_t *c, uform_backend_t *b, const void *mine,
+                                            const size_t *bytes, void *out, uint64_t timeout_ms) {
+    (void)c, (void)b, (void)mine, (void)bytes, (void)out, (void)timeout_ms;
+    return uform_fail(UFORM_UNSUPPORTED, "this build of libuform has no NCCL");
+}
 extern "C" void uform_nccl_abort(uform_nccl_t *c) { (void)c; }
 extern "C" void uform_nccl_free(uform_nccl_t *c, uint64_t timeout_ms) { (void)c, (void)timeout_ms; }
 

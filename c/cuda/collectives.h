@@ -9,6 +9,8 @@
  * summing thread has the bucket summed in place on the communicator's stream
  * after that point (uform_nccl_sum), so the sum runs on the GPU while the
  * backward goes on; uform_nccl_join makes the compute stream wait for them.
+ * The pairing terms' embeddings and token rows are gathered through the same
+ * communicator (uform_nccl_gather), before the backward.
  *
  * NCCL is loaded on first use (dlopen of libnccl.so.2, from the PyPI wheel
  * nvidia-nccl-cu13, found on the library's rpath), so a process that never
@@ -76,6 +78,18 @@ UFORM_INTERNAL uform_status_t uform_nccl_sum(uform_nccl_t *comm, float *values, 
 
 /* The backend's stream waits for every sum done so far. */
 UFORM_INTERNAL void uform_nccl_join(uform_nccl_t *comm, uform_backend_t *backend);
+
+/* Whether comm is rank `rank` of `ranks` (a mesh's view of the world is
+ * NCCL's only then, and its gathers can run through it). */
+UFORM_INTERNAL bool uform_nccl_placed(const uform_nccl_t *comm, size_t rank, size_t ranks);
+
+/* Every rank's bytes[r] bytes in rank order into out (device memory of the
+ * comm's GPU), this rank's block read from `mine` (not overlapping out), after
+ * what the backend's stream has issued so far; the backend's stream waits for
+ * the result. Bounded and failing as uform_nccl_sum ("the gather"). The same
+ * order of collectives on every rank; not while a sum runs. */
+UFORM_INTERNAL uform_status_t uform_nccl_gather(uform_nccl_t *comm, uform_backend_t *backend, const void *mine,
+                                                const size_t *bytes, void *out, uint64_t timeout_ms);
 
 /* Abort (a broken mesh: peers may be gone) or finalize and destroy (bounded
  * by timeout_ms, else aborted); frees the communicator. NULL: nothing. */

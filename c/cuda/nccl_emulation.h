@@ -26,6 +26,8 @@
  * that fails returns ncclSuccess and records ncclRemoteError as the comm's
  * async error, as real NCCL fails asynchronously. UFORM_EMULATION_NCCL_DIE_AT
  * kills the process at a given sum (tests of a host lost mid-step);
+ * ncclBroadcast moves bytes through the same slots (the root's alone), and
+ * UFORM_EMULATION_NCCL_DIE_AT_BROADCAST kills at a given broadcast;
  * UFORM_EMULATION_NCCL_LSA_RANKS makes up NVLink SHARP (ncclCommQueryProperties). Not emulated: other
  * collectives, types and operations, streams, CUDA graphs, splitting, any
  * timing. */
@@ -216,16 +218,20 @@ static inline void release(ncclComm *comm) {
     delete comm;
 }
 
-/* An allreduce as steps that never block, so that a group's can take turns
- * on one thread; with count 0 it only awaits the init. */
+/* An allreduce of floats or a broadcast of bytes as steps that never block,
+ * so that a group's can take turns on one thread; with count 0 it only awaits
+ * the init. Counts are bytes. */
 struct Op {
     ncclComm *comm;
-    const float *send;
-    float *recv;
+    const char *send;
+    char *recv;
     size_t count, done, n;
     int phase;   /* 0: copy the next chunk in; 1, 2: at the barrier after the copy, after the fold */
     bool init, finished;
+    bool broadcast;   /* else a float sum */
+    int root;         /* the broadcast's */
 };
+constexpr size_t kChunkBytes = kChunk * sizeof(float);
 /* Advances `op` as far as it can; true once it is finished (or failed). */
 static inline bool step(Op &op, bool &moved) {
     ncclComm *comm = op.comm;
@@ -234,18 +240,22 @@ static inline bool step(Op &op, bool &moved) {
     for (;; moved = true) {
         if (op.phase == 0) {
             if (op.done == op.count) return true;
-            op.n = std::min(kChunk, op.count - op.done);
-            memcpy(slot(comm, comm->rank), op.send + op.done, op.n * sizeof(float));
+            op.n = std::min(kChunkBytes, op.count - op.done);
+            if (!op.broadcast || comm->rank == op.root) memcpy(slot(comm, comm->rank), op.send + op.done, op.n);
             arrive(comm);
             op.phase = 1;
         } else if (comm->shared->barriers.load() < (uint64_t)comm->nranks * comm->arrived) {
             return failed(comm);
         } else if (op.phase == 1) {
-            float *out = op.recv + op.done;
-            memcpy(out, slot(comm, 0), op.n * sizeof(float));
-            for (int r = 1; r < comm->nranks; r++) {
-                const float *in = slot(comm, r);
-                for (size_t i = 0; i < op.n; i++) out[i] += in[i];
+            if (op.broadcast) {
+                memcpy(op.recv + op.done, slot(comm, op.root), op.n);
+            } else {
+                float *out = (float *)(op.recv + op.done);
+                memcpy(out, slot(comm, 0), op.n);
+                for (int r = 1; r < comm->nranks; r++) {
+                    const float *in = slot(comm, r);
+                    for (size_t i = 0; i < op.n / sizeof(float); i++) out[i] += in[i];
+                }
             }
             arrive(comm);
             op.phase = 2;
@@ -394,7 +404,7 @@ static inline ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, 
         poll_init(c);
         return ncclInProgress;
     }
-    Op wait = {c, nullptr, nullptr, 0, 0, 0, 0, true, false};
+    Op wait = {c, nullptr, nullptr, 0, 0, 0, 0, true, false, false, 0};
     if (group.depth) return group.ops.push_back(wait), ncclSuccess;
     run(&wait, 1);
     if (c->state == ncclSuccess) return ncclSuccess;
@@ -442,9 +452,29 @@ static inline ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, s
     static std::atomic<long> sums{0};
     const char *die_at = getenv("UFORM_EMULATION_NCCL_DIE_AT");
     if (die_at && sums.fetch_add(1) + 1 == atol(die_at)) _exit(9);
-    Op sum = {comm, (const float *)sendbuff, (float *)recvbuff, count, 0, 0, 0, false, false};
+    Op sum = {comm, (const char *)sendbuff, (char *)recvbuff, count * sizeof(float), 0, 0, 0, false, false, false, 0};
     if (group.depth) return group.ops.push_back(sum), ncclSuccess;
     run(&sum, 1);
+    return ncclSuccess;
+}
+
+/* Bytes only (ncclInt8 / ncclUint8): root's sendbuff into every rank's
+ * recvbuff. A failure is recorded on the comm, not returned. */
+static inline ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                         int root, ncclComm_t comm, cudaStream_t stream) {
+    using namespace uform_nccl_emulated;
+    (void)stream;
+    if (!comm || (datatype != ncclInt8 && datatype != ncclUint8) || root < 0 || root >= comm->nranks ||
+        (count && (!recvbuff || (comm->rank == root && !sendbuff))))
+        return refuse(ncclInvalidArgument, "the emulation broadcasts bytes only, with a comm, a root and buffers");
+    /* UFORM_EMULATION_NCCL_DIE_AT_BROADCAST=k: as UFORM_EMULATION_NCCL_DIE_AT,
+     * at the k-th broadcast (a host killed in the middle of a gather) */
+    static std::atomic<long> casts{0};
+    const char *die_at = getenv("UFORM_EMULATION_NCCL_DIE_AT_BROADCAST");
+    if (die_at && casts.fetch_add(1) + 1 == atol(die_at)) _exit(9);
+    Op cast = {comm, (const char *)sendbuff, (char *)recvbuff, count, 0, 0, 0, false, false, true, root};
+    if (group.depth) return group.ops.push_back(cast), ncclSuccess;
+    run(&cast, 1);
     return ncclSuccess;
 }
 

@@ -19,8 +19,10 @@
  * NCCL, which refuses two ranks on one GPU, is declined). With two GPUs, also
  * a host on each GPU (NCCL's case on a real machine). UFORM_MESH_ENGINE=nccl
  * on hosts sharing a GPU is refused at bootstrap naming the GPU. Both hosts
- * describe one multimem tier; under the emulation, which makes NVLink SHARP
- * up (UFORM_EMULATION_NCCL_LSA_RANKS), the tier each report gives.
+ * describe one multimem tier. Under the emulation: a host killed in the
+ * middle of a sum or of a gather (on NCCL) is named by its peer, and the
+ * tier of made-up NVLink layouts (UFORM_EMULATION_NCCL_LSA_RANKS) is each
+ * layout's.
  *
  * Tolerance: the mesh sums the two hosts' gradients, one process sums every
  * item's in one pass, so the gradients differ by FP32 rounding; AdamW's first
@@ -185,6 +187,11 @@ int main(int argc, char **argv) {
         if (!own_gpu && strcmp(argv[7], "nccl") == 0) setenv("UFORM_EMULATION_SHARED_GPUS", "1", 1);
         /* "lost": host 1 dies in step 1's second gradient sum (2 blocks: 4 sums a step) */
         if (strcmp(argv[8], "lost") == 0 && host == 1) setenv("UFORM_EMULATION_NCCL_DIE_AT", "6", 1);
+        /* "lost-gather": host 1 dies in step 1's gather of embeddings (a
+         * broadcast per host for the embeddings, another for the token rows:
+         * 4 a step) */
+        if (strcmp(argv[8], "lost-gather") == 0 && host == 1)
+            setenv("UFORM_EMULATION_NCCL_DIE_AT_BROADCAST", "5", 1);
         /* "lsa:a:b": bootstrap only, host 0's emulated NVLink domains of a
          * ranks with multicast (nccl_emulation.h), host 1's of b */
         bool tiers = strncmp(argv[8], "lsa:", 4) == 0;
@@ -334,6 +341,11 @@ int main(int argc, char **argv) {
     run_hosts(argv[0], directory, "lost", "1", "auto", "lost", lost);
     row("2 x 1 GPU, NCCL, host 1 killed mid-sum: host 0 names it",
         lost[0].status == UFORM_MESH && strstr(lost[0].message, "lost host 1") && strcmp(lost[0].engine, "nccl") == 0,
+        lost[0].message);
+    run_hosts(argv[0], directory, "lost-gather", "1", "auto", "lost-gather", lost);
+    row("2 x 1 GPU, NCCL, host 1 killed mid-gather: host 0 names it",
+        lost[0].status == UFORM_MESH && strstr(lost[0].message, "lost host 1") &&
+            strstr(lost[0].message, "NCCL: the gather") && strcmp(lost[0].engine, "nccl") == 0,
         lost[0].message);
 #endif
     char command[400];

@@ -252,13 +252,28 @@ uform_status_t uform_mesh_sum(uform_mesh_t *m, float *values, size_t count) {
     return UFORM_OK;
 }
 
+/* After a failed NCCL collective: this rank's communicator is aborted, and
+ * its sibling GPUs' threads learn now. */
+static uform_status_t uform_mesh_device_broke(uform_mesh_t *m) {
+    if (m->local) uform_local_break(m->local, uform_last_error());
+    return uform_mesh_broke(m);
+}
+
 uform_status_t uform_mesh_device_sum(uform_mesh_t *m, float *values, size_t count, size_t slot) {
     UFORM_TRY(uform_mesh_usable(m));
     if (count == 0) return UFORM_OK;
     if (uform_mesh_nccl_sum(m, values, count, slot) == UFORM_OK) return UFORM_OK;
-    /* this rank's communicator is aborted: its sibling GPUs' threads learn now */
-    if (m->local) uform_local_break(m->local, uform_last_error());
-    return uform_mesh_broke(m);
+    return uform_mesh_device_broke(m);
+}
+
+uform_status_t uform_mesh_device_gather(uform_mesh_t *m, uform_backend_t *b, const void *local,
+                                        const size_t *bytes, void *out) {
+    UFORM_TRY(uform_mesh_usable(m));
+    size_t total = 0;
+    for (size_t h = 0; h < m->hosts; h++) total += bytes[h];
+    if (total == 0) return UFORM_OK;   /* every host knows the counts: all skip together */
+    if (uform_mesh_nccl_gather(m, b, local, bytes, out) == UFORM_OK) return UFORM_OK;
+    return uform_mesh_device_broke(m);
 }
 
 typedef struct {

@@ -116,6 +116,18 @@ UFORM_INTERNAL void uform_mesh_nccl_close(uform_mesh_t *m);
 /* NCCL's part of uform_mesh_device_sum (mesh.c breaks the mesh on failure). */
 UFORM_INTERNAL uform_status_t uform_mesh_nccl_sum(uform_mesh_t *m, float *values, size_t count, size_t slot);
 
+/* Whether m gathers device memory on the GPUs (NCCL, its communicator's ranks
+ * being m's hosts: always so for a mesh or a view that sums there). */
+UFORM_INTERNAL bool uform_mesh_gathers_on_device(const uform_mesh_t *m);
+/* Every host's bytes[h] bytes of b's memory in host order into out, this
+ * host's from `local`, on the GPUs; b's stream waits for them. A failure
+ * breaks the mesh, as a failed sum. */
+UFORM_INTERNAL uform_status_t uform_mesh_device_gather(uform_mesh_t *m, uform_backend_t *b, const void *local,
+                                                       const size_t *bytes, void *out);
+/* NCCL's part of it (mesh.c breaks the mesh on failure). */
+UFORM_INTERNAL uform_status_t uform_mesh_nccl_gather(uform_mesh_t *m, uform_backend_t *b, const void *local,
+                                                     const size_t *bytes, void *out);
+
 /* ---- ranks that are threads of one process (mesh_local.c) ---- */
 
 typedef struct uform_local_ranks uform_local_ranks_t;

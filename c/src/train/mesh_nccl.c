@@ -209,6 +209,15 @@ uform_status_t uform_mesh_nccl_sum(uform_mesh_t *m, float *values, size_t count,
 
 void uform_mesh_device_join(uform_mesh_t *m, uform_backend_t *b) { uform_nccl_join(m->nccl, b); }
 
+bool uform_mesh_gathers_on_device(const uform_mesh_t *m) {
+    return m && m->nccl && uform_nccl_placed(m->nccl, m->host, m->hosts);
+}
+
+uform_status_t uform_mesh_nccl_gather(uform_mesh_t *m, uform_backend_t *b, const void *local,
+                                      const size_t *bytes, void *out) {
+    return uform_nccl_gather(m->nccl, b, local, bytes, out, m->timeout_ms);
+}
+
 #else /* no CUDA backend: every mesh sums through host memory */
 
 void uform_mesh_nccl_offer(const uform_mesh_t *m, char *offer, size_t bytes) {
@@ -242,5 +251,11 @@ uform_status_t uform_mesh_nccl_sum(uform_mesh_t *m, float *values, size_t count,
     return uform_fail(UFORM_UNSUPPORTED, "mesh: no NCCL in this build");
 }
 void uform_mesh_device_join(uform_mesh_t *m, uform_backend_t *b) { (void)m, (void)b; }
+bool uform_mesh_gathers_on_device(const uform_mesh_t *m) { return (void)m, false; }
+uform_status_t uform_mesh_nccl_gather(uform_mesh_t *m, uform_backend_t *b, const void *local,
+                                      const size_t *bytes, void *out) {
+    (void)m, (void)b, (void)local, (void)bytes, (void)out;
+    return uform_fail(UFORM_UNSUPPORTED, "this build of libuform has no CUDA backend");
+}
 
 #endif

@@ -15,7 +15,8 @@
  * gradients are summed.
  *
  * The engine (Gloo) moves host memory. A trainer on a device gathers its
- * embeddings and token vectors through host copies: one download, the
+ * embeddings and token vectors on the GPUs through NCCL where the mesh sums
+ * there (mesh_nccl.c), else through host copies: one download, the
  * collective, one upload. The gradients are summed by gradient_sum.c. */
 #include "train/trainer_internal.h"
 #include "train/mesh.h"
@@ -150,12 +151,23 @@ uform_status_t uform_world_gather_items(uform_world_t *w, const void *local, siz
     return uform_world_gather(w, local, w->items_of, item_bytes, out);
 }
 
-/* uform_world_gather of the backend's memory: in place on the host, through
- * host copies on a device. */
+/* uform_world_gather of the backend's memory: in place on the host; on the
+ * GPUs through NCCL where the mesh sums there; else through host copies. */
 static uform_status_t uform_world_gather_vectors(uform_world_t *w, const void *local, const size_t *per_host,
                                                  size_t unit, void *out) {
     uform_backend_t *b = w->backend;
     if (b->ops->host_memory) return uform_world_gather(w, local, per_host, unit, out);
+    if (uform_mesh_gathers_on_device(w->mesh)) {
+        size_t *bytes = uform_alloc(w->hosts, sizeof(size_t), "mesh step");
+        if (!bytes) {
+            uform_mesh_abandon(w->mesh, UFORM_OUT_OF_MEMORY);   /* its peers are in the gather */
+            return UFORM_OUT_OF_MEMORY;
+        }
+        for (size_t h = 0; h < w->hosts; h++) bytes[h] = per_host[h] * unit;
+        uform_status_t status = uform_mesh_device_gather(w->mesh, b, local, bytes, out);
+        free(bytes);
+        return status;
+    }
     size_t total = 0;
     for (size_t h = 0; h < w->hosts; h++) total += per_host[h];
     size_t mine = per_host[w->host] * unit;
