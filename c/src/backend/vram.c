@@ -22,6 +22,9 @@
 #include "../../cuda/cuda_backend.h"   /* c/cuda/ */
 #endif
 
+/* A GPU the executor was not made with (loads and device arenas). */
+#define UFORM_NOT_HELD "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)"
+
 bool uform_vram_built(void) {
 #ifdef UFORM_HAVE_CUDA
     return true;
@@ -216,7 +219,7 @@ static uform_status_t uform_vram_load(const char *verb, const uform_safetensors_
             status = uform_fail(
                 UFORM_INVALID_ARGUMENT,
                 uform_executor_devices(executor)
-                    ? "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)"
+                    ? UFORM_NOT_HELD
                     : "executor: a RAM executor cannot hold a VRAM model on GPU %u (use Executor.for_vram)",
                 gpus[i]);
             break;
@@ -267,8 +270,7 @@ uform_status_t uform_arena_init_vram(uform_arena_t **result, const uform_executo
                           "(Executor.for_vram) holding GPU %u",
                           device);
     if (!uform_vram_device_of(executor, device))
-        return uform_fail(UFORM_INVALID_ARGUMENT,
-                          "executor: it does not hold GPU %u (make it with Executor.for_vram listing it)", device);
+        return uform_fail(UFORM_INVALID_ARGUMENT, UFORM_NOT_HELD, device);
     uform_arena_memory_t memory = {uform_cuda_arena_alloc, uform_cuda_arena_free, device};
     return uform_arena_init_device(result, &memory);
 #else
