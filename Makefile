@@ -321,7 +321,7 @@ $(BUILD)/emulated/test_%: tests/gpu/test_%.c $(TEST_HEADERS) $(EMULATED_CUDA_OBJ
 	  $(EMULATED_CUDA_OBJECTS) \
 	  -o $@ $(MEDIA_LIBS) $(MESH_LIBS) $(LDLIBS) -lstdc++
 
-EMULATED_GPU_TESTS := test_cuda_ops test_vram_model test_vram_arena test_vram_trainer test_vram_mesh test_vram_replicas
+EMULATED_GPU_TESTS := test_cuda_ops test_nccl_ops test_vram_model test_vram_arena test_vram_trainer test_vram_mesh test_vram_replicas
 # Two emulated devices for all (the one-GPU tests use the first). Each test is
 # one thread but test_vram_replicas (two GPUs, two threads taking turns), which
 # runs beside the others on the second core, its output printed after theirs.
