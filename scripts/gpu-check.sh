@@ -15,7 +15,8 @@
 #
 # Steps: the machine (nvidia-smi, nvcc), the library built with the CUDA backend for
 # every GPU class (one fat binary, -gencode sm_80 ... sm_100a), `make test-gpu` (the
-# GPU tests, then the benchmarks; a failed test once more under compute-sanitizer).
+# GPU tests, then the benchmarks; a failed test once more under compute-sanitizer), then
+# bench/gpu_profile.py (uform's kernels beside PyTorch's, into $OUT/profile.md).
 # Where $OUT is set (the device tool's folder
 # of files to bring back) the whole log, the summary and docs/benchmarks-gpu.md are
 # copied there.
@@ -76,7 +77,10 @@ if ! printf '#include <gloo/allgatherv.h>\n' | g++ -x c++ -fsyntax-only - 2>/dev
     G=/tmp/uform-gloo
     # dpkg -x, or where the image has no dpkg, the package's data archive through ar and tar
     step "carried Gloo" 60 "mkdir -p $G && for f in .whl/debs/*.deb; do dpkg -x \$f $G 2>/dev/null || ar p \$f \$(ar t \$f | grep '^data.tar') | tar -x -a -C $G -f - 2>/dev/null || ar p \$f \$(ar t \$f | grep '^data.tar') | tar -xJ -C $G || exit 1; done"
-    export CPATH=$G/usr/include${CPATH:+:$CPATH}
+    # as -isystem (C_INCLUDE_PATH, CPLUS_INCLUDE_PATH; not CPATH, which is -I): Gloo's
+    # headers fail our -Werror (-Wsign-compare in gloo/math.h) like any non-system header
+    export C_INCLUDE_PATH=$G/usr/include${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}
+    export CPLUS_INCLUDE_PATH=$G/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
     export LIBRARY_PATH=$G/usr/lib:$G/usr/lib/x86_64-linux-gnu:$G/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
     export LD_LIBRARY_PATH=$G/usr/lib:$G/usr/lib/x86_64-linux-gnu:$G/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
@@ -84,6 +88,8 @@ step "machine" 60 "nvidia-smi --query-gpu=name,memory.total,driver_version,clock
 JOBS=$(nproc 2>/dev/null || echo 4)
 step "build (library, CUDA backend)" 240 "make -j$JOBS lib && grep -E '^(cuda|mesh)=' c/build/media.txt"
 step "make test-gpu" 300 "make --no-print-directory -j$JOBS test-gpu"
+# where the GPU's time goes, uform's kernels beside PyTorch's (torch.profiler)
+step "profile (bench/gpu_profile.py)" 120 "python3 bench/gpu_profile.py --output $LOG_DIR/profile.md"
 # A GPU test that failed runs once more under compute-sanitizer's memcheck, whose first
 # report names the kernel and the bad access, while the device tool's 10 minutes last
 # (the summary below needs a few seconds).

@@ -140,9 +140,14 @@ static const char *uform_nccl_words(ncclComm_t comm, ncclResult_t result) {
     return text && text[0] ? text : api ? api->error_string(result) : "NCCL is not loaded";
 }
 
+/* The host's own answer "waited past the deadline": ncclNumResults, a value of
+ * ncclResult_t that no NCCL call returns (NCCL's own ncclTimeout is 2.2x-new:
+ * the GPU image's wheel lacks it). */
+#define UFORM_NCCL_TIMED_OUT ncclNumResults
+
 /* Waits until the communicator's pending work (its init, a non-blocking
- * call) is no longer in progress: its async error, or ncclTimeout past the
- * deadline. */
+ * call) is no longer in progress: its async error, or UFORM_NCCL_TIMED_OUT
+ * past the deadline. */
 static ncclResult_t uform_nccl_settle(ncclComm_t comm, uint64_t deadline) {
     const uform_nccl_api_t *api = uform_nccl();
     for (;;) {
@@ -150,7 +155,7 @@ static ncclResult_t uform_nccl_settle(ncclComm_t comm, uint64_t deadline) {
         ncclResult_t asked = api->async_error(comm, &state);
         if (asked != ncclSuccess) return asked;
         if (state != ncclInProgress) return state;
-        if (uform_nccl_now_ms() >= deadline) return ncclTimeout;
+        if (uform_nccl_now_ms() >= deadline) return UFORM_NCCL_TIMED_OUT;
         uform_nccl_pause();
     }
 }
@@ -251,7 +256,7 @@ extern "C" uform_status_t uform_nccl_connect(const uint8_t id[UFORM_NCCL_ID_BYTE
     for (size_t i = 0; i < count && status == UFORM_OK; i++) {
         uform_nccl_t *c = comms[i];
         ncclResult_t state = c->comm ? uform_nccl_settle(c->comm, deadline) : ncclInternalError;
-        if (state == ncclTimeout)
+        if (state == UFORM_NCCL_TIMED_OUT)
             status = uform_fail(UFORM_MESH, "NCCL: GPU %d (rank %d of %d) waited %llu ms for the other ranks to "
                                 "join its communicator; some never came", c->device, c->rank, c->ranks,
                                 (unsigned long long)timeout_ms);
@@ -331,7 +336,7 @@ static uform_status_t uform_nccl_finish(uform_nccl_t *c, const char *collective,
     const uform_nccl_api_t *api = uform_nccl();
     if (result == ncclInProgress) result = uform_nccl_settle(c->comm, deadline);   /* still being issued */
     if (result != ncclSuccess)
-        return uform_nccl_failed(c, collective, result == ncclTimeout ? "was not issued in time" : "could not be issued",
+        return uform_nccl_failed(c, collective, result == UFORM_NCCL_TIMED_OUT ? "was not issued in time" : "could not be issued",
                                  uform_nccl_words(c->comm, result));
     cudaError_t error = cudaEventRecord(c->done, c->stream);
     while (error == cudaSuccess && (error = cudaStreamQuery(c->stream)) == cudaErrorNotReady) {
