@@ -87,8 +87,8 @@ def main() -> int:
     arena = uform.Arena()
     seconds, ours = timed(lambda batch: model.text_encode(batch, arena).embeddings, texts)
     rows.append(("uform VRAM (BF16 products, FP32 sums)", seconds, ours))
-    # E4M3 weights (the E4M3 issue's speed evidence): decoded to BF16 before each
-    # product, so expected a little slower than BF16 (docs/gpu.md, "E4M3")
+    # E4M3 weights (the E4M3 issue's speed evidence): FP8 products on Ada and later,
+    # each activation row quantized first (gemm_fp8.cu); decoded to BF16 on Ampere
     quantized = uform.Model.load_vram(path, quantization=uform.Scalar.E4M3)
     seconds, e4m3 = timed(lambda batch: quantized.text_encode(batch, arena).embeddings, texts)
     rows.append(("uform VRAM, E4M3 weights", seconds, e4m3))
@@ -108,12 +108,14 @@ def main() -> int:
         single_rows.append((label, seconds))
 
     torch_note = ""
+    name = os.environ.get("UFORM_GPU_NAME", f"GPU class {getattr(gpu_class, 'name', gpu_class)}")
     try:
         import torch
         from reference.batched import BatchedTorchModel
         if not torch.cuda.is_available():
             torch_note = f"torch {torch.__version__} here has no CUDA"
         else:
+            name = os.environ.get("UFORM_GPU_NAME", torch.cuda.get_device_name(0))
             reference = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=64, device="cuda")
 
             def encode_torch(batch):
@@ -125,7 +127,6 @@ def main() -> int:
     except ImportError as error:
         torch_note = f"torch is not installed ({error})"
 
-    name = os.environ.get("UFORM_GPU_NAME", str(gpu_class))
     lines = [f"GPU: {name}; depth {SHAPE['depth']}, hidden {SHAPE['hidden']}, {TEXTS} texts of "
              f"{TEXT_BYTES[0]}-{TEXT_BYTES[1]} bytes ({tokens} tokens), best of {ROUNDS} rounds", "",
              "| contender | texts/s | tokens/s | vs torch | cosine to uform (lowest) |",
