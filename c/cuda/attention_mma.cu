@@ -30,9 +30,10 @@
  * it). dq and (dk, dv) are two kernels, each recomputing the scores: 7
  * products per pair of tiles instead of FlashAttention-2's 5 with atomic dq.
  *
- * Compiled, NOT YET RUN ON A GPU; the kernels (attention_mma.cuh) run on the
- * CPU in tests/c/test_attention_mma.cc, under an emulation of a block's
- * threads, shuffles and mma.sync, against float64. attention.cu keeps the
+ * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); the kernels
+ * (attention_mma.cuh) also run on the CPU in tests/c/test_attention_mma.cc,
+ * under an emulation of a block's threads, shuffles and mma.sync, against
+ * float64. attention.cu keeps the
  * simple FP32 kernels (the first version), which tests/gpu/test_cuda_ops.c
  * checks beside these on a GPU. */
 #include "cuda_internal.h"
@@ -43,25 +44,31 @@
 
 #include "attention_mma.cuh"
 
-/* Blocks per (segment, head): enough for about four waves over the GPU when
- * the batch has few segments, at most 16 (a longer segment's tiles loop). */
-static dim3 uform_attention_mma_grid(uform_backend_t *b, size_t count, size_t heads) {
-    size_t wanted = 4 * (size_t)uform_cuda_context(b)->multiprocessors, pairs = count * heads;
-    size_t slots = (wanted + pairs - 1) / pairs;
-    return dim3((unsigned)count, (unsigned)heads, (unsigned)(slots < 1 ? 1 : slots > 16 ? 16 : slots));
+/* A block per (segment, head, tile of 64 rows of the longest segment): a
+ * shorter segment's blocks past its tiles return at once. The first version
+ * gave a (segment, head) a few blocks, each looping over many tiles: on an
+ * H200 (2026-12-04) a batch's longest segment then ran alone for most of the
+ * kernel's time, 2 ms a layer for the forward of 34k rows, 8 ms for dk, dv of
+ * 32 rows of 1024 (bench/gpu_profile.py). Past the grid's 65535 the tiles
+ * loop (UFORM_MMA_BLOCK_TILES). */
+static dim3 uform_attention_mma_grid(size_t count, size_t heads, size_t longest) {
+    size_t tiles = (longest + UFORM_MMA_TILE - 1) / UFORM_MMA_TILE;
+    return dim3((unsigned)count, (unsigned)heads, (unsigned)(tiles < 1 ? 1 : tiles > 65535 ? 65535 : tiles));
 }
 
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
-                                      const uform_segment_t *segments, size_t count, float *out, float *logsumexp) {
-    UFORM_LAUNCH(uform_attention_forward_mma, uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH), UFORM_MMA_THREADS, uform_cuda_context(b)->stream)(qkv, hidden, segments, out, logsumexp);
+                                      const uform_segment_t *segments, size_t count, size_t longest, float *out,
+                                      float *logsumexp) {
+    UFORM_LAUNCH(uform_attention_forward_mma, uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest),
+                 UFORM_MMA_THREADS, uform_cuda_context(b)->stream)(qkv, hidden, segments, out, logsumexp);
     uform_cuda_launched(b, "attention_forward (tensor cores)");
 }
 
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                       size_t count, float *dqkv) {
+                                       size_t count, size_t longest, float *dqkv) {
     cudaStream_t stream = uform_cuda_context(b)->stream;
-    dim3 grid = uform_attention_mma_grid(b, count, hidden / UFORM_HEAD_WIDTH);
+    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
     UFORM_LAUNCH(uform_attention_dq_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
                                                                     dqkv);
     uform_cuda_launched(b, "attention_backward dq (tensor cores)");

@@ -6,9 +6,11 @@
  * are found (UFORM_HAVE_CUDA); without them none of this is compiled and every
  * VRAM call answers UFORM_UNSUPPORTED.
  *
- * Status: compiled (sm_80, sm_89, sm_90a, sm_100a), NOT YET RUN ON A GPU;
- * every hand-written kernel runs on the CPU under an emulation of CUDA
- * (emulation.h, `make test-cuda-emulated`), cuBLASLt does not.
+ * Status: compiled (sm_80, sm_89, sm_90a, sm_100a); run on one H200
+ * (2026-12-04: every test of tests/gpu/ passed but the FP8 products, which
+ * cuBLASLt refused, gemm_fp8.cu); every hand-written kernel also runs on the
+ * CPU under an emulation of CUDA (emulation.h, `make test-cuda-emulated`),
+ * cuBLASLt does not.
  * Built so far: device discovery and classes, memory, FP32 products through
  * cuBLASLt (gemm; linear, linear_gelu, linear_backward on dense weights in
  * BF16),
@@ -55,6 +57,12 @@ UFORM_INTERNAL void uform_cuda_arena_free(uint32_t device, void *memory);
  * (true) or the BF16 tensor-core ones (false, the default). For tests, which
  * check both against the CPU backend. */
 UFORM_INTERNAL void uform_cuda_attention_simple(uform_backend_t *backend, bool simple);
+
+/* Why this backend's E4M3 products are decoded to BF16 on a GPU with FP8
+ * tensor cores (cuBLASLt refused an FP8 product: gemm_fp8.cu), or NULL while
+ * they run on the FP8 tensor cores (or never ran). For tests and benchmarks,
+ * which must know which rule the outputs follow. */
+UFORM_INTERNAL const char *uform_cuda_fp8_refusal(uform_backend_t *backend);
 
 UFORM_INTERNAL extern const uform_backend_ops_t uform_cuda_backend_ops;
 

@@ -85,8 +85,11 @@ typedef struct {
     /* FP8 products (gemm_fp8.cu): on GPUs with FP8 tensor cores (ADA and
      * later), until cuBLASLt finds no algorithm for one (then `fp8_refused`:
      * E4M3 weights are decoded to BF16 instead, as on AMPERE); the
-     * activations' codes and row scales, and the product before the bias. */
+     * activations' codes and row scales, and the product before the bias.
+     * fp8_refusal says why, plan_refusal why the last quiet plan was not made
+     * (uform_cuda_plan). */
     bool fp8_products, fp8_refused;
+    char fp8_refusal[256], plan_refusal[128];
     uform_cuda_buffer_t fp8_rows, fp8_product;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
@@ -290,17 +293,18 @@ void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, con
 /* attention.cu */
 size_t uform_cuda_attention_scratch_bytes(uform_backend_t *b, size_t hidden, size_t segments, size_t longest);
 void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
-                                  const uform_segment_t *segments, size_t count, float *out, float *logsumexp,
-                                  void *scratch);
+                                  const uform_segment_t *segments, size_t count, size_t longest, float *out,
+                                  float *logsumexp, void *scratch);
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                   size_t count, float *dqkv);
+                                   size_t count, size_t longest, float *dqkv);
 /* attention_mma.cu: the tensor-core kernels (16-byte aligned operands) */
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
-                                      const uform_segment_t *segments, size_t count, float *out, float *logsumexp);
+                                      const uform_segment_t *segments, size_t count, size_t longest, float *out,
+                                      float *logsumexp);
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                       size_t count, float *dqkv);
+                                       size_t count, size_t longest, float *dqkv);
 /* adamw.cu */
 double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t count);
 void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradients, float gradient_scale,

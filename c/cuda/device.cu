@@ -141,6 +141,9 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     uform_backend_ops_t ops;
     memset(&ops, 0, sizeof(ops));
     ops.name = "cuda";
+    /* 32k rows at hidden 768: 2k rows (64 MiB) left an H200 idle between
+     * launches (docs/benchmarks-gpu.md, 2026-12-04) */
+    ops.forward_batch_bytes = (size_t)1 << 30;
     ops.alloc = uform_cuda_alloc;
     ops.free = uform_cuda_free;
     ops.upload = uform_cuda_upload;

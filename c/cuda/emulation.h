@@ -70,6 +70,9 @@ struct __attribute__((aligned(16))) float4 {
 struct __attribute__((aligned(8))) float2 {
     float x, y;
 };
+struct __attribute__((aligned(8))) uint2 {
+    unsigned x, y;
+};
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 

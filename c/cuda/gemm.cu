@@ -35,6 +35,7 @@
 
 #include <cuda_bf16.h>
 #endif
+#include <stdio.h>
 #include <string.h>
 
 #ifdef UFORM_CUDA_EMULATION
@@ -93,15 +94,20 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
                                    size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
                                    uint32_t align_c, bool quiet) {
-    /* quiet: a failure to make the plan is not recorded (the caller has another way) */
-    auto lt_ok = [b, quiet](cublasStatus_t status, const char *what) {
+    /* quiet: a failure to make the plan is not recorded as an error (the caller
+     * has another way), only in the context's plan_refusal */
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    context->plan_refusal[0] = '\0';
+    auto lt_ok = [b, quiet, context](cublasStatus_t status, const char *what) {
+        if (quiet && status != CUBLAS_STATUS_SUCCESS)
+            snprintf(context->plan_refusal, sizeof(context->plan_refusal), "%s: %s", what,
+                     uform_cublaslt()->status_string(status));
         return quiet ? status == CUBLAS_STATUS_SUCCESS : uform_lt_ok(b, status, what);
     };
     bool bias = bias_pointer != NULL;
     /* the heuristic reads the bias pointer's value for its alignment (cublasLt.h,
      * CUBLASLT_MATMUL_DESC_BIAS_POINTER): a plan is made, and kept, per alignment */
     uint32_t align_bias = bias ? uform_cuda_alignment(bias_pointer) : 0;
-    uform_cuda_context_t *context = uform_cuda_context(b);
     for (size_t i = 0; i < UFORM_CUDA_GEMM_PLANS; i++) {
         uform_cuda_plan_t *p = &context->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
@@ -125,8 +131,6 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
                             : operands == UFORM_OPERANDS_BF16 ? CUDA_R_16BF
                                                               : CUDA_R_32F;
     cudaDataType_t bias_type = CUDA_R_32F;
-    /* E4M3: a scale per row of A and per column of B (gemm_fp8.cu) */
-    int32_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -146,11 +150,6 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
          (!bias || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                  &bias_pointer, sizeof(bias_pointer)),
                                "BIAS_POINTER")) &&
-         (operands != UFORM_OPERANDS_E4M3 ||
-          (lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &scale_mode,
-                                                   sizeof(scale_mode)), "A_SCALE_MODE") &&
-           lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &scale_mode,
-                                                   sizeof(scale_mode)), "B_SCALE_MODE"))) &&
          lt_ok(uform_cublaslt()->layout_create(&plan->a, inputs, transpose_a ? k : m,
                                                    transpose_a ? m : k, (int64_t)lda), "layout A") &&
          lt_ok(uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
@@ -186,6 +185,7 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     uform_cublaslt()->preference_destroy(preference);
     if (ok && found == 0) {
         if (!quiet) uform_cuda_record(b, UFORM_DEVICE, "cuBLASLt", "no algorithm for this product");
+        snprintf(context->plan_refusal, sizeof(context->plan_refusal), "no algorithm for this product");
         ok = false;
     }
     if (!ok) {
@@ -342,6 +342,26 @@ __global__ static void uform_round_rows_bf16(const float *x, size_t stride, size
         out[index] = __float2bfloat16_rn(x[(index / k) * stride + index % k]);
 }
 
+/* The same four elements to a thread: one 16-byte load, one 8-byte store, one
+ * division per four (k and stride multiples of 4, x 16-byte aligned). The
+ * scalar kernel above, a 64-bit division per element, ran at 2.5x under an
+ * H200's bandwidth: 16% of text_encode's GPU time (bench/gpu_profile.py,
+ * 2026-12-04). */
+__global__ static void uform_round_rows_bf16_x4(const float *x, size_t stride, size_t rows, size_t k,
+                                                __nv_bfloat16 *out) {
+    size_t quads = k / 4, index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < rows * quads; index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / quads, p = 4 * (index - r * quads);
+        float4 v = *(const float4 *)(x + r * stride + p);
+        uint2 packed;
+        packed.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.x)) |
+                   (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.y)) << 16;
+        packed.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.z)) |
+                   (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v.w)) << 16;
+        *(uint2 *)(out + r * k + p) = packed;
+    }
+}
+
 /* x [rows, k] (row stride `stride`) rounded to BF16 into `buffer`, one of the
  * context's scratch buffers; NULL on failure (recorded). */
 static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x,
@@ -350,7 +370,12 @@ static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, uform_cuda_
     __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, buffer, rows * k * sizeof(__nv_bfloat16),
                                                           "BF16 operands");
     if (!out) return NULL;
-    UFORM_LAUNCH(uform_round_rows_bf16, uform_cuda_blocks(rows * k, 256), 256, context->stream)(x, stride, rows, k, out);
+    if (k % 4 == 0 && stride % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0)
+        UFORM_LAUNCH(uform_round_rows_bf16_x4, uform_cuda_blocks(rows * k / 4, 256), 256, context->stream)(
+            x, stride, rows, k, out);
+    else
+        UFORM_LAUNCH(uform_round_rows_bf16, uform_cuda_blocks(rows * k, 256), 256, context->stream)(x, stride, rows, k,
+                                                                                                 out);
     uform_cuda_launched(b, "BF16 operands");
     return out;
 }

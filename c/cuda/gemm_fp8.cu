@@ -7,12 +7,19 @@
  * magnitude of the row, NaN ignored; s_r = 1 when that is 0, or when the
  * quotient underflows to 0), and its codes are e4m3(x[r, p] / s_r), the FP32
  * quotient rounded to nearest even and saturating at 448. cuBLASLt multiplies
- * the codes on the tensor cores with FP32 accumulation and scales element
- * (r, j) of the product by s_r and W's row scale w_j
- * (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F); then
- *   y[r, j] = (accumulate ? y[r, j] : 0) + product[r, j] + bias[j]
- * in FP32, in that order, by a kernel of ours (cuBLASLt's FP8 products take
- * a BF16 bias only, and ours is FP32).
+ * the codes on the tensor cores with FP32 accumulation, unscaled (its plainest
+ * FP8 product: no scale vectors, FP32 out); then a kernel of ours
+ *   y[r, j] = (accumulate ? y[r, j] : 0) + (product[r, j] w_j) s_r + bias[j]
+ * in FP32, in that order, with W's row scale w_j (cuBLASLt's FP8 products take
+ * a BF16 bias only, and ours is FP32). The codes' rows are padded with zero
+ * rows to a multiple of 16, FP8 kernels' granule.
+ *
+ * On an H200 (2026-12-04, cuBLASLt 13) the first version, which gave cuBLASLt
+ * both scales as outer vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F)
+ * and the rows unpadded, was refused (its E4M3 models' outputs matched the
+ * BF16 decoding's, tests/gpu/test_cuda_ops.c missed the FP8 rule by 2.6%);
+ * which of the two cuBLASLt refused is not known: this version asks for
+ * neither. When it is refused too, uform_cuda_fp8_refusal says why.
  *
  * The weights' error is the E4M3 model's on every backend; the activations'
  * codes add a relative error of at most 2^-4 per element (3 mantissa bits),
@@ -26,7 +33,7 @@
  *
  * Under the CUDA emulation the quantization runs as written here and the
  * product is the host's: the codes' products (exact in FP32) summed in k
- * order, then times w_j, then times s_r. Compiled, not yet run on a GPU. */
+ * order; the rest as on a GPU. */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 
@@ -35,6 +42,7 @@
 
 #include <cuda_fp8.h>
 #endif
+#include <stdio.h>
 #include <string.h>
 
 /* Row r of x (stride `stride`) as E4M3 codes [rows, k] and its scale: one
@@ -54,21 +62,28 @@ __global__ static void uform_quantize_rows_e4m3(const float *x, size_t stride, s
     if (threadIdx.x == 0) scales[r] = scale;
 }
 
-/* y[r, j] = (accumulate ? y[r, j] : 0) + product[r, j] (+ bias[j]). */
-__global__ static void uform_add_product(size_t rows, size_t n, const float *product, const float *bias,
-                                         bool accumulate, float *y, size_t y_stride) {
+/* Rows [from, to) of the codes zero: the padding, whose products are not read. */
+__global__ static void uform_zero_code_rows(size_t from, size_t to, size_t k, uint8_t *codes) {
+    size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < (to - from) * k; index += (size_t)gridDim.x * blockDim.x) codes[from * k + index] = 0;
+}
+
+/* y[r, j] = (accumulate ? y[r, j] : 0) + (product[r, j] w_j) s_r (+ bias[j]). */
+__global__ static void uform_add_product(size_t rows, size_t n, const float *product, const float *weight_scales,
+                                         const float *scales, const float *bias, bool accumulate, float *y,
+                                         size_t y_stride) {
     size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (; index < rows * n; index += (size_t)gridDim.x * blockDim.x) {
         size_t r = index / n, j = index % n;
-        float value = (accumulate ? y[r * y_stride + j] : 0.0f) + product[index];
+        float value = (accumulate ? y[r * y_stride + j] : 0.0f) + product[index] * weight_scales[j] * scales[r];
         y[r * y_stride + j] = bias ? value + bias[j] : value;
     }
 }
 
 #ifdef UFORM_CUDA_EMULATION
-/* product[r, j] = (sum_p w[j, p] x[r, p]) w_j s_r over the codes, k in order. */
+/* product[r, j] = sum_p w[j, p] x[r, p] over the codes, k in order. */
 static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint8_t *weights,
-                              const float *weight_scales, const uint8_t *codes, const float *scales, float *product) {
+                              const uint8_t *codes, float *product) {
     (void)b;
     float value[256];   /* every code's value, once per call */
     for (unsigned code = 0; code < 256; code++) value[code] = uform_e4m3_float((uint8_t)code);
@@ -76,15 +91,15 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
         for (size_t j = 0; j < n; j++) {
             float sum = 0.0f;
             for (size_t p = 0; p < k; p++) sum += value[weights[j * k + p]] * value[codes[r * k + p]];
-            product[r * n + j] = sum * weight_scales[j] * scales[r];
+            product[r * n + j] = sum;
         }
     return true;
 }
 #else
-/* product [rows, n] = the scaled product of the codes on the tensor cores;
- * false, nothing recorded, when cuBLASLt has no plan for it. */
+/* product [rows, n] = the codes' product on the tensor cores; false, nothing
+ * recorded but the context's plan_refusal, when cuBLASLt has no plan for it. */
 static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint8_t *weights,
-                              const float *weight_scales, const uint8_t *codes, const float *scales, float *product) {
+                              const uint8_t *codes, float *product) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     /* product^T [n x rows] = W [n x k] x^T [k x rows], column-major: cuBLASLt's
      * A = W (transposed: FP8 wants A transposed, B not), B = the codes */
@@ -92,12 +107,6 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
                                               uform_cuda_alignment(weights), uform_cuda_alignment(codes),
                                               uform_cuda_alignment(product), true);
     if (!plan) return false;
-    const void *a_scales = weight_scales, *b_scales = scales;
-    if (!uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                         &a_scales, sizeof(a_scales)), "A_SCALE_POINTER") ||
-        !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                         &b_scales, sizeof(b_scales)), "B_SCALE_POINTER"))
-        return true;   /* recorded: the call fails as itself */
     float alpha = 1.0f, beta = 0.0f;
     uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, weights, plan->a, codes, plan->b,
                                             &beta, product, plan->c, product, plan->c, &plan->algorithm,
@@ -107,28 +116,39 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
 }
 #endif
 
+const char *uform_cuda_fp8_refusal(uform_backend_t *b) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    return context->fp8_refused ? context->fp8_refusal : NULL;
+}
+
 bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, size_t x_stride,
                            size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     if (!context->fp8_products || context->fp8_refused) return false;
-    size_t n = packed->n, k = packed->k;
-    size_t scales_at = (rows * k + 15) & ~(size_t)15;
-    uint8_t *codes = (uint8_t *)uform_cuda_grow(b, &context->fp8_rows, scales_at + rows * sizeof(float),
+    size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
+    size_t scales_at = (padded * k + 15) & ~(size_t)15;
+    uint8_t *codes = (uint8_t *)uform_cuda_grow(b, &context->fp8_rows, scales_at + padded * sizeof(float),
                                                 "FP8 activations");
-    float *product = (float *)uform_cuda_grow(b, &context->fp8_product, rows * n * sizeof(float), "FP8 product");
+    float *product = (float *)uform_cuda_grow(b, &context->fp8_product, padded * n * sizeof(float), "FP8 product");
     if (!codes || !product) return true;   /* recorded */
     float *scales = (float *)(codes + scales_at);
     const uint8_t *weights = (const uint8_t *)packed->data;
     const float *weight_scales = (const float *)(weights + uform_cuda_e4m3_scales_at(n, k));
     UFORM_LAUNCH(uform_quantize_rows_e4m3, (unsigned)rows, UFORM_CUDA_ROW_THREADS, context->stream)(x, x_stride, k,
                                                                                                   codes, scales);
+    if (padded > rows)
+        UFORM_LAUNCH(uform_zero_code_rows, uform_cuda_blocks((padded - rows) * k, 256), 256,
+                     context->stream)(rows, padded, k, codes);
     uform_cuda_launched(b, "FP8 activations");
-    if (!uform_fp8_product(b, rows, n, k, weights, weight_scales, codes, scales, product)) {
+    if (!uform_fp8_product(b, padded, n, k, weights, codes, product)) {
         context->fp8_refused = true;   /* for the backend's life: the caller decodes to BF16 */
+        snprintf(context->fp8_refusal, sizeof(context->fp8_refusal),
+                 "cuBLASLt refused the FP8 product of %zu x %zu E4M3 weights and %zu rows: %s", n, k, padded,
+                 context->plan_refusal);
         return false;
     }
-    UFORM_LAUNCH(uform_add_product, uform_cuda_blocks(rows * n, 256), 256, context->stream)(rows, n, product, bias,
-                                                                                         accumulate, y, y_stride);
+    UFORM_LAUNCH(uform_add_product, uform_cuda_blocks(rows * n, 256), 256, context->stream)(
+        rows, n, product, weight_scales, scales, bias, accumulate, y, y_stride);
     uform_cuda_launched(b, "FP8 product (bias)");
     return true;
 }

@@ -235,9 +235,9 @@ GUARDED_RESULT(size_t, attention_scratch_bytes,
                (inner, hidden, segments, longest))
 GUARDED_VOID(attention_forward,
              (uform_backend_t *b, const float *qkv, size_t hidden, const uform_segment_t *s,
-              size_t count, float *out, float *logsumexp, void *scratch),
+              size_t count, size_t longest, float *out, float *logsumexp, void *scratch),
              (DEVICE(qkv), DEVICE(s), DEVICE(out), DEVICE(logsumexp), DEVICE(scratch)),
-             (inner, qkv, hidden, s, count, out, logsumexp, scratch))
+             (inner, qkv, hidden, s, count, longest, out, logsumexp, scratch))
 GUARDED_VOID(mean_pool_forward,
              (uform_backend_t *b, const float *x, size_t width, const uform_segment_t *s,
               size_t count, float *pooled),
@@ -295,9 +295,9 @@ GUARDED_VOID(embedding_backward,
              (inner, dy, ids, rows, width, dtable, dmodality))
 GUARDED_VOID(attention_backward,
              (uform_backend_t *b, const float *qkv, const float *out, const float *dout, const float *logsumexp,
-              size_t hidden, const uform_segment_t *s, size_t count, float *dqkv),
+              size_t hidden, const uform_segment_t *s, size_t count, size_t longest, float *dqkv),
              (DEVICE(qkv), DEVICE(out), DEVICE(dout), DEVICE(logsumexp), DEVICE(s), DEVICE(dqkv)),
-             (inner, qkv, out, dout, logsumexp, hidden, s, count, dqkv))
+             (inner, qkv, out, dout, logsumexp, hidden, s, count, longest, dqkv))
 GUARDED_VOID(mean_pool_backward,
              (uform_backend_t *b, const float *dpooled, size_t width, const uform_segment_t *s, size_t count,
               float *dx),

@@ -299,7 +299,14 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
             double tolerance = 1e-3;
 #endif
             fp8_linear_reference(x, rows, k, codes, scales, n, bias, y);
-            compare(b, "linear E4M3 FP8 +bias +=", y, gy, rows * n, tolerance);
+            const char *refusal = uform_cuda_fp8_refusal(&b->gpu);
+            if (refusal) {   /* decoded to BF16 instead: the FP8 rule cannot hold; say why */
+                printf("| %-34s | %8zu | %10s | %10s | FAIL: %s |\n", "linear E4M3 FP8 +bias +=", rows * n, "", "",
+                       refusal);
+                failed++;
+            } else {
+                compare(b, "linear E4M3 FP8 +bias +=", y, gy, rows * n, tolerance);
+            }
         } else {
             b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, bias, true, y, n);
             compare(b, "linear E4M3 +bias +=", y, gy, rows * n, 1e-4);
@@ -567,25 +574,26 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     const char *kind = simple ? "simple FP32" : "tensor cores";
     double forward = simple ? 1e-5 : 4e-3, backward = simple ? 1e-4 : 1e-2;
     char what[96];
-    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, out, lse, NULL);
-    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, gout, glse, NULL);
+    size_t longest = 0;
+    for (size_t c = 0; c < count; c++) longest = segments[c].length > longest ? segments[c].length : longest;
+    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, longest, out, lse, NULL);
+    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, longest, gout, glse, NULL);
     snprintf(what, sizeof(what), "attention_forward out (%s)", kind);
     compare(b, what, out, gout, rows * hidden, forward);
     snprintf(what, sizeof(what), "attention_forward lse (%s)", kind);
     compare(b, what, lse, glse, rows * heads, 1e-5);
     sync(b, gout, out, rows * hidden);
     sync(b, glse, lse, rows * heads);
-    b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, dqkv);
-    b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, gdqkv);
+    b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, longest, dqkv);
+    b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, longest, gdqkv);
     snprintf(what, sizeof(what), "attention_backward dqkv (%s)", kind);
     compare(b, what, dqkv, gdqkv, rows * 3 * hidden, backward);
-    /* inference: the CPU's takes scratch of attention_scratch_bytes */
-    size_t longest = 0;
-    for (size_t c = 0; c < count; c++) longest = segments[c].length > longest ? segments[c].length : longest;
+    /* inference: the CPU's takes scratch of attention_scratch_bytes; the GPU is
+     * told a longest of 64, below the truth, so its blocks loop over tiles */
     void *scratch = malloc(b->cpu.ops->attention_scratch_bytes(&b->cpu, hidden, count, longest) + 1);
-    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, out, NULL, scratch);
+    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, longest, out, NULL, scratch);
     free(scratch);
-    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, gout, NULL, NULL);
+    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, 64, gout, NULL, NULL);
     snprintf(what, sizeof(what), "attention_forward inference (%s)", kind);
     compare(b, what, out, gout, rows * hidden, forward);
     uform_cuda_attention_simple(&b->gpu, false);

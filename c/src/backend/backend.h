@@ -98,6 +98,9 @@ typedef struct {
      * memory the host cannot touch (CUDA) leaves it false: callers then write
      * index arrays and inputs on the host and `upload` them. */
     bool host_memory;
+    /* The bytes of activations an encode verb's forward batch aims at
+     * (encode_batches.c, uform_batch_rows); 0: 64 MiB, a CPU's caches' reach. */
+    size_t forward_batch_bytes;
 
     /* -- memory of the device -- */
     void *(*alloc)(uform_backend_t *b, size_t bytes);   /* 64-byte aligned; NULL + error set */
@@ -200,16 +203,20 @@ typedef struct {
     /* out [rows, H] from qkv [rows, 3H] (rotary applied), each segment alone.
      * logsumexp [rows][heads] is saved for the backward when not NULL (training);
      * NULL is the inference path, which may use `scratch` of
-     * attention_scratch_bytes (NULL there: none needed). */
+     * attention_scratch_bytes (NULL there: none needed). `longest` is the
+     * longest segment's rows, which the GPU sizes its launch by (segments
+     * live in device memory there); a smaller value gives the same results,
+     * only later (a block then loops over several of a segment's tiles). */
     size_t (*attention_scratch_bytes)(uform_backend_t *b, size_t hidden, size_t segments,
                                       size_t longest);
     void (*attention_forward)(uform_backend_t *b, const float *qkv, size_t hidden,
-                              const uform_segment_t *segments, size_t count, float *out,
-                              float *logsumexp, void *scratch);
+                              const uform_segment_t *segments, size_t count, size_t longest,
+                              float *out, float *logsumexp, void *scratch);
     /* dqkv += the gradients of q, k, v given dout [rows, H]. */
     void (*attention_backward)(uform_backend_t *b, const float *qkv, const float *out,
                                const float *dout, const float *logsumexp, size_t hidden,
-                               const uform_segment_t *segments, size_t count, float *dqkv);
+                               const uform_segment_t *segments, size_t count, size_t longest,
+                               float *dqkv);
 
     /* -- heads -- */
     /* pooled [count, width]: the mean of each segment's rows (zeros when empty). */

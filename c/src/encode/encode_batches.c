@@ -58,9 +58,14 @@ uform_status_t uform_check_encode_options(const uform_model_t *model,
     }
 }
 
+/* A forward's token rows: per_row is about a row's activations in floats,
+ * the budget the backend's (backend.h, forward_batch_bytes): 64 MiB on a CPU,
+ * 1 GiB on a GPU. */
 size_t uform_batch_rows(const uform_model_t *model) {
     size_t per_row = 10 * model->hidden + 64;
-    size_t rows = ((size_t)16 << 20) / per_row;
+    size_t budget = model->device.ops && model->device.ops->forward_batch_bytes
+                        ? model->device.ops->forward_batch_bytes : (size_t)64 << 20;
+    size_t rows = budget / (per_row * sizeof(float));
     return rows < 256 ? 256 : rows;
 }
 
@@ -175,7 +180,8 @@ static uform_status_t uform_lane_run(uform_encoder_t *e, uform_encoder_lane_t *l
     uform_batch_indices_upload(&lane->indices, b, lane->rows, items);
     if (lane->staged_rows)
         UFORM_TRY(uform_lane_embed(lane, lane->part, lane->staged_inputs, lane->staged_rows, lane->states));
-    uform_batch_t batch = {lane->rows, items, lane->indices.device_segments, lane->indices.device_positions};
+    uform_batch_t batch = {lane->rows, items, lane->indices.device_segments, lane->indices.device_positions,
+                           lane->longest};
     if (lane->rows && model->text_bytes)
         b->ops->embedding_forward(b, model->text_bytes, model->text_modality, lane->indices.device_ids,
                                   lane->rows, hidden, lane->states);

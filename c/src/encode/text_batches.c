@@ -111,7 +111,7 @@ uform_status_t uform_text_batch_forward(const uform_model_t *model, uform_execut
     uform_backend_t *b = &batches->backend;
     uform_batch_indices_upload(&batches->indices, b, rows, last - first);
     uform_batch_t batch = {rows, last - first, batches->indices.device_segments,
-                           batches->indices.device_positions};
+                           batches->indices.device_positions, longest};
     b->ops->embedding_forward(b, model->text_bytes, model->text_modality, batches->indices.device_ids,
                               rows, model->hidden, batches->states);
     uform_forward(model, b, &batch, longest, batches->states, batches->scratch);

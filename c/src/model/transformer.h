@@ -60,6 +60,7 @@ typedef struct {
     size_t segments_count;
     const uform_segment_t *segments;
     const uint32_t *positions;   /* [rows][3] */
+    size_t longest;              /* the longest segment's rows (attention's launch on a GPU) */
 } uform_batch_t;
 
 /* Runs the blocks and the final norm (the forward of docs/architecture.md). */

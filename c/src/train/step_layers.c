@@ -17,7 +17,10 @@ static uform_activations_t uform_saved(uform_workspace_t *w) {
 }
 
 static uform_batch_t uform_workspace_batch(const uform_workspace_t *w) {
-    return (uform_batch_t){w->rows, w->items, w->segments, w->positions};
+    size_t longest = 0;
+    for (size_t i = 0; i < w->items; i++)
+        if (w->host_segments[i].length > longest) longest = w->host_segments[i].length;
+    return (uform_batch_t){w->rows, w->items, w->segments, w->positions, longest};
 }
 
 /* A media modality's parameters and gradients, as media_rows.c takes them. */

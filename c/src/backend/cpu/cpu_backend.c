@@ -210,8 +210,9 @@ static size_t uform_cpu_attention_scratch_bytes(uform_backend_t *b, size_t hidde
 }
 
 static void uform_cpu_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
-                                        const uform_segment_t *segments, size_t count, float *out,
-                                        float *logsumexp, void *scratch) {
+                                        const uform_segment_t *segments, size_t count, size_t longest,
+                                        float *out, float *logsumexp, void *scratch) {
+    (void)longest;   /* the CPU's threads take the segments' tiles as they come */
     if (logsumexp)
         uform_attention_forward(b->executor, uform_path_of(b), qkv, hidden, segments, count, out,
                                 logsumexp);
@@ -223,7 +224,8 @@ static void uform_cpu_attention_forward(uform_backend_t *b, const float *qkv, si
 static void uform_cpu_attention_backward(uform_backend_t *b, const float *qkv, const float *out,
                                          const float *dout, const float *logsumexp, size_t hidden,
                                          const uform_segment_t *segments, size_t count,
-                                         float *dqkv) {
+                                         size_t longest, float *dqkv) {
+    (void)longest;
     uform_attention_backward(b->executor, uform_path_of(b), qkv, out, dout, logsumexp, hidden,
                              segments, count, dqkv);
 }
