@@ -148,10 +148,10 @@ __global__ static void uform_attention_dkv_kernel(const float *qkv, const float 
 
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                   size_t count, size_t longest, float *dqkv) {
+                                   size_t count, size_t rows, size_t longest, float *dqkv) {
     if (!count || hidden < UFORM_HEAD_WIDTH) return;   /* no whole head: nothing to attend */
     if (uform_attention_on_tensor_cores(b, qkv, out, dout, dqkv)) {
-        uform_cuda_attention_backward_mma(b, qkv, out, dout, logsumexp, hidden, segments, count, longest, dqkv);
+        uform_cuda_attention_backward_mma(b, qkv, out, dout, logsumexp, hidden, segments, count, rows, longest, dqkv);
         return;
     }
     cudaStream_t stream = uform_cuda_context(b)->stream;

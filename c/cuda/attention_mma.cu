@@ -64,15 +64,23 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
     uform_cuda_launched(b, "attention_forward (tensor cores)");
 }
 
+/* D = dout . out per (row, head) goes from the dq kernel to the dk, dv one
+ * through the context's buffer of rows x heads floats (the dk, dv kernel
+ * otherwise recomputes it for each key tile: half of its loads). */
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                       size_t count, size_t longest, float *dqkv) {
-    cudaStream_t stream = uform_cuda_context(b)->stream;
-    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
+                                       size_t count, size_t rows, size_t longest, float *dqkv) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t heads = hidden / UFORM_HEAD_WIDTH;
+    float *deltas = (float *)uform_cuda_grow(b, &context->attention_deltas, rows * heads * sizeof(float) + 1,
+                                             "attention's D");
+    if (!deltas) return;   /* recorded */
+    cudaStream_t stream = context->stream;
+    dim3 grid = uform_attention_mma_grid(count, heads, longest);
     UFORM_LAUNCH(uform_attention_dq_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
-                                                                    dqkv);
+                                                                    dqkv, deltas);
     uform_cuda_launched(b, "attention_backward dq (tensor cores)");
     UFORM_LAUNCH(uform_attention_dkv_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
-                                                                     dqkv);
+                                                                     dqkv, deltas);
     uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
 }

@@ -206,10 +206,11 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     }
 }
 
-/* dq of a query tile: its keys in order. */
+/* dq of a query tile: its keys in order. Each row's D is also written to
+ * deltas [rows][heads] when not NULL, for the dk, dv kernel launched after. */
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     uform_attention_dq_mma(const float *qkv, const float *out, const float *dout, const float *logsumexp,
-                           size_t hidden, const uform_segment_t *segments, float *dqkv) {
+                           size_t hidden, const uform_segment_t *segments, float *dqkv, float *deltas) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, dout_rows, k_rows, k_columns, v_rows;
     const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
     UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
@@ -227,6 +228,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             if (row < at.segment.length) {
                 size_t r = at.segment.begin + row;
                 value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
+                if (deltas && at.lane == 0) deltas[r * at.heads + at.head] = value;
             }
             if (i == at.g) delta[0] = value;
             if (i == at.g + 8) delta[1] = value;
@@ -272,10 +274,13 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
 }
 
 /* dk and dv of a key tile: its queries in order. The warp's 16 keys are the
- * rows of every product here (scores transposed: s[key][query]). */
+ * rows of every product here (scores transposed: s[key][query]). Each query's
+ * D is read from deltas (the dq kernel's) when not NULL, else computed here
+ * again, once for each of the segment's key tiles: with deltas, D's reads of
+ * dout and out (half of a step's loads) are gone; the same bits either way. */
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     uform_attention_dkv_mma(const float *qkv, const float *out, const float *dout, const float *logsumexp,
-                            size_t hidden, const uform_segment_t *segments, float *dqkv) {
+                            size_t hidden, const uform_segment_t *segments, float *dqkv, const float *deltas) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, q_columns, dout_rows, dout_columns;
     __shared__ float lse[UFORM_MMA_TILE], delta[UFORM_MMA_TILE];
     const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
@@ -296,15 +301,27 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             uform_mma_load(at.base, at.stride, queries, at.segment.length, q_rows, q_columns);
             uform_mma_load(dout + at.segment.begin * hidden + at.column, hidden, queries, at.segment.length, dout_rows,
                            dout_columns);
-            for (int i = 0; i < 16; i++) {   /* the statistics of the tile's queries; +inf for none: p = 0 */
-                size_t row = queries + 16 * at.warp + i;
+            /* the statistics of the tile's queries; +inf for none: p = 0 */
+            if (deltas) {   /* a lane to a row */
+                size_t row = queries + 16 * at.warp + at.lane % 16;
                 float value = 0.0f, statistic = INFINITY;
                 if (row < at.segment.length) {
                     size_t r = at.segment.begin + row;
-                    value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
+                    value = deltas[r * at.heads + at.head];
                     statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
                 }
-                if (at.lane == 0) delta[16 * at.warp + i] = value, lse[16 * at.warp + i] = statistic;
+                if (at.lane < 16) delta[16 * at.warp + at.lane] = value, lse[16 * at.warp + at.lane] = statistic;
+            } else {
+                for (int i = 0; i < 16; i++) {   /* D by the whole warp, row after row */
+                    size_t row = queries + 16 * at.warp + i;
+                    float value = 0.0f, statistic = INFINITY;
+                    if (row < at.segment.length) {
+                        size_t r = at.segment.begin + row;
+                        value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
+                        statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
+                    }
+                    if (at.lane == 0) delta[16 * at.warp + i] = value, lse[16 * at.warp + i] = statistic;
+                }
             }
             __syncthreads();
             float s[8][4], dp[8][4];

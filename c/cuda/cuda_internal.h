@@ -96,6 +96,7 @@ typedef struct {
     uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
     uform_cuda_buffer_t pair_loss;         /* contrastive_loss.cu's and late_interaction_loss.cu's layouts */
     uform_cuda_buffer_t converted_rows;
+    uform_cuda_buffer_t attention_deltas;  /* attention_mma.cu's D per (row, head) in a backward */
 } uform_cuda_context_t;
 
 static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {
@@ -297,14 +298,14 @@ void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t h
                                   float *logsumexp, void *scratch);
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                   size_t count, size_t longest, float *dqkv);
+                                   size_t count, size_t rows, size_t longest, float *dqkv);
 /* attention_mma.cu: the tensor-core kernels (16-byte aligned operands) */
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
                                       const uform_segment_t *segments, size_t count, size_t longest, float *out,
                                       float *logsumexp);
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
-                                       size_t count, size_t longest, float *dqkv);
+                                       size_t count, size_t rows, size_t longest, float *dqkv);
 /* adamw.cu */
 double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t count);
 void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradients, float gradient_scale,

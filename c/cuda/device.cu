@@ -120,6 +120,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->pair_loss);
     uform_cuda_buffer_free(&context->choices);
     uform_cuda_buffer_free(&context->converted_rows);
+    uform_cuda_buffer_free(&context->attention_deltas);
     cudaStreamDestroy(context->stream);
     pthread_mutex_destroy(&context->lock);
     free(context);

@@ -295,9 +295,9 @@ GUARDED_VOID(embedding_backward,
              (inner, dy, ids, rows, width, dtable, dmodality))
 GUARDED_VOID(attention_backward,
              (uform_backend_t *b, const float *qkv, const float *out, const float *dout, const float *logsumexp,
-              size_t hidden, const uform_segment_t *s, size_t count, size_t longest, float *dqkv),
+              size_t hidden, const uform_segment_t *s, size_t count, size_t rows, size_t longest, float *dqkv),
              (DEVICE(qkv), DEVICE(out), DEVICE(dout), DEVICE(logsumexp), DEVICE(s), DEVICE(dqkv)),
-             (inner, qkv, out, dout, logsumexp, hidden, s, count, longest, dqkv))
+             (inner, qkv, out, dout, logsumexp, hidden, s, count, rows, longest, dqkv))
 GUARDED_VOID(mean_pool_backward,
              (uform_backend_t *b, const float *dpooled, size_t width, const uform_segment_t *s, size_t count,
               float *dx),

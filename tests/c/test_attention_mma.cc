@@ -127,11 +127,11 @@ int main() {
                           segments, out3.data(), (float *)NULL);
     same_bits("inference forward (no logsumexp): out", out1, out3);
 
-    std::vector<float> grads1(dqkv_initial), grads2(dqkv_initial);
+    std::vector<float> grads1(dqkv_initial), grads2(dqkv_initial), grads3(dqkv_initial), deltas(rows * heads, 7.0f);
     uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads1.data());
+                          dout.data(), lse1.data(), hidden, segments, grads1.data(), (float *)NULL);
     uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads1.data());
+                          dout.data(), lse1.data(), hidden, segments, grads1.data(), (const float *)NULL);
     compare("backward dqkv (+= on random values)", dqkv, grads1, 1e-2);
     /* each part alone, against its own largest gradient */
     for (int part = 0; part < 3; part++) {
@@ -147,10 +147,16 @@ int main() {
         compare(names[part], expected, got, 1e-2);
     }
     uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads2.data());
+                          dout.data(), lse1.data(), hidden, segments, grads2.data(), (float *)NULL);
     uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads2.data());
+                          dout.data(), lse1.data(), hidden, segments, grads2.data(), (const float *)NULL);
     same_bits("backward, 3 and 2 blocks per (segment, head)", grads1, grads2);
+    /* D handed from the dq kernel to the dk, dv one (the GPU's way) */
+    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
+                          dout.data(), lse1.data(), hidden, segments, grads3.data(), deltas.data());
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
+                          dout.data(), lse1.data(), hidden, segments, grads3.data(), (const float *)deltas.data());
+    same_bits("backward, D from the dq kernel", grads1, grads3);
 
     printf("\ntest_attention_mma: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -1444,7 +1444,8 @@ static void attention_case(uform_backend_t *b, const char *label, size_t hidden,
     float *g0 = base_like(e_dqkv, n, n), *d_dqkv = dev_floats(b, g0, n);
     float *g[2];
     for (int call = 0; call < 2; call++) {
-        b->ops->attention_backward(b, d_qkv, d_train, d_r, d_lse, hidden, d_segments, count, longest, d_dqkv);
+        b->ops->attention_backward(b, d_qkv, d_train, d_r, d_lse, hidden, d_segments, count, rows, longest,
+                                   d_dqkv);
         sync_check(b, label, what);
         g[call] = fetch(b, d_dqkv, n);
     }
@@ -2930,7 +2931,7 @@ static results_t run_some(uform_backend_t *b, const char *label, const shared_in
     void *d_scratch = bytes ? dev_alloc(b, bytes) : NULL;
     b->ops->attention_forward(b, d_qkv, hidden, d_seg, 3, 150, d_inf, NULL, d_scratch);
     b->ops->attention_forward(b, d_qkv, hidden, d_seg, 3, 150, d_out, d_lse, NULL);
-    b->ops->attention_backward(b, d_qkv, d_out, d_dout, d_lse, hidden, d_seg, 3, 150, d_dqkv);
+    b->ops->attention_backward(b, d_qkv, d_out, d_dout, d_lse, hidden, d_seg, 3, qrows, 150, d_dqkv);
     sync_check(b, label, "determinism: attention");
     keep(&r, b, "attention inference", d_inf, qrows * hidden);
     keep(&r, b, "attention training out", d_out, qrows * hidden);

@@ -133,13 +133,17 @@ static void test_gemm(backends_t *b, size_t m, size_t n, size_t k, bool ta, bool
  * their allocations (a slice of the trainer's flat buffers can be 4-byte
  * aligned: cuBLASLt's plans for such pointers, and the bias added after the
  * product). */
+/* offset 1: the outputs, the bias and x 4-byte aligned only. */
 static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k, size_t offset) {
     float *w = random_floats(n * k, 0.1f), *x = random_floats(rows * k, 1), *dy = random_floats(rows * n, 1);
     float *dw = random_floats(n * k, 1), *dbias = random_floats(n, 1), *dx = random_floats(rows * k, 1);
     float *w16 = rounded_to_bf16(w, n * k), *x16 = rounded_to_bf16(x, rows * k), *dy16 = rounded_to_bf16(dy, rows * n);
-    float *gw = on_gpu(b, w, n * k * 4), *gx = on_gpu(b, x, rows * k * 4), *gdy = on_gpu(b, dy, rows * n * 4);
+    float *gw = on_gpu(b, w, n * k * 4), *gdy = on_gpu(b, dy, rows * n * 4);
     float *gdw_base = on_gpu(b, NULL, (n * k + offset) * 4), *gdbias_base = on_gpu(b, NULL, (n + offset) * 4);
     float *gdw = gdw_base + offset, *gdbias = gdbias_base + offset, *gdx = on_gpu(b, dx, rows * k * 4);
+    /* x too at the offset: its rounding to BF16 then takes the scalar kernel (gemm.cu) */
+    float *gx_base = on_gpu(b, NULL, (rows * k + offset) * 4), *gx = gx_base + offset;
+    sync(b, gx, x, rows * k);
     sync(b, gdw, dw, n * k);
     sync(b, gdbias, dbias, n);
     uform_weight_t cw = {NULL, w16, n, k}, gwt = {NULL, gw, n, k};
@@ -162,7 +166,7 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k,
     b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, NULL, true, y, n);
     b->gpu.ops->linear(&b->gpu, &gwt, gx, k, rows, NULL, true, gy, n);
     compare(b, "linear (dense) +=", y, gy, rows * n, 1e-4);
-    void *all[] = {gw, gx, gdy, gdw_base, gdbias_base, gdx, gy_base, gpre};
+    void *all[] = {gw, gx_base, gdy, gdw_base, gdbias_base, gdx, gy_base, gpre};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
     free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre), free(w16), free(x16), free(dy16);
 }
@@ -584,8 +588,9 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     compare(b, what, lse, glse, rows * heads, 1e-5);
     sync(b, gout, out, rows * hidden);
     sync(b, glse, lse, rows * heads);
-    b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, longest, dqkv);
-    b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, longest, gdqkv);
+    b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, rows, longest, dqkv);
+    b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, rows, longest,
+                                   gdqkv);
     snprintf(what, sizeof(what), "attention_backward dqkv (%s)", kind);
     compare(b, what, dqkv, gdqkv, rows * 3 * hidden, backward);
     /* inference: the CPU's takes scratch of attention_scratch_bytes; the GPU is
@@ -1004,7 +1009,7 @@ int main(void) {
     test_gemm(&b, 7, 5, 3, true, true, true, true);
     test_gemm(&b, 9, 11, 0, false, false, true, true);
     test_linear_backward(&b, 37, 48, 64, 0);
-    test_linear_backward(&b, 37, 48, 64, 1);   /* 4-byte aligned outputs and bias */
+    test_linear_backward(&b, 37, 48, 64, 1);   /* 4-byte aligned outputs, bias and x */
     test_linear_backward(&b, 700, 48, 64, 0);   /* the bias gradient's column sums over 3 chunks of rows */
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);

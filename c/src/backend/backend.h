@@ -212,11 +212,12 @@ typedef struct {
     void (*attention_forward)(uform_backend_t *b, const float *qkv, size_t hidden,
                               const uform_segment_t *segments, size_t count, size_t longest,
                               float *out, float *logsumexp, void *scratch);
-    /* dqkv += the gradients of q, k, v given dout [rows, H]. */
+    /* dqkv += the gradients of q, k, v given dout [rows, H]; every segment lies
+     * within the `rows` rows (the GPU keeps a value per row and head). */
     void (*attention_backward)(uform_backend_t *b, const float *qkv, const float *out,
                                const float *dout, const float *logsumexp, size_t hidden,
-                               const uform_segment_t *segments, size_t count, size_t longest,
-                               float *dqkv);
+                               const uform_segment_t *segments, size_t count, size_t rows,
+                               size_t longest, float *dqkv);
 
     /* -- heads -- */
     /* pooled [count, width]: the mean of each segment's rows (zeros when empty). */

@@ -40,7 +40,7 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
                             d->d_attended, false);
         op->zero(b, d->d_qkv, 3 * bytes);
         op->attention_backward(b, s->qkv, s->attended, d->d_attended, s->logsumexp, h,
-                               batch->segments, batch->segments_count, batch->longest, d->d_qkv);
+                               batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
         op->rope_backward(b, d->d_qkv, rows, h, a->cosines, a->sines);
         op->linear_backward(b, &w->qkv, s->normed1, d->d_qkv, rows, g->qkv, g->qkv_bias,
                             d->d_normed, false);

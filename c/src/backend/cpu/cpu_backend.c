@@ -224,8 +224,8 @@ static void uform_cpu_attention_forward(uform_backend_t *b, const float *qkv, si
 static void uform_cpu_attention_backward(uform_backend_t *b, const float *qkv, const float *out,
                                          const float *dout, const float *logsumexp, size_t hidden,
                                          const uform_segment_t *segments, size_t count,
-                                         size_t longest, float *dqkv) {
-    (void)longest;
+                                         size_t rows, size_t longest, float *dqkv) {
+    (void)rows, (void)longest;
     uform_attention_backward(b->executor, uform_path_of(b), qkv, out, dout, logsumexp, hidden,
                              segments, count, dqkv);
 }
