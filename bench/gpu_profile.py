@@ -7,7 +7,9 @@ records every kernel of the process, libuform's too (its own static CUDA runtime
 into the same device context).
 
 Two workloads, each once on each side after a warm-up:
-* text_encode of bench/gpu_report.py's texts (depth 12, hidden 768, 256-1024 bytes);
+* text_encode of bench/gpu_report.py's texts (depth 12, hidden 768, 256-1024 bytes), uform's
+  also with E4M3 weights (whose kernels show whether FP8 ran: uform_quantize_rows_e4m3 and
+  cuBLASLt's FP8 ones, or the BF16 decoding's uform_decode_e4m3_rows);
 * one training step of bench/gpu_train_report.py's shape (JOINT, 32 rows of 1024 tokens).
 
 For each: the wall time, the GPU's busy time (kernels and copies), the launches, and the
@@ -119,6 +121,11 @@ def main() -> int:
     encode = lambda: model.text_encode(texts, arena).embeddings  # noqa: E731
     encode()
     lines += profiled(torch, f"uform text_encode, {ENCODE_TEXTS} texts", encode, arguments.top)
+    quantized = uform.Model.load_vram(path, quantization=uform.Scalar.E4M3)
+    encode_e4m3 = lambda: quantized.text_encode(texts, arena).embeddings  # noqa: E731
+    encode_e4m3()
+    lines += profiled(torch, f"uform text_encode, E4M3 weights, {ENCODE_TEXTS} texts", encode_e4m3, arguments.top)
+    del quantized
     reference = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=64, device="cuda")
     encode_torch = lambda: reference.encode(texts, autocast=True)  # noqa: E731
     encode_torch()
