@@ -15,7 +15,8 @@
  * operand is not 16-byte aligned (the tensor-core kernels load 4 floats at a
  * time) and when a test asks for them (uform_cuda_attention_simple): they are
  * the FP32 reference tests/gpu/test_cuda_ops.c checks beside the fast ones.
- * Compiled, not yet run on a GPU. */
+ * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the
+ * emulation (emulation.h). */
 #include "cuda_internal.h"
 
 #define UFORM_ATTENTION_WARPS 8
@@ -72,12 +73,12 @@ extern "C" void uform_cuda_attention_simple(uform_backend_t *b, bool simple) {
 }
 
 void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
-                                  const uform_segment_t *segments, size_t count, size_t longest, float *out,
-                                  float *logsumexp, void *scratch) {
+                                  const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
+                                  float *out, float *logsumexp, void *scratch) {
     (void)scratch;
     if (!count || hidden < UFORM_HEAD_WIDTH) return;   /* no whole head: nothing to attend */
     if (uform_attention_on_tensor_cores(b, qkv, out, NULL, NULL)) {
-        uform_cuda_attention_forward_mma(b, qkv, hidden, segments, count, longest, out, logsumexp);
+        uform_cuda_attention_forward_mma(b, qkv, hidden, segments, count, rows, longest, out, logsumexp);
         return;
     }
     dim3 grid((unsigned)count, (unsigned)(hidden / UFORM_HEAD_WIDTH));

@@ -30,7 +30,9 @@
  * it). dq and (dk, dv) are two kernels, each recomputing the scores: 7
  * products per pair of tiles instead of FlashAttention-2's 5 with atomic dq.
  *
- * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); the kernels
+ * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); written since and
+ * run only under the emulation: the grid by the longest segment, D handed
+ * from dq to dk, dv, the forward's BF16 staging. The kernels
  * (attention_mma.cuh) also run on the CPU in tests/c/test_attention_mma.cc,
  * under an emulation of a block's threads, shuffles and mma.sync, against
  * float64. attention.cu keeps the
@@ -56,11 +58,23 @@ static dim3 uform_attention_mma_grid(size_t count, size_t heads, size_t longest)
     return dim3((unsigned)count, (unsigned)heads, (unsigned)(tiles < 1 ? 1 : tiles > 65535 ? 65535 : tiles));
 }
 
+/* A segment longer than one tile has its keys and values loaded once per
+ * query tile: then qkv is rounded to BF16 once, into the context's buffer,
+ * and the kernel loads half the bytes and converts nothing (the same bits). */
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
-                                      const uform_segment_t *segments, size_t count, size_t longest, float *out,
-                                      float *logsumexp) {
-    UFORM_LAUNCH(uform_attention_forward_mma, uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest),
-                 UFORM_MMA_THREADS, uform_cuda_context(b)->stream)(qkv, hidden, segments, out, logsumexp);
+                                      const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
+                                      float *out, float *logsumexp) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
+    if (longest > UFORM_MMA_TILE) {
+        const uint16_t *staged = uform_cuda_bf16_copy(b, &context->attention_bf16, qkv, 3 * hidden, rows, 3 * hidden);
+        if (!staged) return;   /* recorded */
+        UFORM_LAUNCH(uform_attention_forward_mma<uint16_t>, grid, UFORM_MMA_THREADS, context->stream)(
+            staged, hidden, segments, out, logsumexp);
+    } else {
+        UFORM_LAUNCH(uform_attention_forward_mma<float>, grid, UFORM_MMA_THREADS, context->stream)(
+            qkv, hidden, segments, out, logsumexp);
+    }
     uform_cuda_launched(b, "attention_forward (tensor cores)");
 }
 

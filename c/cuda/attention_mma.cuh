@@ -104,6 +104,25 @@ __device__ static void uform_mma_load(const float *source, size_t stride, size_t
     }
 }
 
+/* uform_mma_load from rows already in BF16 (stride in BF16, 16-byte aligned):
+ * eight to a 16-byte load, the tiles as the FP32 load makes them. */
+__device__ static void uform_mma_load(const uint16_t *source, size_t stride, size_t first, size_t length,
+                                      uform_mma_tile_t rows, uform_mma_tile_t columns) {
+    for (int f = threadIdx.x; f < UFORM_MMA_TILE * 8; f += UFORM_MMA_THREADS) {
+        int r = columns ? f % UFORM_MMA_TILE : f / 8, c = columns ? (f / UFORM_MMA_TILE) * 8 : (f % 8) * 8;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (first + r < length) v = *(const uint4 *)(source + (first + r) * stride + c);
+        if (rows) *(uint4 *)&rows[r][c] = v;
+        if (columns) {
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            for (int i = 0; i < 4; i++) {
+                columns[c + 2 * i][r] = (uint16_t)(words[i] & 0xffffu);
+                columns[c + 2 * i + 1][r] = (uint16_t)(words[i] >> 16);
+            }
+        }
+    }
+}
+
 __device__ static inline float uform_mma_warp_sum(float value) {
     for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
     return value;
@@ -118,17 +137,20 @@ __device__ static inline float uform_mma_delta(const float *dout, const float *o
 
 /* Where a block's thread works: its segment and head (grid x and y), the
  * qkv rows' stride, the head's first column, its warp, and its place in
- * mma's fragments (g, t: the header's layout). */
-typedef struct {
+ * mma's fragments (g, t: the header's layout). T: qkv's scalar, float or
+ * uint16_t (BF16 bits, the forward's staged copy). */
+template <typename T>
+struct uform_mma_place_t {
     uform_segment_t segment;
     size_t head, heads, stride, column;
     int warp, lane, g, t;
-    const float *base;   /* the segment's first qkv row, at the head's column */
-} uform_mma_place_t;
+    const T *base;   /* the segment's first qkv row, at the head's column */
+};
 
-__device__ static inline uform_mma_place_t uform_mma_place(const float *qkv, size_t hidden,
-                                                           const uform_segment_t *segments) {
-    uform_mma_place_t at;
+template <typename T>
+__device__ static inline uform_mma_place_t<T> uform_mma_place(const T *qkv, size_t hidden,
+                                                              const uform_segment_t *segments) {
+    uform_mma_place_t<T> at;
     at.segment = segments[blockIdx.x];
     at.head = blockIdx.y, at.heads = gridDim.y, at.stride = 3 * hidden, at.column = at.head * UFORM_HEAD_WIDTH;
     at.warp = threadIdx.x / 32, at.lane = threadIdx.x % 32, at.g = at.lane / 4, at.t = 2 * (at.lane % 4);
@@ -144,12 +166,15 @@ __device__ static inline uform_mma_place_t uform_mma_place(const float *qkv, siz
     for (size_t first = (size_t)blockIdx.z * UFORM_MMA_TILE; first < (length);                  \
          first += (size_t)gridDim.z * UFORM_MMA_TILE)
 
-/* Grid: (segment, head, slot); slot z takes the segment's tiles z, z + slots, ... */
+/* Grid: (segment, head, slot); slot z takes the segment's tiles z, z + slots, ...
+ * qkv: FP32, rounded to BF16 as its tiles load, or (uint16_t) a copy already
+ * rounded to BF16: the same tiles, the same bits, half the bytes to load. */
+template <typename T>
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
-    uform_attention_forward_mma(const float *qkv, size_t hidden, const uform_segment_t *segments, float *out,
+    uform_attention_forward_mma(const T *qkv, size_t hidden, const uform_segment_t *segments, float *out,
                                 float *logsumexp) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, k_rows, v_columns;
-    const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
+    const auto at = uform_mma_place(qkv, hidden, segments);
     UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
         __syncthreads();   /* the previous tile's shared reads are done */
         uform_mma_load(at.base, at.stride, first, at.segment.length, q_rows, NULL);
@@ -212,7 +237,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     uform_attention_dq_mma(const float *qkv, const float *out, const float *dout, const float *logsumexp,
                            size_t hidden, const uform_segment_t *segments, float *dqkv, float *deltas) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, dout_rows, k_rows, k_columns, v_rows;
-    const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
+    const auto at = uform_mma_place(qkv, hidden, segments);
     UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
         __syncthreads();
         uform_mma_load(at.base, at.stride, first, at.segment.length, q_rows, NULL);
@@ -283,7 +308,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
                             size_t hidden, const uform_segment_t *segments, float *dqkv, const float *deltas) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, q_columns, dout_rows, dout_columns;
     __shared__ float lse[UFORM_MMA_TILE], delta[UFORM_MMA_TILE];
-    const uform_mma_place_t at = uform_mma_place(qkv, hidden, segments);
+    const auto at = uform_mma_place(qkv, hidden, segments);
     UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
         __syncthreads();
         /* the key tile's k and v pass through the query tiles' buffers */

@@ -97,6 +97,7 @@ typedef struct {
     uform_cuda_buffer_t pair_loss;         /* contrastive_loss.cu's and late_interaction_loss.cu's layouts */
     uform_cuda_buffer_t converted_rows;
     uform_cuda_buffer_t attention_deltas;  /* attention_mma.cu's D per (row, head) in a backward */
+    uform_cuda_buffer_t attention_bf16;    /* attention_mma.cu's forward: qkv rounded to BF16 once */
 } uform_cuda_context_t;
 
 static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {
@@ -122,6 +123,10 @@ static inline bool uform_cuda_ok(uform_backend_t *b, cudaError_t error, const ch
  * stream-ordered allocator, which a GPU without memory pools (some virtual
  * GPUs) refuses; growing is rare. */
 void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t bytes, const char *what);
+/* x [rows, k] (row stride `stride`) rounded to BF16, nearest even, into
+ * `buffer` (gemm.cu's kernels); NULL on failure (recorded). */
+const uint16_t *uform_cuda_bf16_copy(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x, size_t stride,
+                                     size_t rows, size_t k);
 void uform_cuda_buffer_free(uform_cuda_buffer_t *buffer);
 
 /* Checks the launch just made. */
@@ -294,15 +299,15 @@ void uform_cuda_sum_rows(uform_backend_t *b, const float *src, size_t width, con
 /* attention.cu */
 size_t uform_cuda_attention_scratch_bytes(uform_backend_t *b, size_t hidden, size_t segments, size_t longest);
 void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
-                                  const uform_segment_t *segments, size_t count, size_t longest, float *out,
-                                  float *logsumexp, void *scratch);
+                                  const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
+                                  float *out, float *logsumexp, void *scratch);
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                    size_t count, size_t rows, size_t longest, float *dqkv);
 /* attention_mma.cu: the tensor-core kernels (16-byte aligned operands) */
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
-                                      const uform_segment_t *segments, size_t count, size_t longest, float *out,
-                                      float *logsumexp);
+                                      const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
+                                      float *out, float *logsumexp);
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                        size_t count, size_t rows, size_t longest, float *dqkv);

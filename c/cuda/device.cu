@@ -1,5 +1,6 @@
 /* device.cu: the CUDA backend's devices, its instances and its table of
- * operations (cuda_backend.h). Compiled, not yet run on a GPU. */
+ * operations (cuda_backend.h). Run on an H200 (tests/gpu/test_cuda_ops.c,
+ * 2026-12-04); under the emulation against its stand-in runtime. */
 #include "cuda_internal.h"
 #ifndef UFORM_CUDA_EMULATION
 #include "cublaslt.h"
@@ -121,6 +122,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->choices);
     uform_cuda_buffer_free(&context->converted_rows);
     uform_cuda_buffer_free(&context->attention_deltas);
+    uform_cuda_buffer_free(&context->attention_bf16);
     cudaStreamDestroy(context->stream);
     pthread_mutex_destroy(&context->lock);
     free(context);

@@ -27,7 +27,11 @@
  * dimension s, so C = op(a) op(b) is computed as C^T = op(b)^T op(a)^T with
  * cuBLASLt's A = b and B = a. Each shape's algorithm is chosen once by
  * cuBLASLt's heuristic and kept (UFORM_CUDA_GEMM_PLANS per backend).
- * Compiled, not yet run on a GPU. */
+ *
+ * The BF16 and FP32 products and the E4M3 weights' decoding to BF16 ran on an
+ * H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); the BF16 rounding four
+ * elements a thread was written since: emulated only. The FP8 products:
+ * gemm_fp8.cu. */
 #include "cuda_internal.h"
 
 #ifndef UFORM_CUDA_EMULATION
@@ -378,6 +382,11 @@ static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, uform_cuda_
                                                                                                  out);
     uform_cuda_launched(b, "BF16 operands");
     return out;
+}
+
+const uint16_t *uform_cuda_bf16_copy(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x, size_t stride,
+                                     size_t rows, size_t k) {
+    return (const uint16_t *)uform_cuda_bf16_rows(b, buffer, x, stride, rows, k);
 }
 
 void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,

@@ -235,9 +235,9 @@ GUARDED_RESULT(size_t, attention_scratch_bytes,
                (inner, hidden, segments, longest))
 GUARDED_VOID(attention_forward,
              (uform_backend_t *b, const float *qkv, size_t hidden, const uform_segment_t *s,
-              size_t count, size_t longest, float *out, float *logsumexp, void *scratch),
+              size_t count, size_t rows, size_t longest, float *out, float *logsumexp, void *scratch),
              (DEVICE(qkv), DEVICE(s), DEVICE(out), DEVICE(logsumexp), DEVICE(scratch)),
-             (inner, qkv, hidden, s, count, longest, out, logsumexp, scratch))
+             (inner, qkv, hidden, s, count, rows, longest, out, logsumexp, scratch))
 GUARDED_VOID(mean_pool_forward,
              (uform_backend_t *b, const float *x, size_t width, const uform_segment_t *s,
               size_t count, float *pooled),

@@ -115,17 +115,25 @@ int main() {
     printf("| %-44s | %10s | %10s | %s |\n|---|---:|---:|---|\n", "check", "max error", "bound", "result");
     std::vector<float> out1(rows * hidden), lse1(rows * heads), out2(rows * hidden, 7.0f), lse2(rows * heads, 7.0f);
     std::vector<float> out3(rows * hidden);
-    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_forward_mma, qkv.data(), hidden,
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_forward_mma<float>, qkv.data(), hidden,
                           segments, out1.data(), lse1.data());
     compare("forward out", out, out1, 4e-3);
     compare("forward logsumexp", lse, lse1, 1e-5);
-    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_forward_mma, qkv.data(), hidden,
+    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_forward_mma<float>, qkv.data(), hidden,
                           segments, out2.data(), lse2.data());
     same_bits("forward, 2 blocks per (segment, head): out", out1, out2);
     same_bits("forward, 2 blocks per (segment, head): lse", lse1, lse2);
-    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_forward_mma, qkv.data(), hidden,
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_forward_mma<float>, qkv.data(), hidden,
                           segments, out3.data(), (float *)NULL);
     same_bits("inference forward (no logsumexp): out", out1, out3);
+    /* from a copy of qkv already in BF16 (the GPU's way for segments longer than a tile) */
+    std::vector<uint16_t> qkv16(rows * stride);
+    for (size_t i = 0; i < qkv16.size(); i++) qkv16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(qkv[i]));
+    std::vector<float> out4(rows * hidden), lse4(rows * heads);
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_forward_mma<uint16_t>,
+                          (const uint16_t *)qkv16.data(), hidden, segments, out4.data(), lse4.data());
+    same_bits("forward from BF16 rows: out", out1, out4);
+    same_bits("forward from BF16 rows: lse", lse1, lse4);
 
     std::vector<float> grads1(dqkv_initial), grads2(dqkv_initial), grads3(dqkv_initial), deltas(rows * heads, 7.0f);
     uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),

@@ -1360,8 +1360,8 @@ static void attention_case(uform_backend_t *b, const char *label, size_t hidden,
     float *d_lse = dev_alloc(b, rows * heads * sizeof(float));
     size_t scratch_bytes = b->ops->attention_scratch_bytes(b, hidden, count, longest);
     void *d_scratch = scratch_bytes ? dev_alloc(b, scratch_bytes) : NULL;
-    b->ops->attention_forward(b, d_qkv, hidden, d_segments, count, longest, d_train, d_lse, NULL);
-    b->ops->attention_forward(b, d_qkv, hidden, d_segments, count, longest, d_infer, NULL, d_scratch);
+    b->ops->attention_forward(b, d_qkv, hidden, d_segments, count, rows, longest, d_train, d_lse, NULL);
+    b->ops->attention_forward(b, d_qkv, hidden, d_segments, count, rows, longest, d_infer, NULL, d_scratch);
     sync_check(b, label, what);
     float *train = fetch(b, d_train, outs), *infer = fetch(b, d_infer, outs);
     float *lse = fetch(b, d_lse, rows * heads);
@@ -1424,8 +1424,8 @@ static void attention_case(uform_backend_t *b, const char *label, size_t hidden,
         float *d_lse2 = dev_alloc(b, length * heads * sizeof(float));
         size_t bytes = b->ops->attention_scratch_bytes(b, hidden, 1, length);
         void *d_scr = bytes ? dev_alloc(b, bytes) : NULL;
-        b->ops->attention_forward(b, d_alone_qkv, hidden, d_one, 1, length, d_out, NULL, d_scr);
-        b->ops->attention_forward(b, d_alone_qkv, hidden, d_one, 1, length, d_out2, d_lse2, NULL);
+        b->ops->attention_forward(b, d_alone_qkv, hidden, d_one, 1, length, length, d_out, NULL, d_scr);
+        b->ops->attention_forward(b, d_alone_qkv, hidden, d_one, 1, length, length, d_out2, d_lse2, NULL);
         sync_check(b, label, what);
         float *o = fetch(b, d_out, length * hidden), *o2 = fetch(b, d_out2, length * hidden);
         float *l2 = fetch(b, d_lse2, length * heads);
@@ -2929,8 +2929,8 @@ static results_t run_some(uform_backend_t *b, const char *label, const shared_in
     b->ops->zero(b, d_dqkv, qrows * 3 * hidden * sizeof(float));
     size_t bytes = b->ops->attention_scratch_bytes(b, hidden, 3, 150);
     void *d_scratch = bytes ? dev_alloc(b, bytes) : NULL;
-    b->ops->attention_forward(b, d_qkv, hidden, d_seg, 3, 150, d_inf, NULL, d_scratch);
-    b->ops->attention_forward(b, d_qkv, hidden, d_seg, 3, 150, d_out, d_lse, NULL);
+    b->ops->attention_forward(b, d_qkv, hidden, d_seg, 3, qrows, 150, d_inf, NULL, d_scratch);
+    b->ops->attention_forward(b, d_qkv, hidden, d_seg, 3, qrows, 150, d_out, d_lse, NULL);
     b->ops->attention_backward(b, d_qkv, d_out, d_dout, d_lse, hidden, d_seg, 3, qrows, 150, d_dqkv);
     sync_check(b, label, "determinism: attention");
     keep(&r, b, "attention inference", d_inf, qrows * hidden);

@@ -580,8 +580,8 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     char what[96];
     size_t longest = 0;
     for (size_t c = 0; c < count; c++) longest = segments[c].length > longest ? segments[c].length : longest;
-    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, longest, out, lse, NULL);
-    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, longest, gout, glse, NULL);
+    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, rows, longest, out, lse, NULL);
+    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, rows, longest, gout, glse, NULL);
     snprintf(what, sizeof(what), "attention_forward out (%s)", kind);
     compare(b, what, out, gout, rows * hidden, forward);
     snprintf(what, sizeof(what), "attention_forward lse (%s)", kind);
@@ -596,9 +596,9 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     /* inference: the CPU's takes scratch of attention_scratch_bytes; the GPU is
      * told a longest of 64, below the truth, so its blocks loop over tiles */
     void *scratch = malloc(b->cpu.ops->attention_scratch_bytes(&b->cpu, hidden, count, longest) + 1);
-    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, longest, out, NULL, scratch);
+    b->cpu.ops->attention_forward(&b->cpu, qkv, hidden, segments, count, rows, longest, out, NULL, scratch);
     free(scratch);
-    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, 64, gout, NULL, NULL);
+    b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, rows, 64, gout, NULL, NULL);
     snprintf(what, sizeof(what), "attention_forward inference (%s)", kind);
     compare(b, what, out, gout, rows * hidden, forward);
     uform_cuda_attention_simple(&b->gpu, false);

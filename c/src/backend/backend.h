@@ -210,10 +210,10 @@ typedef struct {
     size_t (*attention_scratch_bytes)(uform_backend_t *b, size_t hidden, size_t segments,
                                       size_t longest);
     void (*attention_forward)(uform_backend_t *b, const float *qkv, size_t hidden,
-                              const uform_segment_t *segments, size_t count, size_t longest,
-                              float *out, float *logsumexp, void *scratch);
-    /* dqkv += the gradients of q, k, v given dout [rows, H]; every segment lies
-     * within the `rows` rows (the GPU keeps a value per row and head). */
+                              const uform_segment_t *segments, size_t count, size_t rows,
+                              size_t longest, float *out, float *logsumexp, void *scratch);
+    /* dqkv += the gradients of q, k, v given dout [rows, H]. In both, every
+     * segment lies within the `rows` rows (the GPU keeps copies of them). */
     void (*attention_backward)(uform_backend_t *b, const float *qkv, const float *out,
                                const float *dout, const float *logsumexp, size_t hidden,
                                const uform_segment_t *segments, size_t count, size_t rows,

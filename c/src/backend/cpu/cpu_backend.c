@@ -210,9 +210,9 @@ static size_t uform_cpu_attention_scratch_bytes(uform_backend_t *b, size_t hidde
 }
 
 static void uform_cpu_attention_forward(uform_backend_t *b, const float *qkv, size_t hidden,
-                                        const uform_segment_t *segments, size_t count, size_t longest,
-                                        float *out, float *logsumexp, void *scratch) {
-    (void)longest;   /* the CPU's threads take the segments' tiles as they come */
+                                        const uform_segment_t *segments, size_t count, size_t rows,
+                                        size_t longest, float *out, float *logsumexp, void *scratch) {
+    (void)rows, (void)longest;   /* the CPU's threads take the segments' tiles as they come */
     if (logsumexp)
         uform_attention_forward(b->executor, uform_path_of(b), qkv, hidden, segments, count, out,
                                 logsumexp);
