@@ -32,10 +32,10 @@ class Capabilities(NamedTuple):
       ascending: built for this target and run by this CPU and OS. SERIAL is always one; any
       other class raises UnsupportedError.
     - best_cpu_class: the class load_ram picks when none is given; one of cpu_classes.
-    - gpu_backend: whether the library was built with the CUDA backend (docs/gpu.md: its
-      operations are compiled, not yet run on a GPU). No VRAM verb is built yet: every VRAM
-      call (Model.load_vram, Executor.for_vram, Trainer.init_vram) raises UnsupportedError,
-      or DeviceError ("no GPU found") from a CUDA build on a machine without a GPU.
+    - gpu_backend: whether the library was built with the CUDA backend (docs/gpu.md: run on
+      one H200). Without it every VRAM call (Model.load_vram, Executor.for_vram,
+      Trainer.init_vram) raises UnsupportedError; a CUDA build on a machine without a GPU
+      raises DeviceError ("no GPU found").
     - gpus: the GPUs that backend's runtime sees; 0 without one.
     - mesh_engine: "gloo" when Mesh.bootstrap connects hosts on CPUs (the build found Gloo),
       None when it raises UnsupportedError.

@@ -252,8 +252,9 @@ class Model:
         without a GPU DeviceError. quantization=Scalar.E4M3 keeps the block matrices as FP8
         codes; on Ada, Hopper and Blackwell they multiply on the FP8 tensor cores with the
         activations quantized per row (outputs within cosine 0.995 of the CPU's E4M3 model),
-        on Ampere they are decoded to BF16 at each product. Compiled, not yet run on a GPU
-        (docs/gpu.md)."""
+        on Ampere they are decoded to BF16 at each product. E4M3's FP8 path is not yet run on a
+        GPU (on an H200 cuBLASLt refused its first design and the products were decoded to BF16;
+        reworked since); the rest ran on one H200 (docs/gpu.md)."""
         encoded = path_bytes(path)
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)

@@ -415,11 +415,13 @@ class Trainer:
         gradients are summed in GPU order through host memory, and every GPU applies the same
         update (docs/gpu.md, "Several GPUs"); save and the tensor reads use GPU 0's copy, which
         every GPU holds bit for bit. On a mesh (mesh=, bootstrapped on this executor) each
-        step's gathers and gradient sum pass through host memory over Gloo (NCCL is not built:
-        docs/distributed.md), whether this process holds one GPU or several (its GPUs are then
-        ranks of the mesh's world). A build without the CUDA backend raises
-        UnsupportedError, a machine without a GPU DeviceError. Compiled, not yet run on a GPU;
-        runs on the CPU under the CUDA emulation (docs/gpu.md)."""
+        step's gradient sum and the pairing terms' gathers run on the GPUs through NCCL when
+        every host can load it and no GPU is shared, else through host memory over Gloo
+        (docs/distributed.md, "NCCL"), whether this process holds one GPU or several (its GPUs
+        are then ranks of the mesh's world). A build without the CUDA backend raises
+        UnsupportedError, a machine without a GPU DeviceError. Run on one H200 (2026-12-04),
+        alone and as two mesh hosts sharing it over Gloo; several GPUs, and NCCL over several
+        ranks, not yet run on GPUs, only on the CPU under the CUDA emulation (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")
         return cls._start(lib.uform_trainer_init_vram, executor, mesh, progress, progress_steps, resume, depth,

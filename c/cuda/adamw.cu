@@ -2,7 +2,8 @@
  * adamw_first_non_finite), the CPU backend's element formula (torch.optim.AdamW,
  * decoupled decay, bias corrections in double). sum_squares accumulates in
  * double through a fixed tree (not index order as on the CPU: the two agree to
- * double rounding). Compiled, not yet run on a GPU. */
+ * double rounding). Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04);
+ * also runs under the emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 

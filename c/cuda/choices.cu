@@ -6,7 +6,8 @@
  * pair, (h . table[byte] + bias[byte]) / exp(log_temperature[group]), with a
  * fixed shuffle tree; one thread per item then takes the softmax over its
  * pairs in order (an item has at most 256 choices); one download brings the
- * probabilities back. Compiled, not yet run on a GPU. */
+ * probabilities back. Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04);
+ * also runs under the emulation (emulation.h). */
 #include "cuda_internal.h"
 
 #include <math.h>

@@ -13,8 +13,8 @@
  * - one thread adds the items' temperature gradients and losses in order.
  * The call's bytes, targets, offsets and groups are host memory (as for the
  * CPU's): laid out with the per-byte lists and uploaded once; 8 bytes of loss
- * come back. Compiled, not yet run on a GPU; runs under the emulation
- * (emulation.h). */
+ * come back. Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs
+ * under the emulation (emulation.h). */
 #include "cuda_internal.h"
 
 #include <math.h>

@@ -18,10 +18,12 @@
  * non-blocking, and a wait past its deadline or an error NCCL reports aborts
  * the communicator and answers UFORM_MESH with NCCL's words.
  *
- * Status: compiled, NOT YET RUN ON A GPU; under the CUDA emulation the same
- * code runs against an emulation of NCCL over shared memory
- * (nccl_emulation.h), which tests/gpu/test_vram_mesh.c and
- * test_vram_replicas.c exercise. */
+ * Status: real NCCL ran on one H200 with one-rank communicators
+ * (tests/gpu/test_nccl_ops.c, 2026-12-04: start, the multimem query, a sum, a
+ * gather, and a second rank that never comes ending in UFORM_MESH after the
+ * timeout); over two or more GPUs only under the CUDA emulation, where the same
+ * code runs against an emulation of NCCL over shared memory (nccl_emulation.h),
+ * which tests/gpu/test_vram_mesh.c and test_vram_replicas.c exercise. */
 #ifndef UFORM_CUDA_COLLECTIVES_H
 #define UFORM_CUDA_COLLECTIVES_H
 

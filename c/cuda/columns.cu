@@ -16,8 +16,9 @@
  * depend on the GPU or the launch: rows in chunks of UFORM_COLUMN_CHUNK (more
  * for more than 65535 chunks; the chunk size depends on the row count only),
  * one thread per (chunk, column) summing the chunk's rows in order, then one
- * thread per column summing the chunks in order. Compiled, not yet run on a
- * GPU; runs under the emulation (emulation.h). */
+ * thread per column summing the chunks in order. Run on an H200
+ * (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the emulation
+ * (emulation.h). */
 #include "cuda_internal.h"
 
 #define UFORM_COLUMN_CHUNK 256

@@ -20,8 +20,9 @@
  * the temperatures, computed on the host as the CPU does, in one copy; 40
  * bytes of state come back. The checks are the CPU's (loss_checks.c), on the
  * host, except that the embeddings' finiteness is scanned on the device: a
- * non-finite one stops every kernel before it writes an output. Compiled,
- * not yet run on a GPU; runs under the emulation (emulation.h). */
+ * non-finite one stops every kernel before it writes an output. Run on an
+ * H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the emulation
+ * (emulation.h). */
 #include "cuda_internal.h"
 #include "pair_loss.cuh"
 

@@ -3,7 +3,8 @@
  * converted here and then copied down at their final width). Each output
  * element is one call of core/output_scalars.h, the functions the CPU's
  * download_rows calls, so rows converted here and on the host are the same
- * bits. Compiled, not yet run on a GPU; runs under the emulation. */
+ * bits. Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs
+ * under the emulation. */
 #include "cuda_internal.h"
 
 #include "core/output_scalars.h"

@@ -1,5 +1,6 @@
-/* cublaslt.cu: loads cuBLASLt on first use (cublaslt.h). Compiled, not yet run
- * on a GPU; the load itself runs wherever a CUDA backend is asked for. */
+/* cublaslt.cu: loads cuBLASLt on first use (cublaslt.h). Run on an H200
+ * (tests/gpu/test_cuda_ops.c, 2026-12-04); the load itself runs wherever a CUDA
+ * backend is asked for. */
 #include "cuda_internal.h"
 #include "cublaslt.h"
 #include "library_loader.h"

@@ -18,8 +18,8 @@
  *   threads ever add to one element.
  * The batch's layout (first rows, query and document rows), relations and bags
  * are host memory (backend.h): laid out and uploaded in one copy; 24 bytes of
- * state come back. Compiled, not yet run on a GPU; runs under the emulation
- * (emulation.h). */
+ * state come back. Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04);
+ * also runs under the emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "pair_loss.cuh"
 

@@ -1,7 +1,8 @@
 /* layer_norm.cu: LayerNorm's forward and backward on the CUDA backend
  * (backend.h): biased variance, eps 1e-5, one block per row for the forward
  * and dx; the weight gradients as column sums in two fixed passes (columns.cu).
- * Compiled, not yet run on a GPU; runs under the emulation (emulation.h). */
+ * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the
+ * emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 

@@ -1,7 +1,8 @@
 /* memory.cu: the CUDA backend's device memory (backend.h: alloc, free,
  * upload, download, copy, zero, synchronize). Transfers and fills are queued
  * on the backend's stream in call order; download waits for its bytes, since
- * the caller reads them on return. Compiled, not yet run on a GPU. */
+ * the caller reads them on return. Run on an H200 (tests/gpu/test_cuda_ops.c,
+ * 2026-12-04); under the emulation against its stand-in runtime. */
 #include "cuda_internal.h"
 
 void *uform_cuda_alloc(uform_backend_t *b, size_t bytes) {

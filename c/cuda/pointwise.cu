@@ -1,7 +1,9 @@
 /* pointwise.cu: tanh GELU and rotary positions on the CUDA backend (backend.h:
  * gelu_forward, gelu_backward, rope_tables, rope_forward, rope_backward), with
  * the CPU backend's formulas: GELU as x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
- * x^3); rotary angles in double, then rounded. Compiled, not yet run on a GPU. */
+ * x^3); rotary angles in double, then rounded. Run on an H200
+ * (tests/gpu/test_cuda_ops.c, 2026-12-04); GELU's forward four to a thread,
+ * written since, only under the emulation (emulation.h). */
 #include "cuda_internal.h"
 
 #define UFORM_CUDA_SQRT_2_OVER_PI 0.7978845608028654f

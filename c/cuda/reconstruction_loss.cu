@@ -7,8 +7,9 @@
  * On the device so a step's masked patches (rows x width floats each way)
  * never cross to the host: one block per row writes the row's mean and its
  * gradient; one block sums the rows' means, each thread a fixed stride of
- * rows in order, then a fixed tree (reduce.cuh); 8 bytes come back. Compiled,
- * not yet run on a GPU; runs under the emulation (emulation.h). */
+ * rows in order, then a fixed tree (reduce.cuh); 8 bytes come back. Run on an
+ * H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the emulation
+ * (emulation.h). */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 

@@ -2,8 +2,9 @@
  * mean pooling, L2 normalisation, byte cross-entropy, and row gathers and
  * scatters (the embedding's backward and sums of rows: columns.cu). A sum
  * over a few rows runs one thread per column, rows in order; sums within a
- * row use the fixed block tree of reduce.cuh. Compiled, not yet run on a GPU;
- * runs under the emulation (emulation.h). */
+ * row use the fixed block tree of reduce.cuh. Run on an H200
+ * (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the emulation
+ * (emulation.h). */
 #include "cuda_internal.h"
 #include "reduce.cuh"
 

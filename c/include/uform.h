@@ -528,7 +528,8 @@ typedef struct {
     const char *const *hosts;         /* [host_domain_count]: each host's name as it reported it */
     uform_multimem_tier_t multimem_tier; /* the lowest tier NCCL reports on any GPU of the run
                                             (ncclCommQueryProperties, NCCL 2.29 on); NONE without
-                                            NCCL. Never run on a GPU: emulated only */
+                                            NCCL. Queried on one H200 (NONE); NVLink SHARP
+                                            never seen */
     uform_gpu_class_t gpu_class;      /* every host's GPUs' class; NONE on CPUs */
     const char *engine;               /* "nccl": GPU hosts whose gradients NCCL sums on the GPUs
                                          (Gloo carries the rest); else "gloo" */
