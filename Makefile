@@ -332,6 +332,8 @@ test-cuda-emulated: $(addprefix $(BUILD)/emulated/,$(EMULATED_GPU_TESTS))
 	  echo "== $$t (CUDA emulated on the CPU; ASan+UBSan)"; $(BUILD)/emulated/$$t || { kill $$replicas; exit 1; }; done; \
 	echo "== test_cuda_ops again, blocks and threads in the opposite order (a race a barrier should order shows in one of the two)"; \
 	UFORM_EMULATION_ORDER=reverse $(BUILD)/emulated/test_cuda_ops || { kill $$replicas; exit 1; }; \
+	echo "== test_cuda_ops again, each warp as far as it goes before the next (warps apart, as a GPU may let them drift)"; \
+	UFORM_EMULATION_ORDER=warps $(BUILD)/emulated/test_cuda_ops || { kill $$replicas; exit 1; }; \
 	echo "== test_vram_replicas (CUDA emulated on the CPU, two devices; ASan+UBSan; ran beside the tests above)"; \
 	status=0; wait $$replicas || status=$$?; cat $$beside; exit $$status
 

@@ -15,9 +15,15 @@
  *
  * Layout: a block of 4 warps holds one segment's tile of 64 rows of one head;
  * warp w owns rows 16w .. 16w + 15 of it, as mma's A operand (16 x 16 per
- * instruction); the other operand is a 64 x 64 tile in shared memory read as
- * B (16 x 8 per instruction). With g = lane / 4 and t = 2 (lane % 4) (PTX ISA,
- * "Matrix Fragments for mma.m16n8k16 with floating point type"):
+ * instruction); the other operand is a 64 x 64 tile in shared memory, always
+ * row-major (a row of q, k, v or dout), read as B (16 x 8 per instruction) by
+ * ldmatrix.x4 (two instructions' B at once), with .trans where the product
+ * runs down the tile's rows (p v, ds k, p^T dout, ds^T q). The tiles the inner
+ * loops walk are double-buffered: the next is fetched (cp.async, from BF16
+ * copies of qkv and dout made once per call when a segment spans more than
+ * one tile) while the current one is multiplied. With g = lane / 4 and
+ * t = 2 (lane % 4) (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating
+ * point type"):
  *   A registers 0-3: (row g, columns t, t+1), (g+8, t..), (g, t+8..), (g+8, t+8..)
  *   B registers 0-1: (k rows t, t+1 of column g), (k rows t+8, t+9 of column g)
  *   C floats 0-3:    (row g, columns t, t+1), (row g+8, columns t, t+1)
@@ -30,9 +36,12 @@
  * it). dq and (dk, dv) are two kernels, each recomputing the scores: 7
  * products per pair of tiles instead of FlashAttention-2's 5 with atomic dq.
  *
- * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); written since and
- * run only under the emulation: the grid by the longest segment, D handed
- * from dq to dk, dv, the forward's BF16 staging. The kernels
+ * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04) in their first
+ * version (32-bit shared loads, a transposed copy of the tiles read down
+ * their rows, synchronous loads). Written since and run only under the
+ * emulation, never on a GPU: the grid by the longest segment, D handed from
+ * dq to dk, dv, the BF16 staging, ldmatrix, cp.async double buffering (the
+ * same bits as the first version under the emulation). The kernels
  * (attention_mma.cuh) also run on the CPU in tests/c/test_attention_mma.cc,
  * under an emulation of a block's threads, shuffles and mma.sync, against
  * float64. attention.cu keeps the
@@ -80,7 +89,9 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
 
 /* D = dout . out per (row, head) goes from the dq kernel to the dk, dv one
  * through the context's buffer of rows x heads floats (the dk, dv kernel
- * otherwise recomputes it for each key tile: half of its loads). */
+ * otherwise recomputes it for each key tile: half of its loads). A segment
+ * longer than one tile has its tiles fetched many times: then qkv and dout
+ * are rounded to BF16 once, as in the forward. */
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                        size_t count, size_t rows, size_t longest, float *dqkv) {
@@ -91,10 +102,21 @@ void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, con
     if (!deltas) return;   /* recorded */
     cudaStream_t stream = context->stream;
     dim3 grid = uform_attention_mma_grid(count, heads, longest);
-    UFORM_LAUNCH(uform_attention_dq_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
-                                                                    dqkv, deltas);
-    uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-    UFORM_LAUNCH(uform_attention_dkv_mma, grid, UFORM_MMA_THREADS, stream)(qkv, out, dout, logsumexp, hidden, segments,
-                                                                     dqkv, deltas);
+    if (longest > UFORM_MMA_TILE) {
+        const uint16_t *qkv16 = uform_cuda_bf16_copy(b, &context->attention_bf16, qkv, 3 * hidden, rows, 3 * hidden);
+        const uint16_t *dout16 = uform_cuda_bf16_copy(b, &context->attention_dout_bf16, dout, hidden, rows, hidden);
+        if (!qkv16 || !dout16) return;   /* recorded */
+        UFORM_LAUNCH(uform_attention_dq_mma<uint16_t>, grid, UFORM_MMA_THREADS, stream)(
+            qkv16, dout16, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+        uform_cuda_launched(b, "attention_backward dq (tensor cores)");
+        UFORM_LAUNCH(uform_attention_dkv_mma<uint16_t>, grid, UFORM_MMA_THREADS, stream)(
+            qkv16, dout16, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    } else {
+        UFORM_LAUNCH(uform_attention_dq_mma<float>, grid, UFORM_MMA_THREADS, stream)(
+            qkv, dout, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+        uform_cuda_launched(b, "attention_backward dq (tensor cores)");
+        UFORM_LAUNCH(uform_attention_dkv_mma<float>, grid, UFORM_MMA_THREADS, stream)(
+            qkv, dout, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    }
     uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
 }

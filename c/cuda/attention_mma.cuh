@@ -43,13 +43,57 @@ __device__ static inline void uform_mma(float c[4], const uint32_t a[4], uint32_
 #endif
 }
 
+/* ldmatrix.x4 (.trans): lane l names row l % 8 of 8 x 8 matrix l / 8 (16
+ * bytes of shared memory, 16-byte aligned); register i receives matrix i's
+ * row g (columns t, t + 1), or with .trans its column g (rows t, t + 1):
+ * the B operand of two mma steps from one instruction. */
+template <bool transposed>
+__device__ static inline void uform_mma_ldmatrix(uint32_t r[4], const uint16_t *row) {
+#ifdef UFORM_CUDA_EMULATION
+    uform_emulated_ldmatrix(r, row, transposed);
+#else
+    unsigned shared = (unsigned)__cvta_generic_to_shared(row);
+    if (transposed)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared));
+#endif
+}
+
 /* c (16 x 64) += a (16 x 64, 4 A fragments) times the transpose of `tile`
- * (64 x 64): c[i][j] += sum over p of a[i][p] tile[j][p]. */
+ * (64 x 64): c[i][j] += sum over p of a[i][p] tile[j][p]. The B operand of
+ * C tile n, steps s and s + 1: tile rows 8n .. 8n + 7 at columns 16s, 16s + 8,
+ * 16s + 16, 16s + 24, one ldmatrix. Each accumulator takes its 4 steps in
+ * order (the same chain as _rows below and as the first version's). */
 __device__ static inline void uform_mma_16x64x64(float c[8][4], const uint32_t a[4][4], const uform_mma_tile_t tile) {
-    int lane = threadIdx.x % 32, g = lane / 4, t = 2 * (lane % 4);
+    int lane = threadIdx.x % 32;
     for (int n = 0; n < 8; n++)
-        for (int s = 0; s < 4; s++)
-            uform_mma(c[n], a[s], uform_mma_pair(tile, 8 * n + g, 16 * s + t), uform_mma_pair(tile, 8 * n + g, 16 * s + t + 8));
+        for (int s = 0; s < 4; s += 2) {
+            uint32_t b[4];
+            uform_mma_ldmatrix<false>(b, &tile[8 * n + lane % 8][16 * s + 8 * (lane / 8)]);
+            uform_mma(c[n], a[s], b[0], b[1]);
+            uform_mma(c[n], a[s + 1], b[2], b[3]);
+        }
+}
+
+/* c (16 x 64) += a (16 x 64, 4 A fragments) times `tile` (64 x 64, row p
+ * the p-th term): c[i][d] += sum over p of a[i][p] tile[p][d]. The B operand
+ * of step s, C tiles n and n + 1: tile rows 16s and 16s + 8 at columns 8n
+ * and 8n + 8, one ldmatrix.trans; so no tile is ever stored transposed. */
+__device__ static inline void uform_mma_16x64x64_rows(float c[8][4], const uint32_t a[4][4],
+                                                      const uform_mma_tile_t tile) {
+    int lane = threadIdx.x % 32, matrix = lane / 8;
+    for (int s = 0; s < 4; s++)
+        for (int n = 0; n < 8; n += 2) {
+            uint32_t b[4];
+            uform_mma_ldmatrix<true>(b, &tile[16 * s + 8 * (matrix % 2) + lane % 8][8 * n + 8 * (matrix / 2)]);
+            uform_mma(c[n], a[s], b[0], b[1]);
+            uform_mma(c[n + 1], a[s], b[2], b[3]);
+        }
 }
 
 /* The A fragments of rows first .. first + 15 of a tile. */
@@ -77,50 +121,74 @@ __device__ static inline void uform_mma_clear(float c[8][4]) {
     for (int n = 0; n < 8; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 }
 
+/* cp.async of 16 bytes, global to shared; `bytes` 0 writes zeros instead. */
+__device__ static inline void uform_mma_copy(void *target, const void *source, unsigned bytes) {
+#ifdef UFORM_CUDA_EMULATION
+    uform_emulated_cp_async(target, source, bytes);
+#else
+    unsigned shared = (unsigned)__cvta_generic_to_shared(target);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(source), "r"(bytes) : "memory");
+#endif
+}
+
+/* The thread's copies issued since the last commit become one group. */
+__device__ static inline void uform_mma_commit() {
+#ifdef UFORM_CUDA_EMULATION
+    uform_emulated_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+/* Wait until all but the newest `pending` groups of the thread's copies are
+ * in shared memory (then a barrier, for the other threads' copies). */
+template <int pending>
+__device__ static inline void uform_mma_wait() {
+#ifdef UFORM_CUDA_EMULATION
+    uform_emulated_cp_async_wait(pending);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+#endif
+}
+
 /* Rows first .. first + 63 of a head's 64 columns at `source` (row stride
- * `stride` floats, 16-byte aligned), rounded to BF16 into `rows` (row-major)
- * and/or `columns` (transposed: columns[c][r]); rows at or past `length` are
- * zeros. A tile wanted row-major only is read 16 threads to a row (a warp
- * reads two rows' 256 contiguous bytes each); one wanted transposed is read a
- * thread to a row (consecutive threads, consecutive rows), so that a warp's
- * transposed stores fall into distinct banks. */
-__device__ static void uform_mma_load(const float *source, size_t stride, size_t first, size_t length,
-                                      uform_mma_tile_t rows, uform_mma_tile_t columns) {
+ * `stride` elements, 16-byte aligned) into `tile`, row-major; rows at or past
+ * `length` are zeros. From FP32, rounded to BF16 as loaded (synchronous: 16
+ * threads to a row, a warp reads two rows' 256 contiguous bytes); from BF16
+ * (a copy already rounded: the same tile, the same bits), by cp.async, 16
+ * bytes a copy, in shared memory once the caller's group is waited for. */
+__device__ static void uform_mma_fetch(const float *source, size_t stride, size_t first, size_t length,
+                                       uform_mma_tile_t tile) {
     for (int f = threadIdx.x; f < UFORM_MMA_TILE * 16; f += UFORM_MMA_THREADS) {
-        int r = columns ? f % UFORM_MMA_TILE : f / 16, c = columns ? (f / UFORM_MMA_TILE) * 4 : (f % 16) * 4;
+        int r = f / 16, c = (f % 16) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (first + r < length) v = *(const float4 *)(source + (first + r) * stride + c);
-        if (rows) {
-            uint32_t *target = (uint32_t *)&rows[r][c];
-            target[0] = uform_mma_pack(v.x, v.y);
-            target[1] = uform_mma_pack(v.z, v.w);
-        }
-        if (columns) {
-            columns[c][r] = uform_mma_bf16(v.x);
-            columns[c + 1][r] = uform_mma_bf16(v.y);
-            columns[c + 2][r] = uform_mma_bf16(v.z);
-            columns[c + 3][r] = uform_mma_bf16(v.w);
-        }
+        uint32_t *target = (uint32_t *)&tile[r][c];
+        target[0] = uform_mma_pack(v.x, v.y);
+        target[1] = uform_mma_pack(v.z, v.w);
     }
 }
 
-/* uform_mma_load from rows already in BF16 (stride in BF16, 16-byte aligned):
- * eight to a 16-byte load, the tiles as the FP32 load makes them. */
-__device__ static void uform_mma_load(const uint16_t *source, size_t stride, size_t first, size_t length,
-                                      uform_mma_tile_t rows, uform_mma_tile_t columns) {
+__device__ static void uform_mma_fetch(const uint16_t *source, size_t stride, size_t first, size_t length,
+                                       uform_mma_tile_t tile) {
     for (int f = threadIdx.x; f < UFORM_MMA_TILE * 8; f += UFORM_MMA_THREADS) {
-        int r = columns ? f % UFORM_MMA_TILE : f / 8, c = columns ? (f / UFORM_MMA_TILE) * 8 : (f % 8) * 8;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (first + r < length) v = *(const uint4 *)(source + (first + r) * stride + c);
-        if (rows) *(uint4 *)&rows[r][c] = v;
-        if (columns) {
-            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-            for (int i = 0; i < 4; i++) {
-                columns[c + 2 * i][r] = (uint16_t)(words[i] & 0xffffu);
-                columns[c + 2 * i + 1][r] = (uint16_t)(words[i] >> 16);
-            }
-        }
+        int r = f / 8, c = (f % 8) * 8;
+        bool inside = first + r < length;
+        uform_mma_copy(&tile[r][c], inside ? source + (first + r) * stride + c : source, inside ? 16u : 0u);
     }
+}
+
+/* The two tiles of rows `next` of a and b fetched into the other stage, as
+ * one group; false, fetching nothing, past the segment's end. */
+template <typename T>
+__device__ static inline bool uform_mma_prefetch(const T *a, size_t a_stride, const T *b, size_t b_stride,
+                                                 size_t next, size_t length, uform_mma_tile_t a_tile,
+                                                 uform_mma_tile_t b_tile) {
+    if (next >= length) return false;
+    uform_mma_fetch(a, a_stride, next, length, a_tile);
+    uform_mma_fetch(b, b_stride, next, length, b_tile);
+    uform_mma_commit();
+    return true;
 }
 
 __device__ static inline float uform_mma_warp_sum(float value) {
@@ -167,33 +235,46 @@ __device__ static inline uform_mma_place_t<T> uform_mma_place(const T *qkv, size
          first += (size_t)gridDim.z * UFORM_MMA_TILE)
 
 /* Grid: (segment, head, slot); slot z takes the segment's tiles z, z + slots, ...
- * qkv: FP32, rounded to BF16 as its tiles load, or (uint16_t) a copy already
- * rounded to BF16: the same tiles, the same bits, half the bytes to load. */
+ * T: the scalar of the q, k, v (and dout) rows the tiles are fetched from:
+ * float, rounded to BF16 as loaded, or uint16_t, a copy already rounded to
+ * BF16 (the same tiles, the same bits, half the bytes, loaded by cp.async
+ * while the tile before is multiplied).
+ *
+ * Each loop over a segment's tiles runs two stages: tile j + 1 is fetched
+ * into one while tile j, in the other, is multiplied; the barrier at the end
+ * of an iteration frees the stage the next fetch overwrites. */
+/* 4 blocks an SM (128 registers; 46 KB of shared memory each): without the
+ * bound ptxas took 168 registers, 3 blocks; with it, 24 bytes spill. */
 template <typename T>
-__global__ static void __launch_bounds__(UFORM_MMA_THREADS)
+__global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4)
     uform_attention_forward_mma(const T *qkv, size_t hidden, const uform_segment_t *segments, float *out,
                                 float *logsumexp) {
-    __shared__ __align__(16) uform_mma_tile_t q_rows, k_rows, v_columns;
+    __shared__ __align__(16) uform_mma_tile_t q_rows, k_rows[2], v_rows[2];
     const auto at = uform_mma_place(qkv, hidden, segments);
-    UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
-        __syncthreads();   /* the previous tile's shared reads are done */
-        uform_mma_load(at.base, at.stride, first, at.segment.length, q_rows, NULL);
-        __syncthreads();
+    const size_t length = at.segment.length;
+    UFORM_MMA_BLOCK_TILES(first, length) {
+        uform_mma_fetch(at.base, at.stride, first, length, q_rows);
+        uform_mma_fetch(at.base + hidden, at.stride, 0, length, k_rows[0]);
+        uform_mma_fetch(at.base + 2 * hidden, at.stride, 0, length, v_rows[0]);
+        uform_mma_commit();
         uint32_t q[4][4];
-        uform_mma_fragments(q_rows, 16 * at.warp, q);
         float o[8][4], top[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
         uform_mma_clear(o);
-        for (size_t keys = 0; keys < at.segment.length; keys += UFORM_MMA_TILE) {
+        int stage = 0;
+        for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
+            if (uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride, keys + UFORM_MMA_TILE,
+                                   length, k_rows[stage ^ 1], v_rows[stage ^ 1]))
+                uform_mma_wait<1>();
+            else
+                uform_mma_wait<0>();
             __syncthreads();
-            uform_mma_load(at.base + hidden, at.stride, keys, at.segment.length, k_rows, NULL);
-            uform_mma_load(at.base + 2 * hidden, at.stride, keys, at.segment.length, NULL, v_columns);
-            __syncthreads();
+            if (keys == 0) uform_mma_fragments(q_rows, 16 * at.warp, q);
             float s[8][4];
             uform_mma_clear(s);
-            uform_mma_16x64x64(s, q, k_rows);
+            uform_mma_16x64x64(s, q, k_rows[stage]);
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++)
-                    s[n][e] = keys + 8 * n + at.t + (e & 1) < at.segment.length ? s[n][e] * UFORM_MMA_SCALE : -INFINITY;
+                    s[n][e] = keys + 8 * n + at.t + (e & 1) < length ? s[n][e] * UFORM_MMA_SCALE : -INFINITY;
             /* online softmax of rows g (h = 0) and g + 8 (h = 1); a tile always
              * holds a real key, so the new maximum is finite */
             for (int h = 0; h < 2; h++) {
@@ -214,13 +295,14 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             }
             uint32_t p[4][4];
             uform_mma_repack(s, p);
-            uform_mma_16x64x64(o, p, v_columns);   /* o[i][d] += sum over keys of p[i][j] v[j][d] */
+            uform_mma_16x64x64_rows(o, p, v_rows[stage]);   /* o[i][d] += sum over keys of p[i][j] v[j][d] */
+            __syncthreads();
         }
         for (int h = 0; h < 2; h++) {
             total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
             total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
             size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row >= at.segment.length) continue;
+            if (row >= length) continue;
             float inverse = 1.0f / total[h];
             float *target = out + (at.segment.begin + row) * hidden + at.column;
             for (int n = 0; n < 8; n++)
@@ -231,26 +313,31 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     }
 }
 
-/* dq of a query tile: its keys in order. Each row's D is also written to
- * deltas [rows][heads] when not NULL, for the dk, dv kernel launched after. */
+/* dq of a query tile: its keys in order. The tiles come from qkv and
+ * dout_rows (T, see above); D = dout . out from the FP32 dout and out, and
+ * each row's D is also written to deltas [rows][heads] when not NULL, for the
+ * dk, dv kernel launched after. Stage 1 first holds the query tile's q and
+ * dout, until their fragments are in registers. */
+template <typename T>
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
-    uform_attention_dq_mma(const float *qkv, const float *out, const float *dout, const float *logsumexp,
-                           size_t hidden, const uform_segment_t *segments, float *dqkv, float *deltas) {
-    __shared__ __align__(16) uform_mma_tile_t q_rows, dout_rows, k_rows, k_columns, v_rows;
+    uform_attention_dq_mma(const T *qkv, const T *dout_rows, const float *out, const float *dout,
+                           const float *logsumexp, size_t hidden, const uform_segment_t *segments, float *dqkv,
+                           float *deltas) {
+    __shared__ __align__(16) uform_mma_tile_t k_rows[2], v_rows[2];
     const auto at = uform_mma_place(qkv, hidden, segments);
-    UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
-        __syncthreads();
-        uform_mma_load(at.base, at.stride, first, at.segment.length, q_rows, NULL);
-        uform_mma_load(dout + at.segment.begin * hidden + at.column, hidden, first, at.segment.length, dout_rows, NULL);
-        __syncthreads();
-        uint32_t q[4][4], d[4][4];
-        uform_mma_fragments(q_rows, 16 * at.warp, q);
-        uform_mma_fragments(dout_rows, 16 * at.warp, d);
+    const size_t length = at.segment.length;
+    const T *dout_base = dout_rows + at.segment.begin * hidden + at.column;
+    UFORM_MMA_BLOCK_TILES(first, length) {
+        uform_mma_fetch(at.base, at.stride, first, length, k_rows[1]);
+        uform_mma_fetch(dout_base, hidden, first, length, v_rows[1]);
+        uform_mma_fetch(at.base + hidden, at.stride, 0, length, k_rows[0]);
+        uform_mma_fetch(at.base + 2 * hidden, at.stride, 0, length, v_rows[0]);
+        uform_mma_commit();
         float lse[2] = {0.0f, 0.0f}, delta[2] = {0.0f, 0.0f};
         for (int i = 0; i < 16; i++) {   /* D of the warp's 16 rows, kept by the lanes that own them */
             size_t row = first + 16 * at.warp + i;
             float value = 0.0f;
-            if (row < at.segment.length) {
+            if (row < length) {
                 size_t r = at.segment.begin + row;
                 value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
                 if (deltas && at.lane == 0) deltas[r * at.heads + at.head] = value;
@@ -260,33 +347,43 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
         }
         for (int h = 0; h < 2; h++) {
             size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row < at.segment.length) lse[h] = logsumexp[(at.segment.begin + row) * at.heads + at.head] * UFORM_MMA_LOG2E;
+            if (row < length) lse[h] = logsumexp[(at.segment.begin + row) * at.heads + at.head] * UFORM_MMA_LOG2E;
         }
+        uform_mma_wait<0>();
+        __syncthreads();
+        uint32_t q[4][4], d[4][4];
+        uform_mma_fragments(k_rows[1], 16 * at.warp, q);
+        uform_mma_fragments(v_rows[1], 16 * at.warp, d);
+        __syncthreads();   /* stage 1 is free */
         float dq[8][4];
         uform_mma_clear(dq);
-        for (size_t keys = 0; keys < at.segment.length; keys += UFORM_MMA_TILE) {
-            __syncthreads();
-            uform_mma_load(at.base + hidden, at.stride, keys, at.segment.length, k_rows, k_columns);
-            uform_mma_load(at.base + 2 * hidden, at.stride, keys, at.segment.length, v_rows, NULL);
+        int stage = 0;
+        for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
+            if (uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride, keys + UFORM_MMA_TILE,
+                                   length, k_rows[stage ^ 1], v_rows[stage ^ 1]))
+                uform_mma_wait<1>();
+            else
+                uform_mma_wait<0>();
             __syncthreads();
             float s[8][4], dp[8][4];
             uform_mma_clear(s);
             uform_mma_clear(dp);
-            uform_mma_16x64x64(s, q, k_rows);    /* scores */
-            uform_mma_16x64x64(dp, d, v_rows);   /* dout . v */
+            uform_mma_16x64x64(s, q, k_rows[stage]);    /* scores */
+            uform_mma_16x64x64(dp, d, v_rows[stage]);   /* dout . v */
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++) {
                     int h = e / 2;
-                    float p = keys + 8 * n + at.t + (e & 1) < at.segment.length ? exp2f(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
+                    float p = keys + 8 * n + at.t + (e & 1) < length ? exp2f(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - delta[h]) * 0.125f;   /* ds */
                 }
             uint32_t ds[4][4];
             uform_mma_repack(s, ds);
-            uform_mma_16x64x64(dq, ds, k_columns);   /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
+            uform_mma_16x64x64_rows(dq, ds, k_rows[stage]);   /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
+            __syncthreads();
         }
         for (int h = 0; h < 2; h++) {
             size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row >= at.segment.length) continue;
+            if (row >= length) continue;
             float *target = dqkv + (at.segment.begin + row) * at.stride + at.column;
             for (int n = 0; n < 8; n++) {
                 float2 value = *(float2 *)(target + 8 * n + at.t);
@@ -298,77 +395,103 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
     }
 }
 
+/* The softmax statistics of query tile `queries` into the stage's lse and
+ * delta (+inf and 0 past the segment: p = 0): D read from deltas (the dq
+ * kernel's) when not NULL, a lane to a row, else computed here by the whole
+ * warp, row after row (the same chain as the dq kernel's). */
+template <typename T>
+__device__ static void uform_mma_statistics(const uform_mma_place_t<T> &at, size_t queries, const float *out,
+                                            const float *dout, const float *logsumexp, size_t hidden,
+                                            const float *deltas, float lse[UFORM_MMA_TILE],
+                                            float delta[UFORM_MMA_TILE]) {
+    if (deltas) {
+        size_t row = queries + 16 * at.warp + at.lane % 16;
+        float value = 0.0f, statistic = INFINITY;
+        if (row < at.segment.length) {
+            size_t r = at.segment.begin + row;
+            value = deltas[r * at.heads + at.head];
+            statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
+        }
+        if (at.lane < 16) delta[16 * at.warp + at.lane] = value, lse[16 * at.warp + at.lane] = statistic;
+        return;
+    }
+    for (int i = 0; i < 16; i++) {
+        size_t row = queries + 16 * at.warp + i;
+        float value = 0.0f, statistic = INFINITY;
+        if (row < at.segment.length) {
+            size_t r = at.segment.begin + row;
+            value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
+            statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
+        }
+        if (at.lane == 0) delta[16 * at.warp + i] = value, lse[16 * at.warp + i] = statistic;
+    }
+}
+
 /* dk and dv of a key tile: its queries in order. The warp's 16 keys are the
  * rows of every product here (scores transposed: s[key][query]). Each query's
  * D is read from deltas (the dq kernel's) when not NULL, else computed here
  * again, once for each of the segment's key tiles: with deltas, D's reads of
- * dout and out (half of a step's loads) are gone; the same bits either way. */
+ * dout and out (half of a step's loads) are gone; the same bits either way.
+ * Stage 1 first holds the key tile's k and v, until their fragments are in
+ * registers. */
+template <typename T>
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
-    uform_attention_dkv_mma(const float *qkv, const float *out, const float *dout, const float *logsumexp,
-                            size_t hidden, const uform_segment_t *segments, float *dqkv, const float *deltas) {
-    __shared__ __align__(16) uform_mma_tile_t q_rows, q_columns, dout_rows, dout_columns;
-    __shared__ float lse[UFORM_MMA_TILE], delta[UFORM_MMA_TILE];
+    uform_attention_dkv_mma(const T *qkv, const T *dout_rows, const float *out, const float *dout,
+                            const float *logsumexp, size_t hidden, const uform_segment_t *segments, float *dqkv,
+                            const float *deltas) {
+    __shared__ __align__(16) uform_mma_tile_t q_rows[2], g_rows[2];   /* g: dout */
+    __shared__ float lse[2][UFORM_MMA_TILE], delta[2][UFORM_MMA_TILE];
     const auto at = uform_mma_place(qkv, hidden, segments);
-    UFORM_MMA_BLOCK_TILES(first, at.segment.length) {
-        __syncthreads();
-        /* the key tile's k and v pass through the query tiles' buffers */
-        uform_mma_load(at.base + hidden, at.stride, first, at.segment.length, q_rows, NULL);
-        uform_mma_load(at.base + 2 * hidden, at.stride, first, at.segment.length, dout_rows, NULL);
+    const size_t length = at.segment.length;
+    const T *dout_base = dout_rows + at.segment.begin * hidden + at.column;
+    UFORM_MMA_BLOCK_TILES(first, length) {
+        uform_mma_fetch(at.base + hidden, at.stride, first, length, q_rows[1]);
+        uform_mma_fetch(at.base + 2 * hidden, at.stride, first, length, g_rows[1]);
+        uform_mma_fetch(at.base, at.stride, 0, length, q_rows[0]);
+        uform_mma_fetch(dout_base, hidden, 0, length, g_rows[0]);
+        uform_mma_commit();
+        uform_mma_statistics(at, 0, out, dout, logsumexp, hidden, deltas, lse[0], delta[0]);
+        uform_mma_wait<0>();
         __syncthreads();
         uint32_t k[4][4], v[4][4];
-        uform_mma_fragments(q_rows, 16 * at.warp, k);
-        uform_mma_fragments(dout_rows, 16 * at.warp, v);
+        uform_mma_fragments(q_rows[1], 16 * at.warp, k);
+        uform_mma_fragments(g_rows[1], 16 * at.warp, v);
+        __syncthreads();   /* stage 1 is free */
         float dk[8][4], dv[8][4];
         uform_mma_clear(dk);
         uform_mma_clear(dv);
-        for (size_t queries = 0; queries < at.segment.length; queries += UFORM_MMA_TILE) {
-            __syncthreads();
-            uform_mma_load(at.base, at.stride, queries, at.segment.length, q_rows, q_columns);
-            uform_mma_load(dout + at.segment.begin * hidden + at.column, hidden, queries, at.segment.length, dout_rows,
-                           dout_columns);
-            /* the statistics of the tile's queries; +inf for none: p = 0 */
-            if (deltas) {   /* a lane to a row */
-                size_t row = queries + 16 * at.warp + at.lane % 16;
-                float value = 0.0f, statistic = INFINITY;
-                if (row < at.segment.length) {
-                    size_t r = at.segment.begin + row;
-                    value = deltas[r * at.heads + at.head];
-                    statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
-                }
-                if (at.lane < 16) delta[16 * at.warp + at.lane] = value, lse[16 * at.warp + at.lane] = statistic;
+        int stage = 0;
+        for (size_t queries = 0; queries < length; queries += UFORM_MMA_TILE, stage ^= 1) {
+            if (uform_mma_prefetch(at.base, at.stride, dout_base, hidden, queries + UFORM_MMA_TILE, length,
+                                   q_rows[stage ^ 1], g_rows[stage ^ 1])) {
+                uform_mma_statistics(at, queries + UFORM_MMA_TILE, out, dout, logsumexp, hidden, deltas,
+                                     lse[stage ^ 1], delta[stage ^ 1]);
+                uform_mma_wait<1>();
             } else {
-                for (int i = 0; i < 16; i++) {   /* D by the whole warp, row after row */
-                    size_t row = queries + 16 * at.warp + i;
-                    float value = 0.0f, statistic = INFINITY;
-                    if (row < at.segment.length) {
-                        size_t r = at.segment.begin + row;
-                        value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
-                        statistic = logsumexp[r * at.heads + at.head] * UFORM_MMA_LOG2E;
-                    }
-                    if (at.lane == 0) delta[16 * at.warp + i] = value, lse[16 * at.warp + i] = statistic;
-                }
+                uform_mma_wait<0>();
             }
             __syncthreads();
             float s[8][4], dp[8][4];
             uform_mma_clear(s);
             uform_mma_clear(dp);
-            uform_mma_16x64x64(s, k, q_rows);       /* s[key][query] */
-            uform_mma_16x64x64(dp, v, dout_rows);   /* v . dout */
+            uform_mma_16x64x64(s, k, q_rows[stage]);    /* s[key][query] */
+            uform_mma_16x64x64(dp, v, g_rows[stage]);   /* v . dout */
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++) {
                     int query = 8 * n + at.t + (e & 1);
-                    s[n][e] = exp2f(s[n][e] * UFORM_MMA_SCALE - lse[query]);   /* p */
-                    dp[n][e] = s[n][e] * (dp[n][e] - delta[query]) * 0.125f;   /* ds */
+                    s[n][e] = exp2f(s[n][e] * UFORM_MMA_SCALE - lse[stage][query]);       /* p */
+                    dp[n][e] = s[n][e] * (dp[n][e] - delta[stage][query]) * 0.125f;   /* ds */
                 }
             uint32_t p[4][4], ds[4][4];
             uform_mma_repack(s, p);
             uform_mma_repack(dp, ds);
-            uform_mma_16x64x64(dv, p, dout_columns);   /* dv[j][c] += sum over queries of p[j][i] dout[i][c] */
-            uform_mma_16x64x64(dk, ds, q_columns);     /* dk[j][c] += sum over queries of ds[j][i] q[i][c] */
+            uform_mma_16x64x64_rows(dv, p, g_rows[stage]);    /* dv[j][c] += sum over queries of p[j][i] dout[i][c] */
+            uform_mma_16x64x64_rows(dk, ds, q_rows[stage]);   /* dk[j][c] += sum over queries of ds[j][i] q[i][c] */
+            __syncthreads();
         }
         for (int h = 0; h < 2; h++) {
             size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row >= at.segment.length) continue;
+            if (row >= length) continue;
             float *target = dqkv + (at.segment.begin + row) * at.stride + hidden + at.column;
             for (int n = 0; n < 8; n++) {
                 float2 key = *(float2 *)(target + 8 * n + at.t), value = *(float2 *)(target + hidden + 8 * n + at.t);

@@ -97,7 +97,8 @@ typedef struct {
     uform_cuda_buffer_t pair_loss;         /* contrastive_loss.cu's and late_interaction_loss.cu's layouts */
     uform_cuda_buffer_t converted_rows;
     uform_cuda_buffer_t attention_deltas;  /* attention_mma.cu's D per (row, head) in a backward */
-    uform_cuda_buffer_t attention_bf16;    /* attention_mma.cu's forward: qkv rounded to BF16 once */
+    uform_cuda_buffer_t attention_bf16;    /* attention_mma.cu: qkv rounded to BF16 once */
+    uform_cuda_buffer_t attention_dout_bf16;  /* attention_mma.cu's backward: dout rounded to BF16 once */
 } uform_cuda_context_t;
 
 static inline uform_cuda_context_t *uform_cuda_context(uform_backend_t *b) {

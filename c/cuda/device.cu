@@ -123,6 +123,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->converted_rows);
     uform_cuda_buffer_free(&context->attention_deltas);
     uform_cuda_buffer_free(&context->attention_bf16);
+    uform_cuda_buffer_free(&context->attention_dout_bf16);
     cudaStreamDestroy(context->stream);
     pthread_mutex_destroy(&context->lock);
     free(context);

@@ -10,9 +10,11 @@
  * turns on the launching thread, each running until it waits at a barrier,
  * so `__shared__` (a function's static) is shared by them as on a GPU.
  * __syncthreads is a barrier of the block; a warp's collectives
- * (__shfl_xor_sync, __shfl_down_sync, mma.sync m16n8k16) are exchanges
- * through per-warp slots between two barriers of the warp, with every lane
- * arriving as `.sync.aligned` requires. mma.sync's fragments follow the PTX
+ * (__shfl_xor_sync, __shfl_down_sync, mma.sync m16n8k16, ldmatrix) are
+ * exchanges through per-warp slots between two barriers of the warp, with
+ * every lane arriving as `.sync.aligned` requires. cp.async copies are made
+ * when their thread waits for their group (the target holds NaN bytes until
+ * then). mma.sync's fragments follow the PTX
  * ISA's layout for m16n8k16 with .bf16 operands ("Matrix Fragments for
  * mma.m16n8k16 with floating point type"), the layout the kernels were written
  * against: a misreading of it is shared and not caught here; the kernels'
@@ -34,7 +36,12 @@
  * and the threads of a block in the opposite order (last first), so that a
  * read a missing barrier leaves unordered sees the other side of the race:
  * `make test-cuda-emulated` runs test_cuda_ops both ways, and a kernel whose
- * results differ between them has a race. */
+ * results differ between them has a race. UFORM_EMULATION_ORDER=warps runs
+ * each warp as far as it can go (until its threads wait at __syncthreads)
+ * before the next warp starts: the warps as far apart as a GPU may let them
+ * drift, where the other orders keep them in step (a warp collective is a
+ * barrier of the warp); test_attention_mma.cc sets it itself
+ * (uform_emulated_order) for a second run of its kernels. */
 #ifndef UFORM_CUDA_EMULATION_H
 #define UFORM_CUDA_EMULATION_H
 
@@ -46,6 +53,7 @@
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <math.h>
 #include <mutex>
@@ -58,7 +66,7 @@
 #define __host__
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 struct dim3 {
     unsigned x, y, z;
@@ -146,6 +154,21 @@ struct uform_emulated_warp {
     uform_emulated_barrier barrier;
     double values[32];   /* a register of each lane (float, double, an integer) */
     uint32_t a[32][4], b[32][2];
+    const uint16_t *rows[32];   /* ldmatrix: the row each lane addresses */
+};
+
+/* cp.async: a thread's copies, made when it waits for their group; until
+ * then the target holds 0xFF bytes (NaN as BF16 or FP32), written at issue.
+ * So a read that a missing wait leaves early, and a read of a buffer the
+ * next copy was issued into before a barrier ordered them, see NaN. */
+struct uform_emulated_copy {
+    void *target;
+    const void *source;
+    unsigned bytes, source_bytes;   /* source_bytes < bytes: the rest is zeros */
+};
+struct uform_emulated_copies {
+    std::vector<uform_emulated_copy> open;               /* issued, not yet committed */
+    std::deque<std::vector<uform_emulated_copy>> groups;  /* committed, oldest first */
 };
 
 struct uform_emulated_fiber {
@@ -158,6 +181,7 @@ static struct {
     uform_emulated_warp warps[UFORM_EMULATED_WARPS];
     ucontext_t scheduler;
     std::vector<uform_emulated_fiber> fibers;
+    std::vector<uform_emulated_copies> copies;   /* a thread's cp.async */
     std::vector<char> stacks;
     std::function<void()> body;   /* the kernel with its arguments */
     unsigned current;
@@ -165,6 +189,11 @@ static struct {
 } uform_emulated_state;
 
 static dim3 threadIdx, blockIdx, blockDim, gridDim;   /* threadIdx: the running thread's */
+
+/* The order blocks and threads take turns in (see the header); -1 until the
+ * first launch reads UFORM_EMULATION_ORDER, or a test sets it. */
+enum { UFORM_EMULATED_IN_ORDER, UFORM_EMULATED_IN_REVERSE, UFORM_EMULATED_BY_WARP };
+static int uform_emulated_order = -1;
 static std::mutex uform_emulated_launch_lock;   /* the unit's statics above, one launch at a time */
 
 static inline void uform_emulated_yield() {
@@ -184,6 +213,12 @@ inline void uform_emulated_barrier::wait() {
 
 static void uform_emulated_thread() {
     uform_emulated_state.body();
+    const uform_emulated_copies &copies = uform_emulated_state.copies[uform_emulated_state.current];
+    if (!copies.open.empty() || !copies.groups.empty()) {
+        fprintf(stderr, "emulated launch: thread %u returned with cp.async copies not waited for\n",
+                uform_emulated_state.current);
+        abort();
+    }
     uform_emulated_state.fibers[uform_emulated_state.current].done = true;
     uform_emulated_state.progress++;
 }   /* returns to the scheduler (uc_link) */
@@ -250,6 +285,55 @@ static inline void uform_emulated_mma(float c[4], const uint32_t a[4], uint32_t 
     }
 }
 
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l addresses row l % 8
+ * of matrix l / 8 (16 bytes: 8 BF16); register i of lane l receives matrix
+ * i's row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (the low half the
+ * first), or with .trans its column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1. */
+static inline void uform_emulated_ldmatrix(uint32_t r[4], const uint16_t *address, bool transposed) {
+    uform_emulated_warp &warp = uform_emulated_my_warp();
+    unsigned lane = threadIdx.x % 32;
+    if ((uintptr_t)address % 16) {
+        fprintf(stderr, "emulated ldmatrix: lane %u's row address is not 16-byte aligned\n", lane);
+        abort();
+    }
+    warp.rows[lane] = address;
+    warp.barrier.wait();
+    unsigned row = lane / 4, pair = 2 * (lane % 4);
+    for (unsigned i = 0; i < 4; i++) {
+        const uint16_t *const *matrix = warp.rows + 8 * i;
+        uint16_t low = transposed ? matrix[pair][row] : matrix[row][pair];
+        uint16_t high = transposed ? matrix[pair + 1][row] : matrix[row][pair + 1];
+        r[i] = (uint32_t)low | (uint32_t)high << 16;
+    }
+    warp.barrier.wait();   /* every lane read the addresses */
+}
+
+/* cp.async.cg.shared.global [target], [source], 16, source_bytes. */
+static inline void uform_emulated_cp_async(void *target, const void *source, unsigned source_bytes) {
+    if ((uintptr_t)target % 16 || (source_bytes && (uintptr_t)source % 16) || source_bytes > 16) {
+        fprintf(stderr, "emulated cp.async: a misaligned address or a source of %u bytes\n", source_bytes);
+        abort();
+    }
+    memset(target, 0xff, 16);
+    uform_emulated_state.copies[threadIdx.x].open.push_back(uform_emulated_copy{target, source, 16, source_bytes});
+}
+static inline void uform_emulated_cp_async_commit() {
+    uform_emulated_copies &copies = uform_emulated_state.copies[threadIdx.x];
+    copies.groups.push_back(std::move(copies.open));
+    copies.open.clear();
+}
+/* cp.async.wait_group n: every group but the newest n complete. */
+static inline void uform_emulated_cp_async_wait(unsigned newest) {
+    uform_emulated_copies &copies = uform_emulated_state.copies[threadIdx.x];
+    while (copies.groups.size() > newest) {
+        for (const uform_emulated_copy &copy : copies.groups.front()) {
+            memcpy(copy.target, copy.source, copy.source_bytes);
+            memset((char *)copy.target + copy.source_bytes, 0, copy.bytes - copy.source_bytes);
+        }
+        copies.groups.pop_front();
+    }
+}
+
 /* kernel<<<grid, threads>>>(arguments...): the blocks in order, each block's
  * threads as fibers until every one has returned. Threads that wait at
  * barriers no other thread will reach (a barrier in divergent code, a warp
@@ -267,15 +351,21 @@ static void uform_emulated_run(dim3 grid, unsigned threads, void (*kernel)(Param
         fprintf(stderr, "emulated launch: grid (%u, %u, %u) is not a valid CUDA grid\n", grid.x, grid.y, grid.z);
         abort();
     }
-    static const bool reverse = [] {
+    if (uform_emulated_order < 0) {
         const char *order = getenv("UFORM_EMULATION_ORDER");
-        return order && strcmp(order, "reverse") == 0;
-    }();
+        uform_emulated_order = !order                           ? UFORM_EMULATED_IN_ORDER
+                               : strcmp(order, "reverse") == 0 ? UFORM_EMULATED_IN_REVERSE
+                               : strcmp(order, "warps") == 0   ? UFORM_EMULATED_BY_WARP
+                                                               : UFORM_EMULATED_IN_ORDER;
+    }
+    const bool reverse = uform_emulated_order == UFORM_EMULATED_IN_REVERSE;
+    const bool by_warp = uform_emulated_order == UFORM_EMULATED_BY_WARP;
     gridDim = grid;
     blockDim = dim3(threads);
     auto &state = uform_emulated_state;
     state.body = [=] { kernel(arguments...); };
     state.fibers.resize(threads);
+    state.copies.assign(threads, uform_emulated_copies());
     if (state.stacks.size() < threads * UFORM_EMULATED_STACK) state.stacks.resize(threads * UFORM_EMULATED_STACK);
     for (unsigned zz = 0; zz < grid.z; zz++)
         for (unsigned yy = 0; yy < grid.y; yy++)
@@ -297,13 +387,22 @@ static void uform_emulated_run(dim3 grid, unsigned threads, void (*kernel)(Param
                 for (;;) {
                     unsigned long long before = state.progress;
                     bool running = false;
-                    for (unsigned turn = 0; turn < threads; turn++) {
-                        unsigned i = reverse ? threads - 1 - turn : turn;
-                        if (state.fibers[i].done) continue;
-                        running = true;
-                        state.current = i;
-                        threadIdx = dim3(i);
-                        swapcontext(&state.scheduler, &state.fibers[i].context);
+                    /* a pass: every thread a turn; by warp, a warp's threads
+                     * turns until none of them moves on */
+                    for (unsigned first = 0; first < threads; first += by_warp ? 32 : threads) {
+                        unsigned end = by_warp ? first + 32 : threads;
+                        for (bool moved = true; moved;) {
+                            unsigned long long start = state.progress;
+                            for (unsigned turn = first; turn < end; turn++) {
+                                unsigned i = reverse ? threads - 1 - turn : turn;
+                                if (state.fibers[i].done) continue;
+                                running = true;
+                                state.current = i;
+                                threadIdx = dim3(i);
+                                swapcontext(&state.scheduler, &state.fibers[i].context);
+                            }
+                            moved = by_warp && state.progress != start;
+                        }
                     }
                     if (!running) break;
                     if (state.progress == before) {

@@ -1,7 +1,8 @@
 /* test_attention_mma.cc: the CUDA backend's tensor-core attention kernels
- * (c/cuda/attention_mma.cuh), which no GPU has run yet, run on the CPU under
- * cuda_emulation.h (a block's threads as host threads, the warp's shuffles
- * and mma.sync as exchanges between them) against attention in float64.
+ * (c/cuda/attention_mma.cuh; their current version has not run on a GPU)
+ * run on the CPU under c/cuda/emulation.h (a block's threads as host
+ * threads, the warp's shuffles, ldmatrix and mma.sync as exchanges between
+ * them, cp.async deferred to its wait) against attention in float64.
  *
  * Inputs: segments of 1, 45, 0, 9, 64 (one whole tile) and 130 rows (three
  * tiles, the last partial), two heads; q, k, v and dout already rounded to
@@ -15,8 +16,12 @@
  *   these roundings at these scales, over segments up to 1100 rows, gave
  *   1.8e-3).
  * And bit for bit: the same results whatever the number of blocks a
- * (segment, head) gets (its tiles looped over by fewer blocks), and the
- * inference forward (no logsumexp) equal to the training forward. */
+ * (segment, head) gets (its tiles looped over by fewer blocks), the
+ * inference forward (no logsumexp) equal to the training forward, the
+ * kernels fed BF16 copies (tiles by cp.async) equal to those fed FP32, and
+ * all of it again with the warps run far apart (emulation.h's by-warp order:
+ * each barrier and cp.async wait of the kernels is needed for these to pass;
+ * dropping any one of them fails a check, tried 2026-12-04). */
 #include "../../c/cuda/emulation.h"
 
 extern "C" {
@@ -136,10 +141,10 @@ int main() {
     same_bits("forward from BF16 rows: lse", lse1, lse4);
 
     std::vector<float> grads1(dqkv_initial), grads2(dqkv_initial), grads3(dqkv_initial), deltas(rows * heads, 7.0f);
-    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads1.data(), (float *)NULL);
-    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads1.data(), (const float *)NULL);
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dq_mma<float>, qkv.data(), dout.data(),
+                          out1.data(), dout.data(), lse1.data(), hidden, segments, grads1.data(), (float *)NULL);
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dkv_mma<float>, qkv.data(), dout.data(),
+                          out1.data(), dout.data(), lse1.data(), hidden, segments, grads1.data(), (const float *)NULL);
     compare("backward dqkv (+= on random values)", dqkv, grads1, 1e-2);
     /* each part alone, against its own largest gradient */
     for (int part = 0; part < 3; part++) {
@@ -154,17 +159,61 @@ int main() {
         static const char *const names[3] = {"backward dq", "backward dk", "backward dv"};
         compare(names[part], expected, got, 1e-2);
     }
-    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads2.data(), (float *)NULL);
-    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads2.data(), (const float *)NULL);
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dq_mma<float>, qkv.data(), dout.data(),
+                          out1.data(), dout.data(), lse1.data(), hidden, segments, grads2.data(), (float *)NULL);
+    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dkv_mma<float>, qkv.data(), dout.data(),
+                          out1.data(), dout.data(), lse1.data(), hidden, segments, grads2.data(), (const float *)NULL);
     same_bits("backward, 3 and 2 blocks per (segment, head)", grads1, grads2);
     /* D handed from the dq kernel to the dk, dv one (the GPU's way) */
-    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dq_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads3.data(), deltas.data());
-    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dkv_mma, qkv.data(), out1.data(),
-                          dout.data(), lse1.data(), hidden, segments, grads3.data(), (const float *)deltas.data());
+    uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dq_mma<float>, qkv.data(), dout.data(),
+                          out1.data(), dout.data(), lse1.data(), hidden, segments, grads3.data(), deltas.data());
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dkv_mma<float>, qkv.data(), dout.data(),
+                          out1.data(), dout.data(), lse1.data(), hidden, segments, grads3.data(), (const float *)deltas.data());
     same_bits("backward, D from the dq kernel", grads1, grads3);
+    /* from copies of qkv and dout already in BF16 (the GPU's way for segments
+     * longer than a tile), tiles fetched by cp.async */
+    std::vector<uint16_t> dout16(rows * hidden);
+    for (size_t i = 0; i < dout16.size(); i++) dout16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(dout[i]));
+    std::vector<float> grads4(dqkv_initial), deltas4(rows * heads, 7.0f);
+    uform_emulated_launch(dim3(count, heads, 3), UFORM_MMA_THREADS, uform_attention_dq_mma<uint16_t>,
+                          (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(), out1.data(), dout.data(),
+                          lse1.data(), hidden, segments, grads4.data(), deltas4.data());
+    uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dkv_mma<uint16_t>,
+                          (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(), out1.data(), dout.data(),
+                          lse1.data(), hidden, segments, grads4.data(), (const float *)deltas4.data());
+    same_bits("backward from BF16 rows", grads1, grads4);
+    same_bits("backward from BF16 rows: D", deltas, deltas4);
+
+    /* again with each warp run as far as it goes before the next starts
+     * (emulation.h): a barrier missing between one warp's reads of a stage
+     * and another's next copy into it shows as NaN (cp.async targets hold
+     * 0xFF bytes until waited for) */
+    uform_emulated_order = UFORM_EMULATED_BY_WARP;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        std::vector<float> out5(rows * hidden), lse5(rows * heads), grads5(dqkv_initial), deltas5(rows * heads);
+        if (bf16) {
+            uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_forward_mma<uint16_t>,
+                                  (const uint16_t *)qkv16.data(), hidden, segments, out5.data(), lse5.data());
+            uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dq_mma<uint16_t>,
+                                  (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(), out1.data(),
+                                  dout.data(), lse1.data(), hidden, segments, grads5.data(), deltas5.data());
+            uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dkv_mma<uint16_t>,
+                                  (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(), out1.data(),
+                                  dout.data(), lse1.data(), hidden, segments, grads5.data(), (const float *)deltas5.data());
+        } else {
+            uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_forward_mma<float>,
+                                  qkv.data(), hidden, segments, out5.data(), lse5.data());
+            uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dq_mma<float>, qkv.data(),
+                                  dout.data(), out1.data(), dout.data(), lse1.data(), hidden, segments, grads5.data(),
+                                  (float *)NULL);
+            uform_emulated_launch(dim3(count, heads, 2), UFORM_MMA_THREADS, uform_attention_dkv_mma<float>, qkv.data(),
+                                  dout.data(), out1.data(), dout.data(), lse1.data(), hidden, segments, grads5.data(),
+                                  (const float *)NULL);
+        }
+        same_bits(bf16 ? "warps apart, from BF16 rows: forward out" : "warps apart: forward out", out1, out5);
+        same_bits(bf16 ? "warps apart, from BF16 rows: forward lse" : "warps apart: forward lse", lse1, lse5);
+        same_bits(bf16 ? "warps apart, from BF16 rows: backward" : "warps apart: backward", grads1, grads5);
+    }
 
     printf("\ntest_attention_mma: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
