@@ -267,7 +267,9 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
         float *c = job->y + i * job->y_stride + j;
         const float *bias = last && job->bias ? job->bias + j : NULL;
         if (cols == nr) {
-            kernel(kb, a_panel, UFORM_GEMM_B(q), 0, c, job->y_stride, first, bias);
+            /* b_stride: where the next panel is, for a kernel that prefetches it (gemm.h) */
+            kernel(kb, a_panel, UFORM_GEMM_B(q), q + 1 < q1 ? panels->stride : 0, c, job->y_stride, first,
+                   bias);
             continue;
         }
         if (!first)

@@ -68,7 +68,9 @@ typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gem
  * row of k where the block starts, the next panels are b_stride further on.
  * `panels` is 1 for kernels[] and wide_panels for wide[]. b holds BF16 bits in
  * the class's layout, or FP32 in PLAIN order for kernels_f32[] and wide_f32[];
- * b_stride counts its elements. */
+ * b_stride counts its elements. A one-panel kernel (kernels[]) reads no other
+ * panel: there b_stride, when not 0, says where the sweep's next panel is, so
+ * that the kernel may prefetch it (SAPPHIRE does). */
 typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const void *b,
                                        size_t b_stride, float *c, size_t c_stride, int first,
                                        const float *bias);

@@ -64,6 +64,14 @@ uform_sapphire_kernel(size_t rows, size_t panels, size_t kc, const uint32_t *a, 
         for (size_t v = 0; v < vectors; v++)
             w[v] = (__m512bh)_mm512_loadu_si512(b + v / 2 * b_stride + p * 2 * UFORM_SAPPHIRE_NR +
                                                 v % 2 * 32);
+        /* One panel: the sweep's next one (gemm.h) into L2 while this one is
+         * multiplied, 128 bytes a step: at one text per call every weight
+         * comes from memory once per call (gemm_bench-style loop over 48
+         * matrices, 72 MiB: 8% below one hot matrix without it). */
+        if (panels == 1 && b_stride) {
+            _mm_prefetch((const char *)(b + b_stride + p * 2 * UFORM_SAPPHIRE_NR), _MM_HINT_T1);
+            _mm_prefetch((const char *)(b + b_stride + p * 2 * UFORM_SAPPHIRE_NR + 32), _MM_HINT_T1);
+        }
 #pragma GCC unroll 16
         for (size_t r = 0; r < rows; r++) {
             __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[p * rows + r]);
