@@ -251,7 +251,7 @@ static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_cla
  * fit, then one panel at a time, a partial last panel through the edge. */
 static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panels_t *panels,
                              const void *a_panel, size_t i, size_t rows, size_t kb, int first,
-                             int last, size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
+                             int last, size_t q0, size_t q1, bool prefetch, uform_gemm_buffers_t *buffers) {
     const uform_gemm_class_t *gc = job->gemm_class;
     size_t n = job->w->n, nr = gc->nr;
     uform_microkernel_fn_t kernel = panels->kernels[rows], wide = panels->wide[rows];
@@ -268,8 +268,8 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
         const float *bias = last && job->bias ? job->bias + j : NULL;
         if (cols == nr) {
             /* b_stride: where the next panel is, for a kernel that prefetches it (gemm.h) */
-            kernel(kb, a_panel, UFORM_GEMM_B(q), q + 1 < q1 ? panels->stride : 0, c, job->y_stride, first,
-                   bias);
+            kernel(kb, a_panel, UFORM_GEMM_B(q), prefetch && q + 1 < q1 ? panels->stride : 0, c, job->y_stride,
+                   first, bias);
             continue;
         }
         if (!first)
@@ -307,7 +307,9 @@ static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_
                       (i / gc->mr * job->k_blocks + k0 / job->kc) * UFORM_GEMM_A_BYTES;
         else
             gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, buffers->a_panel);
-        uform_gemm_sweep(job, panels, a_panel, i, rows, kb, first, last, q0, q1, buffers);
+        /* the first row group reads the panels from memory: its kernels
+         * prefetch the next one; the later row groups find them in L2 */
+        uform_gemm_sweep(job, panels, a_panel, i, rows, kb, first, last, q0, q1, i == i0, buffers);
     }
 }
 

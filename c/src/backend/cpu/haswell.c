@@ -31,6 +31,11 @@ uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const floa
             acc[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * c_stride + 8 * v);
     const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
     for (size_t p = 0; p < kc; p++) {
+        /* One panel: the sweep's next one (gemm.h) into L2, a 64-byte line per
+         * line of this one read (as sapphire.c; there 3-4.5% less time a text
+         * at one text per call) */
+        if (panels == 1 && b_stride && (f32 || p % 2 == 0))
+            _mm_prefetch((const char *)b + (b_stride + p * UFORM_HASWELL_NR) * (f32 ? 4 : 2), _MM_HINT_T1);
         __m256 w[2 * UFORM_HASWELL_WIDE];
 #pragma GCC unroll 8
         for (size_t q = 0; q < panels; q++) {

@@ -29,6 +29,12 @@ uform_skylake_kernel(size_t rows, size_t panels, bool f32, size_t kc, const floa
             acc[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * c_stride + 16 * v);
     const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     for (size_t p = 0; p < kc; p++) {
+        /* One panel: the sweep's next one (gemm.h) into L2, as sapphire.c */
+        if (panels == 1 && b_stride) {
+            const char *next = (const char *)b + (b_stride + p * UFORM_SKYLAKE_NR) * (f32 ? 4 : 2);
+            _mm_prefetch(next, _MM_HINT_T1);
+            if (f32) _mm_prefetch(next + 64, _MM_HINT_T1);
+        }
         __m512 w[2 * UFORM_SKYLAKE_WIDE];
 #pragma GCC unroll 8
         for (size_t q = 0; q < panels; q++) {
