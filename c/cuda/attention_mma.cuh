@@ -191,6 +191,13 @@ __device__ static inline bool uform_mma_prefetch(const T *a, size_t a_stride, co
     return true;
 }
 
+/* Before multiplying a stage: wait for its copies, and only those when the
+ * next stage's were issued after them (`more`, uform_mma_prefetch's answer). */
+__device__ static inline void uform_mma_wait_stage(bool more) {
+    if (more) uform_mma_wait<1>();
+    else uform_mma_wait<0>();
+}
+
 __device__ static inline float uform_mma_warp_sum(float value) {
     for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
     return value;
@@ -262,11 +269,8 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4)
         uform_mma_clear(o);
         int stage = 0;
         for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
-            if (uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride, keys + UFORM_MMA_TILE,
-                                   length, k_rows[stage ^ 1], v_rows[stage ^ 1]))
-                uform_mma_wait<1>();
-            else
-                uform_mma_wait<0>();
+            uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
+                                                    keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
             __syncthreads();
             if (keys == 0) uform_mma_fragments(q_rows, 16 * at.warp, q);
             float s[8][4];
@@ -359,11 +363,8 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
         uform_mma_clear(dq);
         int stage = 0;
         for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
-            if (uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride, keys + UFORM_MMA_TILE,
-                                   length, k_rows[stage ^ 1], v_rows[stage ^ 1]))
-                uform_mma_wait<1>();
-            else
-                uform_mma_wait<0>();
+            uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
+                                                    keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
             __syncthreads();
             float s[8][4], dp[8][4];
             uform_mma_clear(s);
@@ -462,14 +463,12 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
         uform_mma_clear(dv);
         int stage = 0;
         for (size_t queries = 0; queries < length; queries += UFORM_MMA_TILE, stage ^= 1) {
-            if (uform_mma_prefetch(at.base, at.stride, dout_base, hidden, queries + UFORM_MMA_TILE, length,
-                                   q_rows[stage ^ 1], g_rows[stage ^ 1])) {
+            bool more = uform_mma_prefetch(at.base, at.stride, dout_base, hidden, queries + UFORM_MMA_TILE, length,
+                                           q_rows[stage ^ 1], g_rows[stage ^ 1]);
+            if (more)   /* while the copies are under way */
                 uform_mma_statistics(at, queries + UFORM_MMA_TILE, out, dout, logsumexp, hidden, deltas,
                                      lse[stage ^ 1], delta[stage ^ 1]);
-                uform_mma_wait<1>();
-            } else {
-                uform_mma_wait<0>();
-            }
+            uform_mma_wait_stage(more);
             __syncthreads();
             float s[8][4], dp[8][4];
             uform_mma_clear(s);

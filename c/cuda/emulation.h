@@ -164,7 +164,7 @@ struct uform_emulated_warp {
 struct uform_emulated_copy {
     void *target;
     const void *source;
-    unsigned bytes, source_bytes;   /* source_bytes < bytes: the rest is zeros */
+    unsigned source_bytes;   /* of the 16 copied: fewer, the rest is zeros */
 };
 struct uform_emulated_copies {
     std::vector<uform_emulated_copy> open;               /* issued, not yet committed */
@@ -315,7 +315,7 @@ static inline void uform_emulated_cp_async(void *target, const void *source, uns
         abort();
     }
     memset(target, 0xff, 16);
-    uform_emulated_state.copies[threadIdx.x].open.push_back(uform_emulated_copy{target, source, 16, source_bytes});
+    uform_emulated_state.copies[threadIdx.x].open.push_back(uform_emulated_copy{target, source, source_bytes});
 }
 static inline void uform_emulated_cp_async_commit() {
     uform_emulated_copies &copies = uform_emulated_state.copies[threadIdx.x];
@@ -328,7 +328,7 @@ static inline void uform_emulated_cp_async_wait(unsigned newest) {
     while (copies.groups.size() > newest) {
         for (const uform_emulated_copy &copy : copies.groups.front()) {
             memcpy(copy.target, copy.source, copy.source_bytes);
-            memset((char *)copy.target + copy.source_bytes, 0, copy.bytes - copy.source_bytes);
+            memset((char *)copy.target + copy.source_bytes, 0, 16 - copy.source_bytes);
         }
         copies.groups.pop_front();
     }

@@ -70,7 +70,7 @@ typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gem
  * the class's layout, or FP32 in PLAIN order for kernels_f32[] and wide_f32[];
  * b_stride counts its elements. A one-panel kernel (kernels[]) reads no other
  * panel: there b_stride, when not 0, says where the sweep's next panel is, so
- * that the kernel may prefetch it (SAPPHIRE does). */
+ * that the kernel may prefetch it (SAPPHIRE, SKYLAKE and HASWELL do). */
 typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const void *b,
                                        size_t b_stride, float *c, size_t c_stride, int first,
                                        const float *bias);
