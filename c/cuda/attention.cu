@@ -87,6 +87,31 @@ void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t h
     uform_cuda_launched(b, "attention_forward");
 }
 
+/* Inference's forward with the rotation applied and out rounded to BF16: the
+ * tensor-core kernel reads q and k rotated as they are staged in BF16 and
+ * writes out so; the simple kernels (a test's choice, or operands not
+ * 16-byte aligned) run on a rotated FP32 copy of qkv and write FP32 rows
+ * into the context's scratch, then rounded. */
+void uform_cuda_attention_forward_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
+                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
+                                       const float *cosines, const float *sines, uint16_t *out, void *scratch) {
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;
+    if (uform_attention_on_tensor_cores(b, qkv, out, cosines, sines)) {
+        uform_cuda_attention_forward_mma_bf16(b, qkv, hidden, segments, count, rows, longest, cosines, sines, out);
+        return;
+    }
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    float *rotated = (float *)uform_cuda_grow(b, &context->rotated_qkv, rows * 3 * hidden * sizeof(float),
+                                              "attention's rotated qkv");
+    float *rows_f32 = (float *)uform_cuda_grow(b, &context->operand_f32, rows * hidden * sizeof(float),
+                                               "attention's FP32 rows");
+    if (!rotated || !rows_f32) return;   /* recorded */
+    uform_cuda_copy(b, rotated, qkv, rows * 3 * hidden * sizeof(float));
+    uform_cuda_rope_forward(b, rotated, rows, hidden, cosines, sines);
+    uform_cuda_attention_forward(b, rotated, hidden, segments, count, rows, longest, rows_f32, NULL, scratch);
+    uform_cuda_round_bf16(b, rows_f32, hidden, rows, hidden, out);
+}
+
 /* dq of query row i: warp per (row, head). */
 __global__ static void uform_attention_dq_kernel(const float *qkv, const float *out, const float *dout,
                                                  const float *logsumexp, size_t hidden,

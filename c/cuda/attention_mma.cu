@@ -54,6 +54,7 @@
 #endif
 
 #include "attention_mma.cuh"
+#include "rope.cuh"
 
 /* A block per (segment, head, tile of 64 rows of the longest segment): a
  * shorter segment's blocks past its tiles return at once. The first version
@@ -70,6 +71,54 @@ static dim3 uform_attention_mma_grid(size_t count, size_t heads, size_t longest)
 /* A segment longer than one tile has its keys and values loaded once per
  * query tile: then qkv is rounded to BF16 once, into the context's buffer,
  * and the kernel loads half the bytes and converts nothing (the same bits). */
+/* Inference's staging (attention_forward_bf16): qkv [rows, 3H] into BF16
+ * with q and k rotated as rope_forward rotates them (rope.cuh: the same
+ * bits), v only rounded. A thread takes four pairs of a q or k head (two
+ * 16-byte loads of the head's halves, its rows' cosines and sines) or four
+ * values of v: 32 threads a head of q, k and v together, so no index is
+ * divided per element. qkv, the tables and out 16-byte aligned. */
+__global__ static void uform_rope_stage_bf16(const float *qkv, size_t rows, size_t hidden, const float *cosines,
+                                             const float *sines, uint16_t *out) {
+    const size_t heads = hidden / UFORM_HEAD_WIDTH, per_row = 32 * heads, rotating = 16 * heads;
+    for (size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x; index < rows * per_row;
+         index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / per_row, t = index - r * per_row;
+        const float *row = qkv + r * 3 * hidden;
+        uint16_t *target = out + r * 3 * hidden;
+        if (t < rotating) {   /* pairs 4p .. 4p + 3 of q or k head t / 8 */
+            size_t column = (t / 8) * UFORM_HEAD_WIDTH + 4 * (t % 8), pair = 4 * (t % 8);
+            float4 x0 = *(const float4 *)(row + column), x1 = *(const float4 *)(row + column + UFORM_PAIRS);
+            float4 c = *(const float4 *)(cosines + r * UFORM_PAIRS + pair);
+            float4 s = *(const float4 *)(sines + r * UFORM_PAIRS + pair);
+            float2 a = uform_rope_turn(x0.x, x1.x, c.x, s.x), b = uform_rope_turn(x0.y, x1.y, c.y, s.y);
+            float2 e = uform_rope_turn(x0.z, x1.z, c.z, s.z), f = uform_rope_turn(x0.w, x1.w, c.w, s.w);
+            *(uint2 *)(target + column) = make_uint2(uform_bf16_pair(a.x, b.x), uform_bf16_pair(e.x, f.x));
+            *(uint2 *)(target + column + UFORM_PAIRS) = make_uint2(uform_bf16_pair(a.y, b.y), uform_bf16_pair(e.y, f.y));
+        } else {              /* v: four values */
+            size_t column = 2 * hidden + 4 * (t - rotating);
+            float4 v = *(const float4 *)(row + column);
+            *(uint2 *)(target + column) = make_uint2(uform_bf16_pair(v.x, v.y), uform_bf16_pair(v.z, v.w));
+        }
+    }
+}
+
+void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
+                                           const uform_segment_t *segments, size_t count, size_t rows,
+                                           size_t longest, const float *cosines, const float *sines,
+                                           uint16_t *out) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    uint16_t *staged = (uint16_t *)uform_cuda_grow(b, &context->attention_bf16, rows * 3 * hidden * sizeof(uint16_t),
+                                                   "attention's BF16 qkv");
+    if (!staged) return;   /* recorded */
+    UFORM_LAUNCH(uform_rope_stage_bf16, uform_cuda_blocks(rows * 32 * (hidden / UFORM_HEAD_WIDTH), 256), 256,
+                 context->stream)(qkv, rows, hidden, cosines, sines, staged);
+    uform_cuda_launched(b, "attention's BF16 qkv (rotated)");
+    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
+    UFORM_LAUNCH((uform_attention_forward_mma<uint16_t, uint16_t>), grid, UFORM_MMA_THREADS, context->stream)(
+        staged, hidden, segments, out, (float *)NULL);
+    uform_cuda_launched(b, "attention_forward (tensor cores, BF16 out)");
+}
+
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
                                       float *out, float *logsumexp) {
@@ -86,6 +135,7 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
     }
     uform_cuda_launched(b, "attention_forward (tensor cores)");
 }
+
 
 /* D = dout . out per (row, head) goes from the dq kernel to the dk, dv one
  * through the context's buffer of rows x heads floats (the dk, dv kernel

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bf16.cuh"
+
 #define UFORM_MMA_TILE 64      /* rows of queries or keys a block holds */
 #define UFORM_MMA_STRIDE 72    /* BF16 per shared row: 64 + 8, so a fragment's 8 rows hit distinct banks */
 #define UFORM_MMA_THREADS 128  /* 4 warps of 16 rows */
@@ -252,9 +254,19 @@ __device__ static inline uform_mma_place_t<T> uform_mma_place(const T *qkv, size
  * of an iteration frees the stage the next fetch overwrites. */
 /* 4 blocks an SM (128 registers; 46 KB of shared memory each): without the
  * bound ptxas took 168 registers, 3 blocks; with it, 24 bytes spill. */
-template <typename T>
+/* Two adjacent outputs (8-byte aligned as float, 4 as BF16). */
+__device__ static inline void uform_mma_store_pair(float *target, float first, float second) {
+    *(float2 *)target = make_float2(first, second);
+}
+__device__ static inline void uform_mma_store_pair(uint16_t *target, float first, float second) {
+    *(uint32_t *)target = uform_bf16_pair(first, second);
+}
+
+/* O: out's scalar, float, or uint16_t for BF16 (inference's operand of the
+ * output projection: attention_forward_bf16). */
+template <typename T, typename O = float>
 __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4)
-    uform_attention_forward_mma(const T *qkv, size_t hidden, const uform_segment_t *segments, float *out,
+    uform_attention_forward_mma(const T *qkv, size_t hidden, const uform_segment_t *segments, O *out,
                                 float *logsumexp) {
     __shared__ __align__(16) uform_mma_tile_t q_rows, k_rows[2], v_rows[2];
     const auto at = uform_mma_place(qkv, hidden, segments);
@@ -308,9 +320,9 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4)
             size_t row = first + 16 * at.warp + at.g + 8 * h;
             if (row >= length) continue;
             float inverse = 1.0f / total[h];
-            float *target = out + (at.segment.begin + row) * hidden + at.column;
-            for (int n = 0; n < 8; n++)
-                *(float2 *)(target + 8 * n + at.t) = make_float2(o[n][2 * h] * inverse, o[n][2 * h + 1] * inverse);
+            O *target = out + (at.segment.begin + row) * hidden + at.column;
+            for (int n = 0; n < 8; n++) uform_mma_store_pair(target + 8 * n + at.t, o[n][2 * h] * inverse,
+                                                             o[n][2 * h + 1] * inverse);
             if (logsumexp && at.t == 0)
                 logsumexp[(at.segment.begin + row) * at.heads + at.head] = (top[h] + log2f(total[h])) * UFORM_MMA_LN2;
         }

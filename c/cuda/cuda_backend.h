@@ -63,6 +63,10 @@ UFORM_INTERNAL void uform_cuda_attention_simple(uform_backend_t *backend, bool s
  * they run on the FP8 tensor cores (or never ran). For tests and benchmarks,
  * which must know which rule the outputs follow. */
 UFORM_INTERNAL const char *uform_cuda_fp8_refusal(uform_backend_t *backend);
+/* Whether the last linear_gelu_bf16 ran cuBLASLt's GELU epilogue (gemm.cu),
+ * and, once cuBLASLt refused it, why (NULL: not refused). For the tests. */
+UFORM_INTERNAL bool uform_cuda_gelu_epilogue(uform_backend_t *backend);
+UFORM_INTERNAL const char *uform_cuda_gelu_epilogue_refusal(uform_backend_t *backend);
 
 UFORM_INTERNAL extern const uform_backend_ops_t uform_cuda_backend_ops;
 

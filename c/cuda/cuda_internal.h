@@ -52,6 +52,7 @@ typedef struct {
      * trainer's parameter slices can be 4-byte aligned. */
     uint32_t align_a, align_b, align_c;
     uint32_t align_bias;   /* of the bias the heuristic saw (0: no bias) */
+    bool gelu_bf16;        /* the GELU epilogue, C and D BF16 (linear_gelu_bf16) */
     cublasLtMatmulDesc_t operation;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algorithm;
@@ -91,6 +92,13 @@ typedef struct {
     bool fp8_products, fp8_refused;
     char fp8_refusal[256], plan_refusal[128];
     uform_cuda_buffer_t fp8_rows, fp8_product;
+    /* BF16 operands (backend.h, inference): gelu_epilogue, whether the last
+     * linear_gelu_bf16 ran cuBLASLt's GELU epilogue; refused for the
+     * backend's life once cuBLASLt had no algorithm for it, and why; the FP32
+     * rows a BF16 operand is rounded from where no kernel writes it directly */
+    bool gelu_epilogue, gelu_epilogue_refused;
+    char gelu_epilogue_refusal[128];
+    uform_cuda_buffer_t operand_f32, rotated_qkv;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
     uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
@@ -128,6 +136,8 @@ void *uform_cuda_grow(uform_backend_t *b, uform_cuda_buffer_t *buffer, size_t by
  * `buffer` (gemm.cu's kernels); NULL on failure (recorded). */
 const uint16_t *uform_cuda_bf16_copy(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x, size_t stride,
                                      size_t rows, size_t k);
+/* The same into `out` [rows, k] (gemm.cu). */
+void uform_cuda_round_bf16(uform_backend_t *b, const float *x, size_t stride, size_t rows, size_t k, uint16_t *out);
 void uform_cuda_buffer_free(uform_cuda_buffer_t *buffer);
 
 /* Checks the launch just made. */
@@ -219,6 +229,10 @@ void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float 
                        size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
 void uform_cuda_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
                             size_t rows, const float *bias, float *pre, float *y);
+void uform_cuda_linear_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
+                            size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
+                                 size_t rows, const float *bias, uint16_t *y);
 void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x,
                                 const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
                                 bool accumulate_dx);
@@ -230,7 +244,7 @@ void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                    size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
-                                   uint32_t align_c, bool quiet);
+                                   uint32_t align_c, bool quiet, bool gelu_bf16);
 /* cuBLASLt's status: true on success, else recorded as the backend's failure. */
 bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what);
 /* The alignment of an address in bytes, at most 256. */
@@ -240,8 +254,9 @@ uint32_t uform_cuda_alignment(const void *pointer);
  * cores, the activations quantized per row. False, with nothing done or
  * recorded, when this GPU cannot (no FP8 tensor cores, or cuBLASLt found no
  * algorithm): the caller decodes the weights to BF16 instead. */
-bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, size_t x_stride,
-                           size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
+bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
+                           size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
+                           size_t y_stride);
 /* OCP E4M3 (bias 7, no infinities, S.1111.111 NaN) as a float: gemm.cu's
  * decode to BF16 on the device, the emulation's FP8 product on the host. */
 __host__ __device__ static inline float uform_e4m3_float(uint8_t code) {
@@ -257,12 +272,16 @@ static inline size_t uform_cuda_e4m3_scales_at(size_t n, size_t k) { return (n *
 void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t rows, size_t width,
                                    const float *weight, const float *bias, float *y, float *mean,
                                    float *rstd);
+void uform_cuda_layer_norm_forward_bf16(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                                        const float *weight, const float *bias, uint16_t *y);
 void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const float *x,
                                     const float *weight, const float *mean, const float *rstd,
                                     size_t rows, size_t width, float *dx, float *dweight, float *dbias);
 /* pointwise.cu */
 void uform_cuda_gelu_forward(uform_backend_t *b, const float *x, size_t count, float *y);
 void uform_cuda_gelu_backward(uform_backend_t *b, const float *x, const float *dy, size_t count, float *dx);
+/* y = bf16(gelu(x)) */
+void uform_cuda_gelu_bf16(uform_backend_t *b, const float *x, size_t count, uint16_t *y);
 void uform_cuda_rope_tables(uform_backend_t *b, const uform_segment_t *segments, size_t count,
                             const uint32_t *positions, float *cosines, float *sines);
 void uform_cuda_rope_forward(uform_backend_t *b, float *qkv, size_t rows, size_t hidden,
@@ -305,10 +324,17 @@ void uform_cuda_attention_forward(uform_backend_t *b, const float *qkv, size_t h
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                    const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                    size_t count, size_t rows, size_t longest, float *dqkv);
+void uform_cuda_attention_forward_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
+                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
+                                       const float *cosines, const float *sines, uint16_t *out, void *scratch);
 /* attention_mma.cu: the tensor-core kernels (16-byte aligned operands) */
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
                                       float *out, float *logsumexp);
+void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
+                                           const uform_segment_t *segments, size_t count, size_t rows,
+                                           size_t longest, const float *cosines, const float *sines,
+                                           uint16_t *out);
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                        size_t count, size_t rows, size_t longest, float *dqkv);

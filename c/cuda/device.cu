@@ -115,6 +115,8 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->bf16_gradients);
     uform_cuda_buffer_free(&context->fp8_rows);
     uform_cuda_buffer_free(&context->fp8_product);
+    uform_cuda_buffer_free(&context->operand_f32);
+    uform_cuda_buffer_free(&context->rotated_qkv);
     uform_cuda_buffer_free(&context->column_partials);
     uform_cuda_buffer_free(&context->loss_rows);
     uform_cuda_buffer_free(&context->choices_loss);
@@ -173,6 +175,10 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.linear = uform_cuda_linear;
     ops.linear_gelu = uform_cuda_linear_gelu;
     ops.linear_backward = uform_cuda_linear_backward;
+    ops.layer_norm_forward_bf16 = uform_cuda_layer_norm_forward_bf16;
+    ops.attention_forward_bf16 = uform_cuda_attention_forward_bf16;
+    ops.linear_bf16 = uform_cuda_linear_bf16;
+    ops.linear_gelu_bf16 = uform_cuda_linear_gelu_bf16;
     ops.layer_norm_forward = uform_cuda_layer_norm_forward;
     ops.layer_norm_backward = uform_cuda_layer_norm_backward;
     ops.gelu_forward = uform_cuda_gelu_forward;

@@ -84,6 +84,11 @@ struct __attribute__((aligned(8))) uint2 {
 struct __attribute__((aligned(16))) uint4 {
     unsigned x, y, z, w;
 };
+/* Single roundings as written (the host's -O1 x86-64 build emits no FMA). */
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }

@@ -97,9 +97,10 @@ uint32_t uform_cuda_alignment(const void *pointer) {
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                    size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
-                                   uint32_t align_c, bool quiet) {
+                                   uint32_t align_c, bool quiet, bool gelu_bf16) {
     /* quiet: a failure to make the plan is not recorded as an error (the caller
-     * has another way), only in the context's plan_refusal */
+     * has another way), only in the context's plan_refusal; gelu_bf16: the GELU
+     * epilogue after the bias, C and D BF16 */
     uform_cuda_context_t *context = uform_cuda_context(b);
     context->plan_refusal[0] = '\0';
     auto lt_ok = [b, quiet, context](cublasStatus_t status, const char *what) {
@@ -116,7 +117,8 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
         uform_cuda_plan_t *p = &context->plans[i];
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
             p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->operands == operands &&
-            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias)
+            p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias &&
+            p->gelu_bf16 == gelu_bf16)
             return p;
     }
     uform_cuda_plan_t *plan = NULL;
@@ -131,6 +133,7 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     plan->m = m, plan->n = n, plan->k = k, plan->lda = lda, plan->ldb = ldb, plan->ldc = ldc;
     plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->operands = operands;
     plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c, plan->align_bias = align_bias;
+    plan->gelu_bf16 = gelu_bf16;
     cudaDataType_t inputs = operands == UFORM_OPERANDS_E4M3   ? CUDA_R_8F_E4M3
                             : operands == UFORM_OPERANDS_BF16 ? CUDA_R_16BF
                                                               : CUDA_R_32F;
@@ -138,7 +141,9 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epilogue = gelu_bf16 ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
+                                  : bias    ? CUBLASLT_EPILOGUE_BIAS
+                                            : CUBLASLT_EPILOGUE_DEFAULT;
     bool ok = lt_ok(uform_cublaslt()->matmul_desc_create(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                           "cublasLtMatmulDescCreate");
     if (!ok) return NULL;
@@ -158,7 +163,8 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
                                                    transpose_a ? m : k, (int64_t)lda), "layout A") &&
          lt_ok(uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
                                                    transpose_b ? k : n, (int64_t)ldb), "layout B") &&
-         lt_ok(uform_cublaslt()->layout_create(&plan->c, CUDA_R_32F, m, n, (int64_t)ldc), "layout C");
+         lt_ok(uform_cublaslt()->layout_create(&plan->c, gelu_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, (int64_t)ldc),
+               "layout C");
     plan->used = true;   /* release destroys whatever was made */
     if (!ok) {
         uform_cuda_plan_release(plan);
@@ -235,7 +241,7 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, b_stride, a_stride, c_stride, b_transposed,
                                               a_transposed, bias, bf16 ? UFORM_OPERANDS_BF16 : UFORM_OPERANDS_F32,
                                               uform_cuda_alignment(bm), uform_cuda_alignment(a),
-                                              uform_cuda_alignment(c), false);
+                                              uform_cuda_alignment(c), false, false);
     if (!plan) return;
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &bias, sizeof(bias)), "BIAS_POINTER"))
@@ -250,6 +256,35 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
                                                                                           c_stride);
         uform_cuda_launched(b, "gemm (bias)");
     }
+}
+
+/* y [rows, n] = bf16(gelu(x W^T + bias)) in one cuBLASLt call, x BF16 (row
+ * stride x_stride), W BF16 [n, k]: false, nothing recorded, when cuBLASLt has
+ * no algorithm for it (kept for the backend's life: the heuristic is not
+ * asked again) or the bias is not 16-byte aligned. */
+static bool uform_cuda_product_gelu_bf16(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint16_t *x,
+                                         size_t x_stride, const uint16_t *w, const float *bias, uint16_t *y) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    if (context->gelu_epilogue_refused || (bias && uform_cuda_alignment(bias) < 16)) return false;
+    /* y^T [n x rows] = W [n x k] x^T [k x rows], as uform_cuda_product maps a linear */
+    uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, x_stride, n, true, false, bias, UFORM_OPERANDS_BF16,
+                                              uform_cuda_alignment(w), uform_cuda_alignment(x),
+                                              uform_cuda_alignment(y), true, true);
+    if (!plan) {
+        context->gelu_epilogue_refused = true;
+        snprintf(context->gelu_epilogue_refusal, sizeof(context->gelu_epilogue_refusal), "%s",
+                 context->plan_refusal);
+        return false;
+    }
+    if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                               &bias, sizeof(bias)), "BIAS_POINTER"))
+        return true;   /* recorded */
+    float alpha = 1.0f, beta = 0.0f;
+    uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, w, plan->a, x, plan->b, &beta, y,
+                                            plan->c, y, plan->c, &plan->algorithm, context->workspace,
+                                            UFORM_CUDA_WORKSPACE_BYTES, context->stream),
+                "cublasLtMatmul (GELU, BF16 out)");
+    return true;
 }
 #endif /* UFORM_CUDA_EMULATION */
 
@@ -366,22 +401,25 @@ __global__ static void uform_round_rows_bf16_x4(const float *x, size_t stride, s
     }
 }
 
+void uform_cuda_round_bf16(uform_backend_t *b, const float *x, size_t stride, size_t rows, size_t k, uint16_t *out) {
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    __nv_bfloat16 *target = (__nv_bfloat16 *)out;
+    if (k % 4 == 0 && stride % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0)
+        UFORM_LAUNCH(uform_round_rows_bf16_x4, uform_cuda_blocks(rows * k / 4, 256), 256, stream)(x, stride, rows, k,
+                                                                                               target);
+    else
+        UFORM_LAUNCH(uform_round_rows_bf16, uform_cuda_blocks(rows * k, 256), 256, stream)(x, stride, rows, k, target);
+    uform_cuda_launched(b, "BF16 operands");
+}
+
 /* x [rows, k] (row stride `stride`) rounded to BF16 into `buffer`, one of the
  * context's scratch buffers; NULL on failure (recorded). */
 static const __nv_bfloat16 *uform_cuda_bf16_rows(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x,
                                                  size_t stride, size_t rows, size_t k) {
-    uform_cuda_context_t *context = uform_cuda_context(b);
-    __nv_bfloat16 *out = (__nv_bfloat16 *)uform_cuda_grow(b, buffer, rows * k * sizeof(__nv_bfloat16),
-                                                          "BF16 operands");
+    uint16_t *out = (uint16_t *)uform_cuda_grow(b, buffer, rows * k * sizeof(uint16_t), "BF16 operands");
     if (!out) return NULL;
-    if (k % 4 == 0 && stride % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0)
-        UFORM_LAUNCH(uform_round_rows_bf16_x4, uform_cuda_blocks(rows * k / 4, 256), 256, context->stream)(
-            x, stride, rows, k, out);
-    else
-        UFORM_LAUNCH(uform_round_rows_bf16, uform_cuda_blocks(rows * k, 256), 256, context->stream)(x, stride, rows, k,
-                                                                                                 out);
-    uform_cuda_launched(b, "BF16 operands");
-    return out;
+    uform_cuda_round_bf16(b, x, stride, rows, k, out);
+    return (const __nv_bfloat16 *)out;
 }
 
 const uint16_t *uform_cuda_bf16_copy(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *x, size_t stride,
@@ -389,8 +427,10 @@ const uint16_t *uform_cuda_bf16_copy(uform_backend_t *b, uform_cuda_buffer_t *bu
     return (const uint16_t *)uform_cuda_bf16_rows(b, buffer, x, stride, rows, k);
 }
 
-void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
-                       size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
+/* linear and linear_bf16: the operand x FP32 (rounded here) or, x16 set, BF16 already. */
+static void uform_cuda_linear_operand(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                                      const __nv_bfloat16 *x16, size_t x_stride, size_t rows, const float *bias,
+                                      bool accumulate, float *y, size_t y_stride) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     const uform_packed_t *packed = (const uform_packed_t *)w->packed;
     if (!w->dense && packed->scalar != UFORM_SCALAR_BF16 && packed->scalar != UFORM_SCALAR_E4M3) {
@@ -404,23 +444,67 @@ void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float 
     }
     /* E4M3 weights on FP8 tensor cores where the GPU has them (gemm_fp8.cu) */
     if (!w->dense && packed->scalar == UFORM_SCALAR_E4M3 &&
-        uform_cuda_linear_fp8(b, packed, x, x_stride, rows, bias, accumulate, y, y_stride))
+        uform_cuda_linear_fp8(b, packed, x, (const uint16_t *)x16, x_stride, rows, bias, accumulate, y, y_stride))
         return;
     /* y = x W^T: op(b)[p, j] = W[j, p], W row-major [n, k] */
-    const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, x_stride, rows, w->k);
+    size_t operand_stride = x16 ? x_stride : w->k;
+    if (!x16) x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, x_stride, rows, w->k);
     const void *w16 = w->dense                               ? uform_cuda_bf16_rows(b, &context->bf16_weights, w->dense,
                                                                                       w->k, w->n, w->k)
                       : packed->scalar == UFORM_SCALAR_E4M3 ? uform_cuda_e4m3_weights(b, packed)
                                                               : packed->data;
     if (!x16 || !w16) return;
-    uform_cuda_product(b, rows, w->n, w->k, x16, w->k, false, w16, w->k, true, bias, accumulate, y, y_stride,
-                       true);
+    uform_cuda_product(b, rows, w->n, w->k, x16, operand_stride, false, w16, w->k, true, bias, accumulate, y,
+                       y_stride, true);
+}
+
+void uform_cuda_linear(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
+                       size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
+    uform_cuda_linear_operand(b, w, x, NULL, x_stride, rows, bias, accumulate, y, y_stride);
+}
+
+void uform_cuda_linear_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
+                            size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
+    uform_cuda_linear_operand(b, w, NULL, (const __nv_bfloat16 *)x, x_stride, rows, bias, accumulate, y, y_stride);
 }
 
 void uform_cuda_linear_gelu(uform_backend_t *b, const uform_weight_t *w, const float *x, size_t x_stride,
                             size_t rows, const float *bias, float *pre, float *y) {
     uform_cuda_linear(b, w, x, x_stride, rows, bias, false, pre, w->n);
     uform_cuda_gelu_forward(b, pre, rows * w->n, y);
+}
+
+bool uform_cuda_gelu_epilogue(uform_backend_t *b) { return uform_cuda_context(b)->gelu_epilogue; }
+
+const char *uform_cuda_gelu_epilogue_refusal(uform_backend_t *b) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    return context->gelu_epilogue_refused ? context->gelu_epilogue_refusal : NULL;
+}
+
+/* y = bf16(gelu(x W^T + bias)) on BF16 packed weights: cuBLASLt's GELU
+ * epilogue writing BF16 (the product's FP32 result never stored) where it
+ * has an algorithm for it; otherwise, and for E4M3 or dense weights, the
+ * product into the context's FP32 scratch, then GELU rounding to BF16
+ * (pointwise.cu). context->gelu_epilogue says which ran last (the tests). */
+void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
+                                 size_t rows, const float *bias, uint16_t *y) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    const uform_packed_t *packed = (const uform_packed_t *)w->packed;
+    if (!rows) return;
+    context->gelu_epilogue = false;
+#ifndef UFORM_CUDA_EMULATION
+    if (!w->dense && packed->scalar == UFORM_SCALAR_BF16 && w->k &&
+        uform_cuda_product_gelu_bf16(b, rows, w->n, w->k, x, x_stride, (const uint16_t *)packed->data, bias, y)) {
+        context->gelu_epilogue = true;
+        return;
+    }
+#else
+    (void)packed;
+#endif
+    float *pre = (float *)uform_cuda_grow(b, &context->operand_f32, rows * w->n * sizeof(float), "GELU's FP32 rows");
+    if (!pre) return;   /* recorded */
+    uform_cuda_linear_bf16(b, w, x, x_stride, rows, bias, false, pre, w->n);
+    uform_cuda_gelu_bf16(b, pre, rows * w->n, y);
 }
 
 static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const char *what) {

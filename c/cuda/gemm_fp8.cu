@@ -36,6 +36,7 @@
  * product is the host's: the codes' products (exact in FP32) summed in k
  * order; the rest as on a GPU. */
 #include "cuda_internal.h"
+#include "bf16.cuh"
 #include "reduce.cuh"
 
 #ifndef UFORM_CUDA_EMULATION
@@ -46,21 +47,66 @@
 #include <stdio.h>
 #include <string.h>
 
+__device__ static inline float uform_operand_value(const float *p) { return *p; }
+__device__ static inline float uform_operand_value(const uint16_t *p) { return uform_bf16_float(*p); }
+
 /* Row r of x (stride `stride`) as E4M3 codes [rows, k] and its scale: one
- * block of UFORM_CUDA_ROW_THREADS threads per row. */
-__global__ static void uform_quantize_rows_e4m3(const float *x, size_t stride, size_t k, uint8_t *codes,
+ * block of UFORM_CUDA_ROW_THREADS threads per row. T: x's scalar, float or
+ * uint16_t (BF16 operands, linear_bf16: their values, exact in FP32). */
+template <typename T>
+__global__ static void uform_quantize_rows_e4m3(const T *x, size_t stride, size_t k, uint8_t *codes,
                                                 float *scales) {
     __shared__ float partial[UFORM_CUDA_ROW_THREADS / 32];
     size_t r = blockIdx.x;
-    const float *row = x + r * stride;
+    const T *row = x + r * stride;
     float amax = 0.0f;
-    for (size_t p = threadIdx.x; p < k; p += blockDim.x) amax = fmaxf(amax, fabsf(row[p]));
+    for (size_t p = threadIdx.x; p < k; p += blockDim.x) amax = fmaxf(amax, fabsf(uform_operand_value(row + p)));
     amax = uform_block_max(amax, partial);
     float scale = amax / 448.0f;
     if (!(scale > 0.0f)) scale = 1.0f;   /* a row of zeros, or amax below 448 x 2^-149 */
     for (size_t p = threadIdx.x; p < k; p += blockDim.x)
-        codes[r * k + p] = __nv_cvt_float_to_fp8(row[p] / scale, __NV_SATFINITE, __NV_E4M3);
+        codes[r * k + p] = __nv_cvt_float_to_fp8(uform_operand_value(row + p) / scale, __NV_SATFINITE, __NV_E4M3);
     if (threadIdx.x == 0) scales[r] = scale;
+}
+
+/* The same, a warp per row, four values a load (k and stride multiples of 4, x
+ * 16-byte aligned as float, 8 as BF16): the largest magnitude is the same
+ * whatever the order, so the same codes and scales. The block-per-row kernel
+ * above moved about 0.6 TB/s on an H200, 21% of an E4M3 model's text_encode
+ * (bench/gpu_profile.py, 2026-12-04). */
+__device__ static inline float4 uform_operand_quad(const float *p) { return *(const float4 *)p; }
+__device__ static inline float4 uform_operand_quad(const uint16_t *p) {
+    uint2 words = *(const uint2 *)p;
+    return make_float4(uform_bf16_float((uint16_t)(words.x & 0xffffu)), uform_bf16_float((uint16_t)(words.x >> 16)),
+                       uform_bf16_float((uint16_t)(words.y & 0xffffu)), uform_bf16_float((uint16_t)(words.y >> 16)));
+}
+
+__device__ static inline uint32_t uform_e4m3_code(float value, float scale) {
+    return (uint32_t)__nv_cvt_float_to_fp8(value / scale, __NV_SATFINITE, __NV_E4M3);
+}
+
+template <typename T>
+__global__ static void uform_quantize_rows_e4m3_warp(const T *x, size_t rows, size_t stride, size_t k, uint8_t *codes,
+                                                     float *scales) {
+    const size_t warps = blockDim.x / 32, quads = k / 4;
+    const unsigned lane = threadIdx.x % 32;
+    for (size_t r = (size_t)blockIdx.x * warps + threadIdx.x / 32; r < rows; r += (size_t)gridDim.x * warps) {
+        const T *row = x + r * stride;
+        float amax = 0.0f;
+        for (size_t q = lane; q < quads; q += 32) {
+            float4 v = uform_operand_quad(row + 4 * q);
+            amax = fmaxf(fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+        }
+        amax = uform_warp_max(amax);
+        float scale = amax / 448.0f;
+        if (!(scale > 0.0f)) scale = 1.0f;
+        for (size_t q = lane; q < quads; q += 32) {
+            float4 v = uform_operand_quad(row + 4 * q);
+            *(uint32_t *)(codes + r * k + 4 * q) = uform_e4m3_code(v.x, scale) | uform_e4m3_code(v.y, scale) << 8 |
+                                                   uform_e4m3_code(v.z, scale) << 16 | uform_e4m3_code(v.w, scale) << 24;
+        }
+        if (lane == 0) scales[r] = scale;
+    }
 }
 
 /* Rows [from, to) of the codes zero: the padding, whose products are not read. */
@@ -78,6 +124,33 @@ __global__ static void uform_add_product(size_t rows, size_t n, const float *pro
         size_t r = index / n, j = index % n;
         float value = (accumulate ? y[r * y_stride + j] : 0.0f) + product[index] * weight_scales[j] * scales[r];
         y[r * y_stride + j] = bias ? value + bias[j] : value;
+    }
+}
+
+/* The same four columns a thread (n and y_stride multiples of 4, y, the
+ * bias and the scales 16-byte aligned): the scalar kernel, a 64-bit division
+ * per element, took 32% of an E4M3 model's text_encode on an H200
+ * (bench/gpu_profile.py, 2026-12-04). */
+__device__ static inline float uform_fp8_output(float old, float product, float weight_scale, float scale,
+                                                const float *bias, size_t j) {
+    float value = old + product * weight_scale * scale;
+    return bias ? value + bias[j] : value;
+}
+
+__global__ static void uform_add_product_x4(size_t rows, size_t n, const float *product, const float *weight_scales,
+                                            const float *scales, const float *bias, bool accumulate, float *y,
+                                            size_t y_stride) {
+    size_t quads = n / 4, index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < rows * quads; index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / quads, j = 4 * (index - r * quads);
+        float4 p = *(const float4 *)(product + r * n + j), w = *(const float4 *)(weight_scales + j);
+        float4 *target = (float4 *)(y + r * y_stride + j);
+        float4 old = accumulate ? *target : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float s = scales[r];
+        *target = make_float4(uform_fp8_output(old.x, p.x, w.x, s, bias, j),
+                              uform_fp8_output(old.y, p.y, w.y, s, bias, j + 1),
+                              uform_fp8_output(old.z, p.z, w.z, s, bias, j + 2),
+                              uform_fp8_output(old.w, p.w, w.w, s, bias, j + 3));
     }
 }
 
@@ -106,7 +179,7 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
      * A = W (transposed: FP8 wants A transposed, B not), B = the codes */
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, k, n, true, false, NULL, UFORM_OPERANDS_E4M3,
                                               uform_cuda_alignment(weights), uform_cuda_alignment(codes),
-                                              uform_cuda_alignment(product), true);
+                                              uform_cuda_alignment(product), true, false);
     if (!plan) return false;
     float alpha = 1.0f, beta = 0.0f;
     uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, weights, plan->a, codes, plan->b,
@@ -122,8 +195,9 @@ const char *uform_cuda_fp8_refusal(uform_backend_t *b) {
     return context->fp8_refused ? context->fp8_refusal : NULL;
 }
 
-bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, size_t x_stride,
-                           size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride) {
+bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
+                           size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
+                           size_t y_stride) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     if (!context->fp8_products || context->fp8_refused) return false;
     size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
@@ -135,8 +209,19 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
     float *scales = (float *)(codes + scales_at);
     const uint8_t *weights = (const uint8_t *)packed->data;
     const float *weight_scales = (const float *)(weights + uform_cuda_e4m3_scales_at(n, k));
-    UFORM_LAUNCH(uform_quantize_rows_e4m3, (unsigned)rows, UFORM_CUDA_ROW_THREADS, context->stream)(x, x_stride, k,
-                                                                                                  codes, scales);
+    bool quads = k % 4 == 0 && x_stride % 4 == 0 && (x16 ? (uintptr_t)x16 % 8 : (uintptr_t)x % 16) == 0;
+    if (quads && x16)
+        UFORM_LAUNCH(uform_quantize_rows_e4m3_warp<uint16_t>, uform_cuda_blocks(rows, 8), 256, context->stream)(
+            x16, rows, x_stride, k, codes, scales);
+    else if (quads)
+        UFORM_LAUNCH(uform_quantize_rows_e4m3_warp<float>, uform_cuda_blocks(rows, 8), 256, context->stream)(
+            x, rows, x_stride, k, codes, scales);
+    else if (x16)
+        UFORM_LAUNCH(uform_quantize_rows_e4m3<uint16_t>, (unsigned)rows, UFORM_CUDA_ROW_THREADS, context->stream)(
+            x16, x_stride, k, codes, scales);
+    else
+        UFORM_LAUNCH(uform_quantize_rows_e4m3<float>, (unsigned)rows, UFORM_CUDA_ROW_THREADS, context->stream)(
+            x, x_stride, k, codes, scales);
     if (padded > rows)
         UFORM_LAUNCH(uform_zero_code_rows, uform_cuda_blocks((padded - rows) * k, 256), 256,
                      context->stream)(rows, padded, k, codes);
@@ -148,8 +233,12 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
                  context->plan_refusal);
         return false;
     }
-    UFORM_LAUNCH(uform_add_product, uform_cuda_blocks(rows * n, 256), 256, context->stream)(
-        rows, n, product, weight_scales, scales, bias, accumulate, y, y_stride);
+    if (n % 4 == 0 && y_stride % 4 == 0 && (uintptr_t)y % 16 == 0)
+        UFORM_LAUNCH(uform_add_product_x4, uform_cuda_blocks(rows * n / 4, 256), 256, context->stream)(
+            rows, n, product, weight_scales, scales, bias, accumulate, y, y_stride);
+    else
+        UFORM_LAUNCH(uform_add_product, uform_cuda_blocks(rows * n, 256), 256, context->stream)(
+            rows, n, product, weight_scales, scales, bias, accumulate, y, y_stride);
     uform_cuda_launched(b, "FP8 product (bias)");
     return true;
 }

@@ -4,10 +4,14 @@
  * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the
  * emulation (emulation.h). */
 #include "cuda_internal.h"
+#include "bf16.cuh"
 #include "reduce.cuh"
 
+/* Out: float, or uint16_t for BF16 (layer_norm_forward_bf16: the output
+ * rounded, nothing else different). */
+template <typename Out>
 __global__ static void uform_ln_forward(const float *x, size_t width, const float *weight, const float *bias,
-                                        float *y, float *mean_out, float *rstd_out) {
+                                        Out *y, float *mean_out, float *rstd_out) {
     __shared__ float shared[UFORM_CUDA_ROW_THREADS / 32];
     size_t row = blockIdx.x;
     const float *source = x + row * width;
@@ -21,21 +25,88 @@ __global__ static void uform_ln_forward(const float *x, size_t width, const floa
     }
     float rstd = rsqrtf(uform_block_sum(squares, shared) / (float)width + 1e-5f);
     __syncthreads();   /* y may be x: every read of the row is done */
-    float *target = y + row * width;
+    Out *target = y + row * width;
     for (size_t c = threadIdx.x; c < width; c += blockDim.x)
-        target[c] = (source[c] - mean) * rstd * weight[c] + bias[c];
+        uform_store(target + c, (source[c] - mean) * rstd * weight[c] + bias[c]);
     if (threadIdx.x == 0) {
         if (mean_out) mean_out[row] = mean;
         if (rstd_out) rstd_out[row] = rstd;
     }
 }
 
+/* A warp per row, the row in registers (read once, 16 bytes a load): rows of
+ * 128 to 1024 floats in steps of 128 (the model's widths). The block-per-row
+ * kernel above, three passes over the row and two block-wide sums, ran at
+ * about 40% of an H200's bandwidth: 13% of text_encode's GPU time
+ * (bench/gpu_profile.py, 2026-12-04). The same formula; its sums in another
+ * order (the row's lanes, then a butterfly). */
+#define UFORM_LN_WARP_QUADS 8   /* float4s a lane holds: 32 x 8 x 4 = 1024 */
+
+__device__ static inline void uform_store4(float *target, float4 v) { *(float4 *)target = v; }
+__device__ static inline void uform_store4(uint16_t *target, float4 v) {
+    *(uint2 *)target = make_uint2(uform_bf16_pair(v.x, v.y), uform_bf16_pair(v.z, v.w));
+}
+
+template <typename Out>
+__global__ static void uform_ln_forward_warp(const float *x, size_t rows, size_t width, const float *weight,
+                                             const float *bias, Out *y, float *mean_out, float *rstd_out) {
+    const size_t warps = blockDim.x / 32, quads = width / 4;
+    const unsigned lane = threadIdx.x % 32;
+    for (size_t row = (size_t)blockIdx.x * warps + threadIdx.x / 32; row < rows; row += (size_t)gridDim.x * warps) {
+        const float4 *source = (const float4 *)(x + row * width);
+        float4 v[UFORM_LN_WARP_QUADS];
+        float sum = 0.0f;
+        for (int i = 0; i < UFORM_LN_WARP_QUADS; i++)
+            if (lane + 32 * i < quads) {
+                v[i] = source[lane + 32 * i];
+                sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+            }
+        float mean = uform_warp_sum(sum) / (float)width, squares = 0.0f;
+        for (int i = 0; i < UFORM_LN_WARP_QUADS; i++)
+            if (lane + 32 * i < quads) {
+                float a = v[i].x - mean, c = v[i].y - mean, d = v[i].z - mean, e = v[i].w - mean;
+                squares += (a * a + c * c) + (d * d + e * e);
+            }
+        float rstd = rsqrtf(uform_warp_sum(squares) / (float)width + 1e-5f);
+        /* y may be x: a lane writes only the quads it read */
+        for (int i = 0; i < UFORM_LN_WARP_QUADS; i++)
+            if (lane + 32 * i < quads) {
+                size_t q = lane + 32 * i;
+                float4 w = ((const float4 *)weight)[q], bb = ((const float4 *)bias)[q];
+                uform_store4(y + row * width + 4 * q,
+                             make_float4((v[i].x - mean) * rstd * w.x + bb.x, (v[i].y - mean) * rstd * w.y + bb.y,
+                                         (v[i].z - mean) * rstd * w.z + bb.z, (v[i].w - mean) * rstd * w.w + bb.w));
+            }
+        if (lane == 0) {
+            if (mean_out) mean_out[row] = mean;
+            if (rstd_out) rstd_out[row] = rstd;
+        }
+    }
+}
+
+template <typename Out>
+static void uform_cuda_layer_norm_launch(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                                         const float *weight, const float *bias, Out *y, float *mean, float *rstd) {
+    if (!rows || !width) return;
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    uintptr_t addresses = (uintptr_t)x | (uintptr_t)y | (uintptr_t)weight | (uintptr_t)bias;
+    if (width % 128 == 0 && width <= 128 * UFORM_LN_WARP_QUADS && addresses % 16 == 0)
+        UFORM_LAUNCH(uform_ln_forward_warp<Out>, uform_cuda_blocks(rows, 8), 256, stream)(x, rows, width, weight, bias,
+                                                                                       y, mean, rstd);
+    else
+        UFORM_LAUNCH(uform_ln_forward<Out>, (unsigned)rows, UFORM_CUDA_ROW_THREADS, stream)(x, width, weight, bias, y,
+                                                                                           mean, rstd);
+    uform_cuda_launched(b, "layer_norm_forward");
+}
+
 void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t rows, size_t width,
                                    const float *weight, const float *bias, float *y, float *mean, float *rstd) {
-    if (!rows || !width) return;
-    UFORM_LAUNCH(uform_ln_forward, (unsigned)rows, UFORM_CUDA_ROW_THREADS, uform_cuda_context(b)->stream)(
-        x, width, weight, bias, y, mean, rstd);
-    uform_cuda_launched(b, "layer_norm_forward");
+    uform_cuda_layer_norm_launch(b, x, rows, width, weight, bias, y, mean, rstd);
+}
+
+void uform_cuda_layer_norm_forward_bf16(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                                        const float *weight, const float *bias, uint16_t *y) {
+    uform_cuda_layer_norm_launch(b, x, rows, width, weight, bias, y, (float *)NULL, (float *)NULL);
 }
 
 /* dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) per row. */

@@ -32,4 +32,17 @@ __device__ static inline float uform_block_max(float value, float *shared /* [UF
     return largest;
 }
 
+/* The sum and the largest (NaN ignored) of every lane's `value` in the warp, to
+ * every lane: a butterfly, so each lane adds the same values in the same
+ * order (the same bits everywhere). */
+__device__ static inline float uform_warp_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;
+}
+
+__device__ static inline float uform_warp_max(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    return value;
+}
+
 #endif /* UFORM_CUDA_REDUCE_CUH */

@@ -335,6 +335,163 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
     free(x), free(bias), free(y), free(codes), free(codes_back), free(scales), free(scales_back), free(x16);
 }
 
+/* ---- BF16 operands (backend.h: inference's layer_norm_forward_bf16,
+ * attention_forward_bf16, linear_bf16, linear_gelu_bf16) ---------------------
+ * Each against its FP32 twin on the same GPU, whose output rounded to BF16
+ * (nearest even, uform_f32_to_bf16 on the host) is what the BF16 op must
+ * write: the same kernels and the same cuBLASLt plans, so bit for bit (max
+ * error 0), except linear_gelu_bf16 where cuBLASLt's GELU epilogue runs
+ * (below). */
+
+/* The BF16 words at gpu_device against want (FP32 values already rounded to
+ * BF16): bound = relative x the largest |want| + absolute. */
+static void compare_bf16(backends_t *b, const char *what, const float *want, const uint16_t *gpu_device, size_t count,
+                         double relative, double absolute) {
+    uint16_t *words = malloc((count ? count : 1) * sizeof(uint16_t));
+    b->gpu.ops->download(&b->gpu, words, gpu_device, count * sizeof(uint16_t));
+    uform_status_t status = b->gpu.ops->synchronize(&b->gpu);
+    double largest = 0, error = 0;
+    for (size_t i = 0; i < count; i++) largest = fmax(largest, fabs((double)want[i]));
+    for (size_t i = 0; i < count; i++) {
+        double e = fabs((double)uform_bf16_to_f32(words[i]) - (double)want[i]);
+        if (!(e <= error)) error = isnan(e) ? INFINITY : e;
+    }
+    double bound = relative * largest + absolute;
+    bool ok = status == UFORM_OK && error <= bound;
+    printf("| %-34s | %8zu | %10.3g | %10.3g | %s |\n", what, count, error, bound,
+           ok ? "ok" : status != UFORM_OK ? uform_last_error() : "FAIL");
+    ok ? passed++ : failed++;
+    free(words);
+}
+
+/* The FP32 rows at gpu_device, downloaded and rounded to BF16. */
+static float *downloaded_bf16(backends_t *b, const float *gpu_device, size_t count) {
+    float *values = malloc((count ? count : 1) * sizeof(float));
+    b->gpu.ops->download(&b->gpu, values, gpu_device, count * sizeof(float));
+    b->gpu.ops->synchronize(&b->gpu);
+    round_to_bf16(values, count);
+    return values;
+}
+
+/* BF16 words of x (rounded), uploaded. */
+static uint16_t *bf16_on_gpu(backends_t *b, const float *x, size_t count) {
+    uint16_t *words = malloc((count ? count : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < count; i++) words[i] = uform_f32_to_bf16(x[i]);
+    uint16_t *device = on_gpu(b, words, count * sizeof(uint16_t));
+    free(words);
+    return device;
+}
+
+static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
+    const uform_backend_ops_t *op = b->gpu.ops;
+    /* layer norm: rows of width k */
+    float *x = random_floats(rows * k, 2), *weight = random_floats(k, 1), *bias = random_floats(k, 1);
+    float *gx = on_gpu(b, x, rows * k * 4), *gweight = on_gpu(b, weight, k * 4), *gbias = on_gpu(b, bias, k * 4);
+    float *gy = on_gpu(b, NULL, rows * k * 4);
+    uint16_t *gy16 = on_gpu(b, NULL, rows * k * 2);
+    op->layer_norm_forward(&b->gpu, gx, rows, k, gweight, gbias, gy, NULL, NULL);
+    op->layer_norm_forward_bf16(&b->gpu, gx, rows, k, gweight, gbias, gy16);
+    float *want = downloaded_bf16(b, gy, rows * k);
+    compare_bf16(b, "layer_norm_forward_bf16 (= FP32's)", want, gy16, rows * k, 0, 0);
+    free(want);
+
+    /* products: x16 [rows, k] (stride k) against the FP32 twin on the same
+     * values (x rounded first, so the twin's own rounding changes nothing) */
+    float *x16 = rounded_to_bf16(x, rows * k), *out_bias = random_floats(n, 1), *y = random_floats(rows * n, 1);
+    float *gx16f = on_gpu(b, x16, rows * k * 4), *gout_bias = on_gpu(b, out_bias, n * 4);
+    float *gy_f32 = on_gpu(b, y, rows * n * 4), *gy_bf16 = on_gpu(b, y, rows * n * 4);
+    uint16_t *gx16 = bf16_on_gpu(b, x16, rows * k);
+    uint16_t *w = malloc(n * k * sizeof(uint16_t));
+    for (size_t i = 0; i < n * k; i++) w[i] = uform_f32_to_bf16(random_float() * 0.1f);
+    float *dense = malloc(n * k * sizeof(float));
+    for (size_t i = 0; i < n * k; i++) dense[i] = random_float() * 0.1f;
+    uint8_t *codes = malloc(n * k);
+    float *scales = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n * k; i++) {
+        random_float();
+        codes[i] = (uint8_t)(state >> 24);
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;
+    }
+    for (size_t i = 0; i < n; i++) scales[i] = ldexpf(1.0f, -6 - (int)(i % 3));
+    uform_packed_t packed_bf16, packed_e4m3;
+    bool packed = op->pack(&b->gpu, w, n, k, &packed_bf16) == UFORM_OK &&
+                  op->pack_e4m3(&b->gpu, codes, scales, n, k, &packed_e4m3) == UFORM_OK;
+    float *gdense = on_gpu(b, dense, n * k * 4);
+    uform_weight_t weights[3] = {{&packed_bf16, NULL, n, k}, {&packed_e4m3, NULL, n, k}, {NULL, gdense, n, k}};
+    const char *names[3] = {"BF16", "E4M3", "dense"};
+    char what[96];
+    for (int i = 0; packed && i < 3; i++) {
+        sync(b, gy_f32, y, rows * n), sync(b, gy_bf16, y, rows * n);
+        op->linear(&b->gpu, &weights[i], gx16f, k, rows, gout_bias, true, gy_f32, n);
+        op->linear_bf16(&b->gpu, &weights[i], gx16, k, rows, gout_bias, true, gy_bf16, n);
+        float *want_y = malloc(rows * n * sizeof(float));
+        op->download(&b->gpu, want_y, gy_f32, rows * n * 4);
+        snprintf(what, sizeof(what), "linear_bf16 %s +bias += (= FP32's)", names[i]);
+        compare(b, what, want_y, gy_bf16, rows * n, 0);
+        free(want_y);
+        /* linear_gelu_bf16 against gelu of the FP32 twin's product, rounded.
+         * Without cuBLASLt's epilogue (the emulation; E4M3 and dense weights)
+         * the same kernels: bit for bit. With it (BF16 weights on a GPU),
+         * cuBLASLt's own tanh GELU and sums: one BF16 rounding apart (2^-8
+         * of the largest output) plus 5e-4, the most that GELU's tanh and
+         * erf forms differ by (0.00047, by search over [-8, 8]). */
+        uint16_t *gact = on_gpu(b, NULL, rows * n * 2);
+        op->linear(&b->gpu, &weights[i], gx16f, k, rows, gout_bias, false, gy_f32, n);
+        op->gelu_forward(&b->gpu, gy_f32, rows * n, gy_f32);
+        op->linear_gelu_bf16(&b->gpu, &weights[i], gx16, k, rows, gout_bias, gact);
+        op->synchronize(&b->gpu);
+        bool epilogue = uform_cuda_gelu_epilogue(&b->gpu);
+        float *want_act = downloaded_bf16(b, gy_f32, rows * n);
+        snprintf(what, sizeof(what), "linear_gelu_bf16 %s (%s)", names[i],
+                 epilogue ? "cuBLASLt's GELU" : "= FP32's");
+        compare_bf16(b, what, want_act, gact, rows * n, epilogue ? 0x1p-8 : 0, epilogue ? 5e-4 : 0);
+        if (i == 0 && !epilogue && uform_cuda_gelu_epilogue_refusal(&b->gpu))
+            printf("  (cuBLASLt's GELU epilogue refused: %s)\n", uform_cuda_gelu_epilogue_refusal(&b->gpu));
+        free(want_act);
+        op->free(&b->gpu, gact);
+    }
+    if (packed) op->packed_free(&b->gpu, &packed_bf16), op->packed_free(&b->gpu, &packed_e4m3);
+    void *all[] = {gx, gweight, gbias, gy, gy16, gx16f, gout_bias, gy_f32, gy_bf16, gx16, gdense};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) op->free(&b->gpu, all[i]);
+    free(x), free(weight), free(bias), free(x16), free(out_bias), free(y), free(w), free(dense), free(codes),
+        free(scales);
+}
+
+/* attention_forward_bf16 against rope_forward then the FP32 forward, its out
+ * rounded: the same rotation (c/cuda/rope.cuh) and the same kernel
+ * (tensor cores), or the simple kernels plus a rounding pass; qkv left as it
+ * was. Any cosines and sines serve (random ones here). */
+static void test_attention_bf16(backends_t *b, size_t hidden, bool simple) {
+    uform_segment_t segments[] = {{0, 1, 1}, {1, 45, 1}, {46, 0, 2}, {46, 9, 3}, {55, 64, 1}, {119, 100, 1}};
+    size_t rows = 219, count = sizeof(segments) / sizeof(segments[0]), longest = 100;
+    float *qkv = random_floats(rows * 3 * hidden, 2), *cosines = random_floats(rows * UFORM_PAIRS, 1);
+    float *sines = random_floats(rows * UFORM_PAIRS, 1), *after = malloc(rows * 3 * hidden * sizeof(float));
+    uform_cuda_attention_simple(&b->gpu, simple);
+    uform_segment_t *gsegments = on_gpu(b, segments, sizeof(segments));
+    float *gqkv = on_gpu(b, qkv, rows * 3 * hidden * 4), *gout = on_gpu(b, NULL, rows * hidden * 4);
+    float *gcosines = on_gpu(b, cosines, rows * UFORM_PAIRS * 4), *gsines = on_gpu(b, sines, rows * UFORM_PAIRS * 4);
+    float *grotated = on_gpu(b, qkv, rows * 3 * hidden * 4);
+    uint16_t *gout16 = on_gpu(b, NULL, rows * hidden * 2);
+    b->gpu.ops->zero(&b->gpu, gout, rows * hidden * 4);
+    b->gpu.ops->zero(&b->gpu, gout16, rows * hidden * 2);
+    b->gpu.ops->rope_forward(&b->gpu, grotated, rows, hidden, gcosines, gsines);
+    b->gpu.ops->attention_forward(&b->gpu, grotated, hidden, gsegments, count, rows, longest, gout, NULL, NULL);
+    b->gpu.ops->attention_forward_bf16(&b->gpu, gqkv, hidden, gsegments, count, rows, longest, gcosines, gsines,
+                                       gout16, NULL);
+    float *want = downloaded_bf16(b, gout, rows * hidden);
+    compare_bf16(b, simple ? "attention_forward_bf16 (simple)" : "attention_forward_bf16 (tensor cores)", want,
+                 gout16, rows * hidden, 0, 0);
+    b->gpu.ops->download(&b->gpu, after, gqkv, rows * 3 * hidden * 4);
+    bool kept = b->gpu.ops->synchronize(&b->gpu) == UFORM_OK && memcmp(after, qkv, rows * 3 * hidden * 4) == 0;
+    printf("| %-34s | %8zu | %10s | %10s | %s |\n", "attention_forward_bf16 keeps qkv", rows * 3 * hidden, "", "",
+           kept ? "ok" : "FAIL");
+    kept ? passed++ : failed++;
+    uform_cuda_attention_simple(&b->gpu, false);
+    void *all[] = {gsegments, gqkv, gout, gout16, gcosines, gsines, grotated};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(want), free(qkv), free(cosines), free(sines), free(after);
+}
+
 /* download_rows and convert_rows (into the GPU's memory, then copied down
  * as bytes): the same bytes as the CPU's download_rows for every scalar,
  * exactly (both call core/output_scalars.h; on a GPU its double arithmetic
@@ -1014,16 +1171,22 @@ int main(void) {
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_packed_e4m3(&b, 37, 96, 64);
+    test_bf16_operands(&b, 37, 96, 64);
+    test_bf16_operands(&b, 300, 256, 192);
+    test_bf16_operands(&b, 45, 64, 768);   /* the model's width: layer norm's warp-per-row kernel */
     test_download_rows(&b, 13, 40, false);
     test_download_rows(&b, 13, 40, true);
     test_download_rows(&b, 300, 3, true);   /* more rows than a block's threads; a B1 row of one byte */
     test_choices(&b, 128);
     test_rows(&b, 29, 192);
     test_rows(&b, 3, 1024);
+    test_rows(&b, 37, 768);    /* layer norm's warp-per-row kernel at the model's width */
     test_rows(&b, 700, 64);   /* the layer norm's weight gradients over 3 chunks of rows */
     test_segments(&b, 128);
     test_attention(&b, 128, true);
     test_attention(&b, 128, false);
+    test_attention_bf16(&b, 128, true);
+    test_attention_bf16(&b, 128, false);
     test_embedding_backward(&b, 700, 64);
     test_choices_loss(&b, 96);
     test_contrastive_loss(&b);

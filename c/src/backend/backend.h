@@ -166,6 +166,33 @@ typedef struct {
                             const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
                             bool accumulate_dx);
 
+    /* -- inference with BF16 operands (optional: all four or none) --
+     * A device whose products read BF16 operands (CUDA) would otherwise round
+     * every FP32 operand in a pass of its own before each product: these
+     * write the operand in BF16 where it is made and read it so. Each is its
+     * FP32 twin with the output rounded to BF16, nearest even (the same
+     * product bits: the FP32 op rounds its operand before multiplying too):
+     * layer_norm_forward without statistics; rope_forward then
+     * attention_forward without log-sum-exp (inference: the rotation is
+     * applied as q and k are read, qkv is left as it was); linear /
+     * linear_gelu on a BF16 x [rows, k]
+     * (x_stride in elements). linear_gelu_bf16's y = bf16(gelu(x W^T + b))
+     * may compute the GELU in the product's epilogue, whose tanh GELU is the
+     * device library's (docs/gpu.md gives the measured gap). NULL on the CPU
+     * backend, whose classes round operands as they pack them. The model's
+     * inference forward (transformer.c) uses them when they are set. */
+    void (*layer_norm_forward_bf16)(uform_backend_t *b, const float *x, size_t rows, size_t width,
+                                    const float *weight, const float *bias, uint16_t *y);
+    void (*attention_forward_bf16)(uform_backend_t *b, const float *qkv, size_t hidden,
+                                   const uform_segment_t *segments, size_t count, size_t rows,
+                                   size_t longest, const float *cosines, const float *sines,
+                                   uint16_t *out, void *scratch);
+    void (*linear_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                        size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
+                        size_t y_stride);
+    void (*linear_gelu_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                             size_t x_stride, size_t rows, const float *bias, uint16_t *y);
+
     /* -- row-wise layers -- */
     /* y = (x - mean) rstd weight + bias per row, biased variance, eps 1e-5; y may
      * be x. mean and rstd [rows] are saved when not NULL. */

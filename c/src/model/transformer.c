@@ -9,6 +9,29 @@
  * never depends on the batch around it or on the thread count. */
 #include "model/transformer.h"
 
+/* One block of inference with BF16 operands (transformer.h): the same math as
+ * below, each operand rounded where it is made instead of by the product
+ * that reads it; the residual stream x stays FP32, updated in place. */
+static void uform_block_forward_bf16(uform_backend_t *b, const uform_block_weights_t *w,
+                                     const uform_batch_t *batch, const uform_activations_t *a,
+                                     size_t h, float *x) {
+    const uform_backend_ops_t *op = b->ops;
+    const uform_layer_activations_t *s = &a->layers[0];
+    size_t rows = batch->rows;
+    op->layer_norm_forward_bf16(b, x, rows, h, w->attention_norm_weight, w->attention_norm_bias,
+                                s->normed_bf16);
+    op->linear_bf16(b, &w->qkv, s->normed_bf16, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
+    /* rotary positions applied inside */
+    op->attention_forward_bf16(b, s->qkv, h, batch->segments, batch->segments_count, rows,
+                               batch->longest, a->cosines, a->sines, s->attended_bf16,
+                               a->attention_scratch);
+    op->linear_bf16(b, &w->out, s->attended_bf16, h, rows, w->out_bias, true, x, h);
+    op->layer_norm_forward_bf16(b, x, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
+                                s->normed_bf16);
+    op->linear_gelu_bf16(b, &w->up, s->normed_bf16, h, rows, w->up_bias, s->activated_bf16);
+    op->linear_bf16(b, &w->down, s->activated_bf16, 4 * h, rows, w->down_bias, true, x, h);
+}
+
 void uform_transformer_forward(uform_backend_t *b, const uform_transformer_t *model,
                                const uform_batch_t *batch, const uform_activations_t *a) {
     const uform_backend_ops_t *op = b->ops;
@@ -16,6 +39,10 @@ void uform_transformer_forward(uform_backend_t *b, const uform_transformer_t *mo
     op->rope_tables(b, batch->segments, batch->segments_count, batch->positions, a->cosines,
                     a->sines);
     for (size_t l = 0; l < model->depth; l++) {
+        if (!a->saved && a->layers[0].normed_bf16) {
+            uform_block_forward_bf16(b, &model->blocks[l], batch, a, h, a->layers[0].input);
+            continue;
+        }
         const uform_block_weights_t *w = &model->blocks[l];
         const uform_layer_activations_t *s = &a->layers[a->saved ? l : 0];
         /* middle = input + out(attention(rope(qkv(norm1(input))))) */
@@ -49,16 +76,23 @@ static size_t uform_inference_layout(uform_backend_t *b, size_t hidden, size_t r
                                      size_t segments, size_t longest, uint8_t *base,
                                      uform_layer_activations_t *layer, uform_activations_t *a) {
     size_t offset = 0;
+    bool bf16 = b->ops->linear_bf16 != NULL;   /* BF16 operands (transformer.h) */
 #define UFORM_TAKE(pointer, bytes)                                                             \
     do {                                                                                       \
         offset = (offset + 63) & ~(size_t)63;                                                  \
         (pointer) = base ? (void *)(base + offset) : NULL;                                     \
         offset += (bytes);                                                                     \
     } while (0)
-    UFORM_TAKE(layer->normed1, rows * hidden * sizeof(float));
+    if (bf16) {
+        UFORM_TAKE(layer->normed_bf16, rows * hidden * sizeof(uint16_t));
+        UFORM_TAKE(layer->attended_bf16, rows * hidden * sizeof(uint16_t));
+        UFORM_TAKE(layer->activated_bf16, rows * 4 * hidden * sizeof(uint16_t));
+    } else {
+        UFORM_TAKE(layer->normed1, rows * hidden * sizeof(float));
+        UFORM_TAKE(layer->attended, rows * hidden * sizeof(float));
+        UFORM_TAKE(layer->up, rows * 4 * hidden * sizeof(float));
+    }
     UFORM_TAKE(layer->qkv, rows * 3 * hidden * sizeof(float));
-    UFORM_TAKE(layer->attended, rows * hidden * sizeof(float));
-    UFORM_TAKE(layer->up, rows * 4 * hidden * sizeof(float));
     UFORM_TAKE(a->cosines, rows * UFORM_PAIRS * sizeof(float));
     UFORM_TAKE(a->sines, rows * UFORM_PAIRS * sizeof(float));
     UFORM_TAKE(a->attention_scratch, b->ops->attention_scratch_bytes(b, hidden, segments, longest));

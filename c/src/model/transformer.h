@@ -39,6 +39,11 @@ typedef struct {
 typedef struct {
     float *input, *normed1, *mean1, *rstd1, *qkv, *attended, *logsumexp;
     float *middle, *normed2, *mean2, *rstd2, *up, *activated;
+    /* Inference on a backend with BF16 operands (backend.h: linear_bf16 and
+     * its three companions): the products' operands as BF16 [rows, H],
+     * [rows, H], [rows, 4H], made where they are computed, and then normed1,
+     * normed2, attended, up and activated are NULL. NULL otherwise. */
+    uint16_t *normed_bf16, *attended_bf16, *activated_bf16;
 } uform_layer_activations_t;
 
 /* A forward's buffers. layers has depth entries when `saved`, else one that
