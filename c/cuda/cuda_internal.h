@@ -98,7 +98,7 @@ typedef struct {
      * rows a BF16 operand is rounded from where no kernel writes it directly */
     bool gelu_epilogue, gelu_epilogue_refused;
     char gelu_epilogue_refusal[128];
-    uform_cuda_buffer_t operand_f32, rotated_qkv;
+    uform_cuda_buffer_t operand_f32, rotated_qkv, bias_bf16;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
     uform_cuda_buffer_t choices_loss;      /* choices_loss.cu's layout and per-choice values */
@@ -242,7 +242,7 @@ void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
  * its leading dimensions and transposes, operands, alignments): found or made;
  * NULL on failure, recorded unless quiet. */
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
-                                   size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
+                                   size_t ldc, bool transpose_a, bool transpose_b, const void *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
                                    uint32_t align_c, bool quiet, bool gelu_bf16);
 /* cuBLASLt's status: true on success, else recorded as the backend's failure. */

@@ -117,6 +117,7 @@ extern "C" void uform_cuda_backend_free(uform_backend_t *backend) {
     uform_cuda_buffer_free(&context->fp8_product);
     uform_cuda_buffer_free(&context->operand_f32);
     uform_cuda_buffer_free(&context->rotated_qkv);
+    uform_cuda_buffer_free(&context->bias_bf16);
     uform_cuda_buffer_free(&context->column_partials);
     uform_cuda_buffer_free(&context->loss_rows);
     uform_cuda_buffer_free(&context->choices_loss);

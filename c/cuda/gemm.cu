@@ -29,9 +29,9 @@
  * cuBLASLt's heuristic and kept (UFORM_CUDA_GEMM_PLANS per backend).
  *
  * The BF16 and FP32 products and the E4M3 weights' decoding to BF16 ran on an
- * H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); the BF16 rounding four
- * elements a thread was written since: emulated only. The FP8 products:
- * gemm_fp8.cu. */
+ * H200 (tests/gpu/test_cuda_ops.c, 2026-12-04), the BF16 rounding four
+ * elements a thread and the BF16-operand inference ops (backend.h) in the
+ * second session with a GPU. The FP8 products: gemm_fp8.cu. */
 #include "cuda_internal.h"
 
 #ifndef UFORM_CUDA_EMULATION
@@ -95,7 +95,7 @@ uint32_t uform_cuda_alignment(const void *pointer) {
 }
 
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
-                                   size_t ldc, bool transpose_a, bool transpose_b, const float *bias_pointer,
+                                   size_t ldc, bool transpose_a, bool transpose_b, const void *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
                                    uint32_t align_c, bool quiet, bool gelu_bf16) {
     /* quiet: a failure to make the plan is not recorded as an error (the caller
@@ -137,7 +137,9 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     cudaDataType_t inputs = operands == UFORM_OPERANDS_E4M3   ? CUDA_R_8F_E4M3
                             : operands == UFORM_OPERANDS_BF16 ? CUDA_R_16BF
                                                               : CUDA_R_32F;
-    cudaDataType_t bias_type = CUDA_R_32F;
+    /* cuBLASLt takes a bias of D's type but for FP8 (cublasLt.h,
+     * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): BF16 with the GELU epilogue's BF16 out */
+    cudaDataType_t bias_type = gelu_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -261,13 +263,23 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
 /* y [rows, n] = bf16(gelu(x W^T + bias)) in one cuBLASLt call, x BF16 (row
  * stride x_stride), W BF16 [n, k]: false, nothing recorded, when cuBLASLt has
  * no algorithm for it (kept for the backend's life: the heuristic is not
- * asked again) or the bias is not 16-byte aligned. */
+ * asked again). cuBLASLt adds a bias of D's type, BF16: the bias is rounded
+ * to BF16 into the context's scratch first (on the H200 cuBLASLt refused
+ * this epilogue with an FP32 bias, 2026-12-04) -- inference's one rounded
+ * bias, 2^-9 of it at most, below the output's own BF16 rounding. */
 static bool uform_cuda_product_gelu_bf16(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint16_t *x,
-                                         size_t x_stride, const uint16_t *w, const float *bias, uint16_t *y) {
+                                         size_t x_stride, const uint16_t *w, const float *bias32, uint16_t *y) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    if (context->gelu_epilogue_refused || (bias && uform_cuda_alignment(bias) < 16)) return false;
+    if (context->gelu_epilogue_refused) return false;
+    uint16_t *bias = NULL;
+    if (bias32) {
+        bias = (uint16_t *)uform_cuda_grow(b, &context->bias_bf16, n * sizeof(uint16_t), "BF16 bias");
+        if (!bias) return true;   /* recorded */
+        uform_cuda_round_bf16(b, bias32, n, 1, n, bias);
+    }
     /* y^T [n x rows] = W [n x k] x^T [k x rows], as uform_cuda_product maps a linear */
-    uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, x_stride, n, true, false, bias, UFORM_OPERANDS_BF16,
+    uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, x_stride, n, true, false, bias,
+                                              UFORM_OPERANDS_BF16,
                                               uform_cuda_alignment(w), uform_cuda_alignment(x),
                                               uform_cuda_alignment(y), true, true);
     if (!plan) {

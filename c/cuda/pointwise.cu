@@ -2,8 +2,8 @@
  * gelu_forward, gelu_backward, rope_tables, rope_forward, rope_backward), with
  * the CPU backend's formulas: GELU as x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715
  * x^3); rotary angles in double, then rounded. Run on an H200
- * (tests/gpu/test_cuda_ops.c, 2026-12-04); GELU's forward four to a thread,
- * written since, only under the emulation (emulation.h). */
+ * (tests/gpu/test_cuda_ops.c, 2026-12-04; the four-a-thread kernels in the
+ * second session with a GPU); also under the emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "bf16.cuh"
 #include "rope.cuh"
@@ -151,20 +151,53 @@ __global__ static void uform_rope_kernel(float *qkv, size_t rows, size_t hidden,
     }
 }
 
+/* The same, four pairs a thread (16-byte loads of each half of a head and of
+ * the row's cosines and sines; qkv and the tables 16-byte aligned): the
+ * scalar kernel, three 64-bit divisions per pair, ran at about half an H200's
+ * bandwidth (3.5% of a training step, bench/gpu_profile.py, 2026-12-04). */
+__global__ static void uform_rope_kernel_x4(float *qkv, size_t rows, size_t hidden, const float *cosines,
+                                            const float *sines, int direction) {
+    const size_t per_row = 2 * (hidden / UFORM_HEAD_WIDTH) * (UFORM_PAIRS / 4);
+    for (size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x; index < rows * per_row;
+         index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / per_row, t = index - r * per_row, pair = 4 * (t % (UFORM_PAIRS / 4));
+        float *x = qkv + r * 3 * hidden + (t / (UFORM_PAIRS / 4)) * UFORM_HEAD_WIDTH + pair;
+        float4 x0 = *(float4 *)x, x1 = *(float4 *)(x + UFORM_PAIRS);
+        float4 c = *(const float4 *)(cosines + r * UFORM_PAIRS + pair);
+        float4 s = *(const float4 *)(sines + r * UFORM_PAIRS + pair);
+        float2 a, e, f, g;
+        if (direction > 0) {
+            a = uform_rope_turn(x0.x, x1.x, c.x, s.x), e = uform_rope_turn(x0.y, x1.y, c.y, s.y);
+            f = uform_rope_turn(x0.z, x1.z, c.z, s.z), g = uform_rope_turn(x0.w, x1.w, c.w, s.w);
+        } else {
+            a = uform_rope_turn_back(x0.x, x1.x, c.x, s.x), e = uform_rope_turn_back(x0.y, x1.y, c.y, s.y);
+            f = uform_rope_turn_back(x0.z, x1.z, c.z, s.z), g = uform_rope_turn_back(x0.w, x1.w, c.w, s.w);
+        }
+        *(float4 *)x = make_float4(a.x, e.x, f.x, g.x);
+        *(float4 *)(x + UFORM_PAIRS) = make_float4(a.y, e.y, f.y, g.y);
+    }
+}
+
+static void uform_cuda_rope(uform_backend_t *b, float *qkv, size_t rows, size_t hidden, const float *cosines,
+                            const float *sines, int direction) {
+    if (!rows) return;
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    size_t pairs = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
+    if (((uintptr_t)qkv | (uintptr_t)cosines | (uintptr_t)sines) % 16 == 0)
+        UFORM_LAUNCH(uform_rope_kernel_x4, uform_cuda_blocks(pairs / 4, 256), 256, stream)(qkv, rows, hidden, cosines,
+                                                                                       sines, direction);
+    else
+        UFORM_LAUNCH(uform_rope_kernel, uform_cuda_blocks(pairs, 256), 256, stream)(qkv, rows, hidden, cosines, sines,
+                                                                                direction);
+    uform_cuda_launched(b, direction > 0 ? "rope_forward" : "rope_backward");
+}
+
 void uform_cuda_rope_forward(uform_backend_t *b, float *qkv, size_t rows, size_t hidden, const float *cosines,
                              const float *sines) {
-    if (!rows) return;
-    size_t total = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
-    UFORM_LAUNCH(uform_rope_kernel, uform_cuda_blocks(total, 256), 256, uform_cuda_context(b)->stream)(
-        qkv, rows, hidden, cosines, sines, 1);
-    uform_cuda_launched(b, "rope_forward");
+    uform_cuda_rope(b, qkv, rows, hidden, cosines, sines, 1);
 }
 
 void uform_cuda_rope_backward(uform_backend_t *b, float *dqkv, size_t rows, size_t hidden, const float *cosines,
                               const float *sines) {
-    if (!rows) return;
-    size_t total = rows * 2 * (hidden / UFORM_HEAD_WIDTH) * UFORM_PAIRS;
-    UFORM_LAUNCH(uform_rope_kernel, uform_cuda_blocks(total, 256), 256, uform_cuda_context(b)->stream)(
-        dqkv, rows, hidden, cosines, sines, -1);
-    uform_cuda_launched(b, "rope_backward");
+    uform_cuda_rope(b, dqkv, rows, hidden, cosines, sines, -1);
 }
