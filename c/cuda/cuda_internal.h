@@ -257,6 +257,10 @@ uint32_t uform_cuda_alignment(const void *pointer);
 bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
                            size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
                            size_t y_stride);
+/* The same for linear_gelu_bf16: y [rows, n] = bf16(gelu(x W^T + bias)), x BF16,
+ * the GELU and rounding in the scales' pass (the separate passes' bits). */
+bool uform_cuda_linear_gelu_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
+                                size_t x_stride, size_t rows, const float *bias, uint16_t *y);
 /* OCP E4M3 (bias 7, no infinities, S.1111.111 NaN) as a float: gemm.cu's
  * decode to BF16 on the device, the emulation's FP8 product on the host. */
 __host__ __device__ static inline float uform_e4m3_float(uint8_t code) {

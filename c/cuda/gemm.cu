@@ -510,9 +510,10 @@ void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, co
         context->gelu_epilogue = true;
         return;
     }
-#else
-    (void)packed;
 #endif
+    if (!w->dense && packed->scalar == UFORM_SCALAR_E4M3 && w->k &&
+        uform_cuda_linear_gelu_fp8(b, packed, x, x_stride, rows, bias, y))
+        return;
     float *pre = (float *)uform_cuda_grow(b, &context->operand_f32, rows * w->n * sizeof(float), "GELU's FP32 rows");
     if (!pre) return;   /* recorded */
     uform_cuda_linear_bf16(b, w, x, x_stride, rows, bias, false, pre, w->n);

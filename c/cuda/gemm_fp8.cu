@@ -38,6 +38,7 @@
  * order; the rest as on a GPU. */
 #include "cuda_internal.h"
 #include "bf16.cuh"
+#include "gelu.cuh"
 #include "reduce.cuh"
 
 #ifndef UFORM_CUDA_EMULATION
@@ -155,6 +156,38 @@ __global__ static void uform_add_product_x4(size_t rows, size_t n, const float *
     }
 }
 
+/* y[r, j] = bf16(gelu(0 + (product[r, j] w_j) s_r (+ bias[j]))): the up
+ * projection of linear_gelu_bf16 with its GELU and rounding fused into the
+ * scales' pass (the same expression as uform_add_product then
+ * uform_gelu_bf16, so the same bits, without the FP32 rows between). Four
+ * columns a thread when n is a multiple of 4 and y 8-byte aligned. */
+__global__ static void uform_add_product_gelu_bf16(size_t rows, size_t n, const float *product,
+                                                   const float *weight_scales, const float *scales, const float *bias,
+                                                   uint16_t *y) {
+    size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < rows * n; index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / n, j = index % n;
+        float value = uform_fp8_output(0.0f, product[index], weight_scales[j], scales[r], bias, j);
+        y[index] = uform_bf16_bits(uform_gelu(value));
+    }
+}
+
+__global__ static void uform_add_product_gelu_bf16_x4(size_t rows, size_t n, const float *product,
+                                                      const float *weight_scales, const float *scales,
+                                                      const float *bias, uint16_t *y) {
+    size_t quads = n / 4, index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; index < rows * quads; index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / quads, j = 4 * (index - r * quads);
+        float4 p = *(const float4 *)(product + r * n + j), w = *(const float4 *)(weight_scales + j);
+        float s = scales[r];
+        float a = uform_gelu(uform_fp8_output(0.0f, p.x, w.x, s, bias, j));
+        float c = uform_gelu(uform_fp8_output(0.0f, p.y, w.y, s, bias, j + 1));
+        float d = uform_gelu(uform_fp8_output(0.0f, p.z, w.z, s, bias, j + 2));
+        float e = uform_gelu(uform_fp8_output(0.0f, p.w, w.w, s, bias, j + 3));
+        *(uint2 *)(y + r * n + j) = make_uint2(uform_bf16_pair(a, c), uform_bf16_pair(d, e));
+    }
+}
+
 #ifdef UFORM_CUDA_EMULATION
 /* product[r, j] = sum_p w[j, p] x[r, p] over the codes, k in order. */
 static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint8_t *weights,
@@ -196,10 +229,15 @@ const char *uform_cuda_fp8_refusal(uform_backend_t *b) {
     return context->fp8_refused ? context->fp8_refusal : NULL;
 }
 
-bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
-                           size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
-                           size_t y_stride) {
+/* The activations quantized and their FP8 product, unscaled, into the
+ * context's buffers: *product [rows, n] and *scales [rows]; false with nothing
+ * done when this GPU cannot (the caller decodes to BF16 instead); true with
+ * *product NULL when a buffer could not be had (recorded). */
+static bool uform_fp8_rows_product(uform_backend_t *b, const uform_packed_t *packed, const float *x,
+                                   const uint16_t *x16, size_t x_stride, size_t rows, const float **product_out,
+                                   const float **scales_out) {
     uform_cuda_context_t *context = uform_cuda_context(b);
+    *product_out = NULL;
     if (!context->fp8_products || context->fp8_refused) return false;
     size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
     size_t scales_at = (padded * k + 15) & ~(size_t)15;
@@ -209,7 +247,6 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
     if (!codes || !product) return true;   /* recorded */
     float *scales = (float *)(codes + scales_at);
     const uint8_t *weights = (const uint8_t *)packed->data;
-    const float *weight_scales = (const float *)(weights + uform_cuda_e4m3_scales_at(n, k));
     bool quads = k % 4 == 0 && x_stride % 4 == 0 && (x16 ? (uintptr_t)x16 % 8 : (uintptr_t)x % 16) == 0;
     if (quads && x16)
         UFORM_LAUNCH(uform_quantize_rows_e4m3_warp<uint16_t>, uform_cuda_blocks(rows, 8), 256, context->stream)(
@@ -234,12 +271,48 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
                  context->plan_refusal);
         return false;
     }
+    *product_out = product;
+    *scales_out = scales;
+    return true;
+}
+
+static const float *uform_fp8_weight_scales(const uform_packed_t *packed) {
+    return (const float *)((const uint8_t *)packed->data + uform_cuda_e4m3_scales_at(packed->n, packed->k));
+}
+
+bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
+                           size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
+                           size_t y_stride) {
+    const float *product, *scales;
+    if (!uform_fp8_rows_product(b, packed, x, x16, x_stride, rows, &product, &scales)) return false;
+    if (!product) return true;   /* recorded */
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    size_t n = packed->n;
+    const float *weight_scales = uform_fp8_weight_scales(packed);
     if (n % 4 == 0 && y_stride % 4 == 0 && (uintptr_t)y % 16 == 0)
-        UFORM_LAUNCH(uform_add_product_x4, uform_cuda_blocks(rows * n / 4, 256), 256, context->stream)(
+        UFORM_LAUNCH(uform_add_product_x4, uform_cuda_blocks(rows * n / 4, 256), 256, stream)(
             rows, n, product, weight_scales, scales, bias, accumulate, y, y_stride);
     else
-        UFORM_LAUNCH(uform_add_product, uform_cuda_blocks(rows * n, 256), 256, context->stream)(
+        UFORM_LAUNCH(uform_add_product, uform_cuda_blocks(rows * n, 256), 256, stream)(
             rows, n, product, weight_scales, scales, bias, accumulate, y, y_stride);
     uform_cuda_launched(b, "FP8 product (bias)");
+    return true;
+}
+
+bool uform_cuda_linear_gelu_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
+                                size_t x_stride, size_t rows, const float *bias, uint16_t *y) {
+    const float *product, *scales;
+    if (!uform_fp8_rows_product(b, packed, NULL, x16, x_stride, rows, &product, &scales)) return false;
+    if (!product) return true;   /* recorded */
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    size_t n = packed->n;
+    const float *weight_scales = uform_fp8_weight_scales(packed);
+    if (n % 4 == 0 && (uintptr_t)y % 8 == 0)
+        UFORM_LAUNCH(uform_add_product_gelu_bf16_x4, uform_cuda_blocks(rows * n / 4, 256), 256, stream)(
+            rows, n, product, weight_scales, scales, bias, y);
+    else
+        UFORM_LAUNCH(uform_add_product_gelu_bf16, uform_cuda_blocks(rows * n, 256), 256, stream)(
+            rows, n, product, weight_scales, scales, bias, y);
+    uform_cuda_launched(b, "FP8 product (bias, GELU, BF16 out)");
     return true;
 }

@@ -6,14 +6,8 @@
  * second session with a GPU); also under the emulation (emulation.h). */
 #include "cuda_internal.h"
 #include "bf16.cuh"
+#include "gelu.cuh"
 #include "rope.cuh"
-
-#define UFORM_CUDA_SQRT_2_OVER_PI 0.7978845608028654f
-
-__device__ static inline float uform_gelu(float v) {
-    float t = -2.0f * UFORM_CUDA_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
-    return t > 88.0f ? 0.0f : v / (1.0f + expf(t));
-}
 
 __global__ static void uform_gelu_forward_kernel(const float *x, size_t count, float *y) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
