@@ -20,6 +20,7 @@
  * (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the emulation
  * (emulation.h). */
 #include "cuda_internal.h"
+#include "bf16.cuh"
 
 #define UFORM_COLUMN_CHUNK 256
 #define UFORM_COLUMN_THREADS 128
@@ -44,6 +45,24 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
     if (x) partial_w[chunk * width + c] = sum_w;
 }
 
+/* The same sums of dy (no list, no x) while dy is rounded to BF16 into out
+ * [rows, width]: a linear_backward's bias gradient and its products' operand
+ * dy from one read of dy (each thread rounds the elements it sums). The same
+ * partials, in the same order, as uform_column_partials. */
+__global__ static void uform_column_partials_bf16(const float *dy, size_t rows, size_t width, size_t chunk_rows,
+                                                  uint16_t *out, float *partial_b) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= width) return;
+    size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
+    float sum_b = 0.0f;
+    for (size_t r = first; r < last; r++) {
+        float g = dy[r * width + c];
+        sum_b += g;
+        out[r * width + c] = uform_bf16_bits(g);
+    }
+    partial_b[chunk * width + c] = sum_b;
+}
+
 /* sums[c] += the chunks' partials in order. */
 __global__ static void uform_column_totals(const float *partials, size_t chunks, size_t width, float *sums) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -54,10 +73,11 @@ __global__ static void uform_column_totals(const float *partials, size_t chunks,
 }
 
 /* dbias += column sums of dy; with x, dweight += column sums of dy xhat (a
- * layer norm's, mean and rstd per row). dweight or dbias may be NULL. */
+ * layer norm's, mean and rstd per row). dweight or dbias may be NULL. With
+ * `rounded` (no list, no x, dbias set), dy is also rounded to BF16 into it. */
 static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t *list, const float *x,
                                const float *mean, const float *rstd, size_t rows, size_t width, float *dweight,
-                               float *dbias) {
+                               float *dbias, uint16_t *rounded = NULL) {
     if (!rows || !width || (!dweight && !dbias)) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t chunk_rows = UFORM_COLUMN_CHUNK;
@@ -69,8 +89,13 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t
     float *partial_w = partial_b + chunks * width;
     bool weights = x && dweight;
     dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
-    UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
-        dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
+    if (rounded)
+        UFORM_LAUNCH(uform_column_partials_bf16, grid, UFORM_COLUMN_THREADS, context->stream)(dy, rows, width,
+                                                                                             chunk_rows, rounded,
+                                                                                             partial_b);
+    else
+        UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
+            dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
     uform_cuda_launched(b, "column sums");
     unsigned blocks = (unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS);
     if (dbias) {
@@ -87,6 +112,14 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t
 
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums) {
     uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums);
+}
+
+const uint16_t *uform_cuda_bf16_column_sums(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *dy,
+                                            size_t rows, size_t width, float *sums) {
+    uint16_t *rounded = (uint16_t *)uform_cuda_grow(b, buffer, rows * width * sizeof(uint16_t), "BF16 operands");
+    if (!rounded) return NULL;   /* recorded */
+    uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums, rounded);
+    return rounded;
 }
 
 void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,

@@ -212,6 +212,11 @@ void uform_cuda_choices_loss(uform_backend_t *b, const uform_choices_batch_t *ba
 /* columns.cu: sums[c] += the column sums of dy [rows, width]; a layer norm's
  * dweight += column sums of dy xhat and dbias += those of dy (either NULL) */
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums);
+/* The same while dy [rows, width] is rounded to BF16 into `buffer` (one read of
+ * dy for a linear_backward's bias gradient and its products): the rounded rows,
+ * NULL on failure (recorded). */
+const uint16_t *uform_cuda_bf16_column_sums(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *dy,
+                                            size_t rows, size_t width, float *sums);
 void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
                                    const float *rstd, size_t rows, size_t width, float *dweight, float *dbias);
 /* (and the table entries embedding_backward and sum_rows, declared below with rows.cu's) */

@@ -531,9 +531,15 @@ void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, con
     if (!uform_cuda_dense(b, w, "linear_backward")) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
-    if (dbias) uform_cuda_column_sums(b, dy, rows, n, dbias);
-    if (!rows || (!dweight && !dx)) return;
-    const __nv_bfloat16 *dy16 = uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
+    if (!rows) return;
+    if (!dweight && !dx) {
+        if (dbias) uform_cuda_column_sums(b, dy, rows, n, dbias);
+        return;
+    }
+    /* the bias gradient's sums and the products' dy from one read of dy */
+    const __nv_bfloat16 *dy16 =
+        dbias ? (const __nv_bfloat16 *)uform_cuda_bf16_column_sums(b, &context->bf16_gradients, dy, rows, n, dbias)
+              : uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
     if (!dy16) return;
     if (dweight) {   /* dW [n, k] += dy^T [n, rows] x [rows, k] */
         const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, k, rows, k);

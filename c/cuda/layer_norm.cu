@@ -132,6 +132,42 @@ __global__ static void uform_ln_backward_rows(const float *dy, const float *x, c
     }
 }
 
+/* The same, a warp per row holding its dy and x in registers (the forward's
+ * widths and alignment): the block-per-row kernel took 3.4% of a training
+ * step on an H200 (bench/gpu_profile.py, 2026-12-04), at about 40% of the
+ * bandwidth, as the forward's did. Its sums in another order. */
+__global__ static void uform_ln_backward_warp(const float *dy, const float *x, const float *weight,
+                                              const float *mean, const float *rstd, size_t rows, size_t width,
+                                              float *dx) {
+    const size_t warps = blockDim.x / 32, quads = width / 4;
+    const unsigned lane = threadIdx.x % 32;
+    for (size_t row = (size_t)blockIdx.x * warps + threadIdx.x / 32; row < rows; row += (size_t)gridDim.x * warps) {
+        const float4 *g4 = (const float4 *)(dy + row * width), *x4 = (const float4 *)(x + row * width);
+        float m = mean[row], r = rstd[row];
+        float4 gw[UFORM_LN_WARP_QUADS], xhat[UFORM_LN_WARP_QUADS];
+        float sum_g = 0.0f, sum_gx = 0.0f;
+        for (int i = 0; i < UFORM_LN_WARP_QUADS; i++)
+            if (lane + 32 * i < quads) {
+                size_t q = lane + 32 * i;
+                float4 g = g4[q], v = x4[q], w = ((const float4 *)weight)[q];
+                gw[i] = make_float4(g.x * w.x, g.y * w.y, g.z * w.z, g.w * w.w);
+                xhat[i] = make_float4((v.x - m) * r, (v.y - m) * r, (v.z - m) * r, (v.w - m) * r);
+                sum_g += (gw[i].x + gw[i].y) + (gw[i].z + gw[i].w);
+                sum_gx += (gw[i].x * xhat[i].x + gw[i].y * xhat[i].y) + (gw[i].z * xhat[i].z + gw[i].w * xhat[i].w);
+            }
+        float mean_g = uform_warp_sum(sum_g) / (float)width, mean_gx = uform_warp_sum(sum_gx) / (float)width;
+        /* dx may alias dy: a lane writes only the quads it read */
+        for (int i = 0; i < UFORM_LN_WARP_QUADS; i++)
+            if (lane + 32 * i < quads) {
+                float4 *target = (float4 *)(dx + row * width) + lane + 32 * i, d = *target;
+                *target = make_float4(d.x + r * (gw[i].x - mean_g - xhat[i].x * mean_gx),
+                                      d.y + r * (gw[i].y - mean_g - xhat[i].y * mean_gx),
+                                      d.z + r * (gw[i].z - mean_g - xhat[i].z * mean_gx),
+                                      d.w + r * (gw[i].w - mean_g - xhat[i].w * mean_gx));
+            }
+    }
+}
+
 void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const float *x, const float *weight,
                                     const float *mean, const float *rstd, size_t rows, size_t width, float *dx,
                                     float *dweight, float *dbias) {
@@ -139,7 +175,12 @@ void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const f
     cudaStream_t stream = uform_cuda_context(b)->stream;
     /* weight gradients first: they read dy, which dx may alias */
     uform_cuda_layer_norm_columns(b, dy, x, mean, rstd, rows, width, dweight, dbias);
-    if (dx) {
+    uintptr_t addresses = (uintptr_t)dy | (uintptr_t)x | (uintptr_t)weight | (uintptr_t)dx;
+    if (dx && width % 128 == 0 && width <= 128 * UFORM_LN_WARP_QUADS && addresses % 16 == 0) {
+        UFORM_LAUNCH(uform_ln_backward_warp, uform_cuda_blocks(rows, 8), 256, stream)(dy, x, weight, mean, rstd, rows,
+                                                                                    width, dx);
+        uform_cuda_launched(b, "layer_norm_backward (rows)");
+    } else if (dx) {
         UFORM_LAUNCH(uform_ln_backward_rows, (unsigned)rows, UFORM_CUDA_ROW_THREADS, stream)(dy, x, weight, mean, rstd,
                                                                                     width, dx);
         uform_cuda_launched(b, "layer_norm_backward (rows)");
