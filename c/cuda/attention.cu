@@ -61,10 +61,11 @@ size_t uform_cuda_attention_scratch_bytes(uform_backend_t *b, size_t hidden, siz
 }
 
 /* The tensor-core kernels take the call unless a test asked for the simple
- * ones or an operand is not 16-byte aligned. */
-static bool uform_attention_on_tensor_cores(uform_backend_t *b, const void *qkv, const void *out,
-                                            const void *dout, const void *dqkv) {
-    uintptr_t addresses = (uintptr_t)qkv | (uintptr_t)out | (uintptr_t)dout | (uintptr_t)dqkv;
+ * ones or an operand they load 16 bytes at a time (up to four; NULL: none)
+ * is not 16-byte aligned. */
+static bool uform_attention_on_tensor_cores(uform_backend_t *b, const void *first, const void *second,
+                                            const void *third, const void *fourth) {
+    uintptr_t addresses = (uintptr_t)first | (uintptr_t)second | (uintptr_t)third | (uintptr_t)fourth;
     return !uform_cuda_context(b)->simple_attention && addresses % 16 == 0;
 }
 

@@ -45,7 +45,9 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
     if (x) partial_w[chunk * width + c] = sum_w;
 }
 
-/* The same sums of dy (no list, no x) while dy is rounded to BF16 into out
+/* NOT YET RUN ON A GPU (written after the last call of 2026-12-04; the same
+ * partials as below under the emulation).
+ * The same sums of dy (no list, no x) while dy is rounded to BF16 into out
  * [rows, width]: a linear_backward's bias gradient and its products' operand
  * dy from one read of dy (each thread rounds the elements it sums). The same
  * partials, in the same order, as uform_column_partials. */

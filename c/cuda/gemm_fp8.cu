@@ -156,7 +156,9 @@ __global__ static void uform_add_product_x4(size_t rows, size_t n, const float *
     }
 }
 
-/* y[r, j] = bf16(gelu(0 + (product[r, j] w_j) s_r (+ bias[j]))): the up
+/* NOT YET RUN ON A GPU (written after the last call of 2026-12-04; the
+ * separate passes' bits under the emulation).
+ * y[r, j] = bf16(gelu(0 + (product[r, j] w_j) s_r (+ bias[j]))): the up
  * projection of linear_gelu_bf16 with its GELU and rounding fused into the
  * scales' pass (the same expression as uform_add_product then
  * uform_gelu_bf16, so the same bits, without the FP32 rows between). Four

@@ -132,7 +132,9 @@ __global__ static void uform_ln_backward_rows(const float *dy, const float *x, c
     }
 }
 
-/* The same, a warp per row holding its dy and x in registers (the forward's
+/* NOT YET RUN ON A GPU (written after the last call of 2026-12-04; checked
+ * under the emulation against the CPU backend).
+ * The same, a warp per row holding its dy and x in registers (the forward's
  * widths and alignment): the block-per-row kernel took 3.4% of a training
  * step on an H200 (bench/gpu_profile.py, 2026-12-04), at about 40% of the
  * bandwidth, as the forward's did. Its sums in another order. */
