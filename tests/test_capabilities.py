@@ -85,8 +85,8 @@ def test_cpu_classes_listed_load_and_others_do_not(tmp_path):
             with pytest.raises(uform.UnsupportedError, match="cpu_class"):
                 uform.Model.load_ram(str(path), cpu_class=cpu_class)
     assert uform.Model.load_ram(str(path)).describe().cpu_class == CAPABILITIES.best_cpu_class
-    # AMX has never run on an AMX machine: only a pin picks it, never the automatic choice.
-    assert CAPABILITIES.best_cpu_class != uform.CPUClass.AMX
+    # AMX, where the machine runs it, is the automatic choice (its tiles are the fastest class).
+    assert (CAPABILITIES.best_cpu_class == uform.CPUClass.AMX) == (uform.CPUClass.AMX in CAPABILITIES.cpu_classes)
     if uform.CPUClass.AMX not in CAPABILITIES.cpu_classes:
         with pytest.raises(uform.UnsupportedError, match="cannot run the amx class|amx class is not built"):
             uform.Model.load_ram(str(path), cpu_class=uform.CPUClass.AMX)

@@ -17,7 +17,7 @@ import pytest
 
 import media_probe
 import uform
-from conftest import CPU_CLASSES
+from conftest import BF16_CLASSES, CPU_CLASSES
 from reference import ReferenceModel, f32_to_bf16_bits
 from reference import media
 from reference.media_checkpoint import write_random_media_checkpoint
@@ -57,7 +57,7 @@ def media_checkpoint(tmp_path_factory):
 
 
 def tolerance(cpu_class) -> float:
-    return BF16_TOLERANCE if cpu_class == uform.CPUClass.SAPPHIRE else FP32_TOLERANCE
+    return BF16_TOLERANCE if cpu_class in BF16_CLASSES else FP32_TOLERANCE
 
 
 def compare(cpu_class, produced_embeddings, produced_tokens, expected_embeddings, expected_tokens,
@@ -66,7 +66,7 @@ def compare(cpu_class, produced_embeddings, produced_tokens, expected_embeddings
     atol = tolerance(cpu_class)
     produced = np.asarray(produced_embeddings)
     np.testing.assert_allclose(produced, expected_embeddings, atol=atol, rtol=0)
-    if cpu_class == uform.CPUClass.SAPPHIRE:
+    if cpu_class in BF16_CLASSES:
         live = [i for i in range(len(produced)) if i not in empty]
         cosine = (produced[live] * expected_embeddings[live]).sum(axis=1)
         assert np.all(cosine > 0.999), cosine

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import uform
-from conftest import CPU_CLASSES
+from conftest import BF16_CLASSES, CPU_CLASSES
 from reference import ReferenceModel
 
 FP32_ABSOLUTE = 2e-5
@@ -101,7 +101,7 @@ def reference(path: str, text, choices: bytes, group: int) -> tuple:
 
 
 def precision(cpu_class) -> str:
-    return "BF16" if cpu_class == uform.CPUClass.SAPPHIRE else "FP32"
+    return "BF16" if cpu_class in BF16_CLASSES else "FP32"
 
 
 def assert_close(got: np.ndarray, expected: np.ndarray, logits: np.ndarray, cpu_class, what: str) -> None:

@@ -67,8 +67,8 @@ class CPUClass(IntEnum):
     (cpuid on x86-64, the kernel's HWCAP words on aarch64). SERIAL runs everywhere;
     HASWELL, SKYLAKE, SAPPHIRE and AMX only on x86-64, NEON, SVE, NEON_BF16 and SVE_BF16 only on
     aarch64. SAPPHIRE, AMX, NEON_BF16 and SVE_BF16 round activations to BF16 for their products.
-    AMX (SAPPHIRE with its GEMMs on AMX tiles) is compiled but has never run on an AMX machine:
-    the automatic choice never picks it, only cpu_class=CPUClass.AMX does."""
+    AMX is SAPPHIRE with its GEMMs on AMX tiles (tdpbf16ps); where the machine has AMX it is
+    the automatic choice."""
 
     SERIAL = 1
     HASWELL = 2

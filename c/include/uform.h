@@ -116,9 +116,8 @@ typedef enum {
     UFORM_CPU_CLASS_SVE = 6,      /* Arm SVE (aarch64), any vector length, FP32: NEON bit for bit */
     UFORM_CPU_CLASS_NEON_BF16 = 7, /* NEON + BFDOT (FEAT_BF16): BF16 products, FP32 sums */
     UFORM_CPU_CLASS_SVE_BF16 = 8,  /* SVE + BFDOT, any vector length: NEON_BF16 bit for bit */
-    UFORM_CPU_CLASS_AMX = 9        /* SAPPHIRE with its GEMMs on AMX tiles (TDPBF16PS). Compiled,
-                                      never run on an AMX machine: AUTO never picks it, only a
-                                      pin does (docs/architecture.md) */
+    UFORM_CPU_CLASS_AMX = 9        /* SAPPHIRE with its GEMMs on AMX tiles (TDPBF16PS); AUTO's
+                                      choice where the CPU and OS allow it (docs/architecture.md) */
 } uform_cpu_class_t;
 
 /* GPU classes; NONE (0) for a RAM model, or "pick for me" in a pin. */

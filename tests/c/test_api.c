@@ -657,6 +657,12 @@ static int cpu_runs(uform_cpu_class_t cpu_class) {
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    case UFORM_CPU_CLASS_AMX:
+        /* the instructions, and then the OS must grant the tile state: unknown here */
+        return cpu_runs(UFORM_CPU_CLASS_SAPPHIRE) && __builtin_cpu_supports("amx-tile") &&
+                       __builtin_cpu_supports("amx-bf16")
+                   ? -1
+                   : 0;
 #elif defined(__x86_64__)
     case UFORM_CPU_CLASS_HASWELL:
     case UFORM_CPU_CLASS_SKYLAKE:
@@ -705,7 +711,7 @@ static void test_cpu_classes(void) {
             checks_failed++;
             continue;
         }
-        if (classes[c] != UFORM_CPU_CLASS_AMX) best = classes[c]; /* AUTO never picks AMX */
+        best = classes[c]; /* AUTO picks the last of these the machine runs (AMX first of all) */
         check_description(model, &spec_a, classes[c]);
         CHECK_OK(encode(model, NULL, &few, BOTH, UFORM_SCALAR_F32, &by_class[c]));
         uform_model_free(model);
@@ -890,8 +896,11 @@ static void test_capabilities(void) {
     CHECK(!(caps.cpu_classes & 1u << UFORM_CPU_CLASS_AUTO));
     CHECK(caps.cpu_classes >> (UFORM_CPU_CLASS_AMX + 1) == 0);
     CHECK(caps.best_cpu_class != UFORM_CPU_CLASS_AUTO);
-    CHECK((unsigned)caps.best_cpu_class <= UFORM_CPU_CLASS_SVE_BF16 && /* never AMX */
+    CHECK((unsigned)caps.best_cpu_class <= UFORM_CPU_CLASS_AMX &&
           (caps.cpu_classes & 1u << caps.best_cpu_class));
+    /* AMX, where it runs, is the automatic choice */
+    CHECK((caps.best_cpu_class == UFORM_CPU_CLASS_AMX) ==
+          ((caps.cpu_classes & 1u << UFORM_CPU_CLASS_AMX) != 0));
     for (size_t c = 0; c < sizeof(classes) / sizeof(classes[0]); c++) {
         bool listed = (caps.cpu_classes & 1u << classes[c]) != 0;
         int runs = cpu_runs(classes[c]);

@@ -57,6 +57,7 @@ typedef struct {
      * panel width and gemm.h's layout). */
     size_t panel_columns;
     int layout;
+    size_t padded_k; /* k as the panels hold it, the zero padding included */
 } uform_packed_t;
 
 /* A weight matrix W [n, k] (y = W x) as the backend holds it: packed once at

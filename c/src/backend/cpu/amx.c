@@ -2,16 +2,17 @@
  * rounded to nearest even, FP32 sums) with the GEMMs on AMX tiles
  * (TDPBF16PS, amx_kernel.h); attention and everything else as SAPPHIRE.
  *
- * Compiled, never run on an AMX machine: no machine this project was built on
- * had one. Its packing, layouts and edges run in test_kernels under a C model
- * of the four tile instructions (UFORM_AMX_EMULATE); the instructions, the
- * tile configuration and the speed wait for an AMX machine. So the class is
- * never chosen automatically: only a pinned cpu_class=AMX uses it.
+ * Run and measured on a 2-core Xeon with AMX (docs/benchmarks-amx.md), where it
+ * is the automatic choice. test_kernels also runs its packing, layouts and
+ * edges under a C model of the four tile instructions (UFORM_AMX_EMULATE) on
+ * any AVX-512 BF16 machine; that model is the SDM's pseudo-code, which the
+ * hardware's rounding inside a tile step does not follow bit for bit, so the
+ * emulated runs are held to the BF16 bounds, as the real ones are.
  *
  * Each thread loads the tile configuration before its tasks of a product and
  * releases the tiles after (uform_gemm_class_t's hooks): one LDTILECFG per
- * thread and product, not one per kernel call. E4M3 matrices run SAPPHIRE's
- * E4M3 kernels. */
+ * thread and product, not one per kernel call. E4M3 matrices are decoded to
+ * BF16 panels by the shared driver (gemm.c) and run on the tiles too. */
 #include "backend/cpu/amx_kernel.h"
 #include "backend/cpu/kernels.h"
 
@@ -33,7 +34,11 @@ static UFORM_AMX_TARGET void uform_amx_tasks_begin(void) {
         config.rows[t] = UFORM_AMX_MR;
         config.bytes_per_row[t] = UFORM_AMX_TILE_BYTES;
     }
-    _tile_loadconfig(&config);
+    /* Not _tile_loadconfig: GCC 12 took its builtin to read only what it
+     * can see, dropped the row and width stores above at -O2 and loaded an
+     * all-zero configuration, so the first tileloadd raised #UD (SIGILL).
+     * The "m" operand says the instruction reads all 64 bytes. */
+    __asm__ volatile("ldtilecfg %0" : : "m"(config));
 }
 
 static UFORM_AMX_TARGET void uform_amx_tasks_end(void) { _tile_release(); }

@@ -28,6 +28,7 @@
 
 #if defined(__x86_64__)
 #include "backend/cpu/bf16_avx512.h"
+#include "backend/cpu/e4m3_decode.h"
 #include "backend/cpu/gemm.h"
 
 #include <immintrin.h>
@@ -51,6 +52,10 @@
 
 #define UFORM_AMX_TARGET UFORM_SAPPHIRE_TARGET
 static _Thread_local unsigned char uform_amx_tile_file[8][UFORM_AMX_MR][UFORM_AMX_TILE_BYTES];
+/* Rows of the kernel call's A tile that hold activations: the emulated
+ * TDPBF16PS skips the padding rows past them, whose sums no kernel keeps (a
+ * row alone would otherwise cost the tests 16 rows of scalar products). */
+static _Thread_local size_t uform_amx_emulated_rows = UFORM_AMX_MR;
 
 static void uform_amx_emulated_zero(int t) { memset(uform_amx_tile_file[t], 0, sizeof(uform_amx_tile_file[t])); }
 static void uform_amx_emulated_load(int t, const void *base, size_t stride) {
@@ -68,18 +73,20 @@ static float uform_amx_emulated_bf16(const unsigned char *row, size_t index) {
 }
 /* The SDM's TDPBF16PS: for each row m, pair k in order, column n:
  * c[m][n] += a[m][2k] b[k][2n], then += a[m][2k + 1] b[k][2n + 1]. */
-static void uform_amx_emulated_dp(int c, int a, int b) {
-    for (size_t m = 0; m < UFORM_AMX_MR; m++) {
-        float sums[16];
+/* (with the class's target, so fmaf is the instruction, not a libm call: the
+ * emulation runs only where SAPPHIRE's packing runs) */
+static UFORM_SAPPHIRE_TARGET void uform_amx_emulated_dp(int c, int a, int b) {
+    float bs[16][32]; /* b's tile widened once (the emulation's cost is the tests' time) */
+    for (size_t k = 0; k < 16; k++)
+        for (size_t e = 0; e < 32; e++) bs[k][e] = uform_amx_emulated_bf16(uform_amx_tile_file[b][k], e);
+    for (size_t m = 0; m < uform_amx_emulated_rows; m++) {
+        float sums[16], as[32];
         memcpy(sums, uform_amx_tile_file[c][m], sizeof(sums));
+        for (size_t e = 0; e < 32; e++) as[e] = uform_amx_emulated_bf16(uform_amx_tile_file[a][m], e);
         for (size_t k = 0; k < 16; k++)
             for (size_t n = 0; n < 16; n++) {
-                float a0 = uform_amx_emulated_bf16(uform_amx_tile_file[a][m], 2 * k);
-                float a1 = uform_amx_emulated_bf16(uform_amx_tile_file[a][m], 2 * k + 1);
-                float b0 = uform_amx_emulated_bf16(uform_amx_tile_file[b][k], 2 * n);
-                float b1 = uform_amx_emulated_bf16(uform_amx_tile_file[b][k], 2 * n + 1);
-                sums[n] = fmaf(a0, b0, sums[n]);
-                sums[n] = fmaf(a1, b1, sums[n]);
+                sums[n] = fmaf(as[2 * k], bs[k][2 * n], sums[n]);
+                sums[n] = fmaf(as[2 * k + 1], bs[k][2 * n + 1], sums[n]);
             }
         memcpy(uform_amx_tile_file[c][m], sums, sizeof(sums));
     }
@@ -88,6 +95,7 @@ static void uform_amx_emulated_dp(int c, int a, int b) {
 #define UFORM_AMX_LOAD(t, base, stride) uform_amx_emulated_load(t, base, stride)
 #define UFORM_AMX_STORE(t, base, stride) uform_amx_emulated_store(t, base, stride)
 #define UFORM_AMX_DP(c, a, b) uform_amx_emulated_dp(c, a, b)
+#define UFORM_AMX_EMULATED_ROWS(rows) (uform_amx_emulated_rows = (rows))
 #else
 /* ---- the instructions ------------------------------------------------------ */
 
@@ -97,6 +105,7 @@ static void uform_amx_emulated_dp(int c, int a, int b) {
 #define UFORM_AMX_LOAD(t, base, stride) _tile_loadd(t, base, (long)(stride))
 #define UFORM_AMX_STORE(t, base, stride) _tile_stored(t, base, (long)(stride))
 #define UFORM_AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+#define UFORM_AMX_EMULATED_ROWS(rows) ((void)(rows))
 #endif
 
 /* GCC's tileloadd is an asm statement that does not say it reads memory:
@@ -176,6 +185,7 @@ uform_amx_kernel(size_t rows, size_t panels, size_t kc, const void *a_panel, con
             for (size_t j = 0; j < cols; j++)
                 buffer[r * out_stride + j] = !first && r < rows ? c[r * c_stride + j] : 0.0f;
     UFORM_AMX_MEMORY_BARRIER();
+    UFORM_AMX_EMULATED_ROWS(rows);
     size_t row_bytes = out_stride * sizeof(float);
 #define UFORM_AMX_ZERO_C(tile, column) UFORM_AMX_ZERO(tile)
 #define UFORM_AMX_LOAD_C(tile, column) UFORM_AMX_LOAD(tile, out + (column), row_bytes)
@@ -249,13 +259,15 @@ UFORM_AMX_KERNELS(16)
                  uform_amx_kernel_10x2, uform_amx_kernel_11x2, uform_amx_kernel_12x2,           \
                  uform_amx_kernel_13x2, uform_amx_kernel_14x2, uform_amx_kernel_15x2,           \
                  uform_amx_kernel_16x2},                                                        \
+        .decode_e4m3 = uform_e4m3_decode_bf16_avx2, /* E4M3 panels in BF16 PAIRS, as SAPPHIRE */ \
         .tasks_begin = BEGIN,                                                                   \
         .tasks_end = END,                                                                       \
     }
 
 /* The class table's pack, pack_e4m3 and gemm over a gemm class (amx.c's, or
- * the test's emulated one): BF16 matrices on the tiles, E4M3 matrices packed
- * for and run on SAPPHIRE's kernels. */
+ * the test's emulated one): BF16 matrices, and E4M3 matrices decoded to BF16
+ * panels by the driver (k padded to whole steps with zero codes), on the
+ * tiles. */
 #define UFORM_AMX_TABLE_FUNCTIONS(GEMM_CLASS)                                                   \
     static uform_status_t uform_amx_pack(const uint16_t *weights, size_t n, size_t k,           \
                                          uform_packed_t *packed) {                              \
@@ -263,18 +275,13 @@ UFORM_AMX_KERNELS(16)
     }                                                                                           \
     static uform_status_t uform_amx_pack_e4m3(const uint8_t *codes, const float *scales,        \
                                               size_t n, size_t k, uform_packed_t *packed) {     \
-        return uform_cpu_kernels_sapphire.pack_e4m3(codes, scales, n, k, packed);               \
+        return uform_gemm_pack_e4m3(&(GEMM_CLASS), codes, scales, n, k, packed);                \
     }                                                                                           \
     static void uform_amx_gemm_run(uform_executor_t *executor, const uform_packed_t *w,         \
                                    const float *x, size_t x_stride, size_t m,                   \
                                    const float *bias, uform_gemm_epilogue_t epilogue, float *y, \
                                    size_t y_stride) {                                           \
-        if (w->scalar == UFORM_SCALAR_E4M3)                                                     \
-            uform_cpu_kernels_sapphire.gemm(executor, w, x, x_stride, m, bias, epilogue, y,     \
-                                            y_stride);                                          \
-        else                                                                                    \
-            uform_gemm_run(&(GEMM_CLASS), executor, w, x, x_stride, m, bias, epilogue, y,       \
-                           y_stride);                                                           \
+        uform_gemm_run(&(GEMM_CLASS), executor, w, x, x_stride, m, bias, epilogue, y, y_stride); \
     }
 
 #endif /* __x86_64__ */

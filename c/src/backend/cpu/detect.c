@@ -131,12 +131,14 @@ bool uform_cpu_class_supported(uform_cpu_class_t cpu_class) {
 }
 
 uform_cpu_class_t uform_cpu_class_best(void) {
-    /* BF16 products first where the CPU has them (as SAPPHIRE on x86); on Arm
-     * SVE before NEON: at 128 bits as fast, wider where the machine has more,
-     * and the same bits (neon.c, neon_bf16.c). AMX is not in the list: it has
-     * never run on an AMX machine (amx.c), so only a pin chooses it. */
+    /* BF16 products first where the CPU has them (AMX's tiles before
+     * SAPPHIRE's vdpbf16ps: 3.8x its text_encode on a 2-core Xeon with AMX,
+     * docs/benchmarks-amx.md); on Arm SVE before NEON: at 128 bits as fast,
+     * wider where the machine has more, and the same bits (neon.c,
+     * neon_bf16.c). */
     static const uform_cpu_class_t order[] = {
-        UFORM_CPU_CLASS_SAPPHIRE,  UFORM_CPU_CLASS_SKYLAKE,   UFORM_CPU_CLASS_HASWELL,
+        UFORM_CPU_CLASS_AMX,       UFORM_CPU_CLASS_SAPPHIRE,  UFORM_CPU_CLASS_SKYLAKE,
+        UFORM_CPU_CLASS_HASWELL,
         UFORM_CPU_CLASS_SVE_BF16,  UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE,
         UFORM_CPU_CLASS_NEON};
     for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)

@@ -38,6 +38,13 @@ static uform_gemm_layout_t uform_gemm_e4m3_layout(const uform_gemm_class_t *gemm
     return gemm_class->layout == UFORM_GEMM_PAIRS ? UFORM_GEMM_PAIRS : UFORM_GEMM_PLAIN;
 }
 
+/* k as a class packs its E4M3 codes (and so holds their decoded panels): the
+ * E4M3 layout's padding, or k_align's (zero codes decode to zero weights). */
+static size_t uform_gemm_e4m3_k(const uform_gemm_class_t *gemm_class, size_t k) {
+    return gemm_class->k_align ? uform_round_up(k, gemm_class->k_align)
+                               : uform_gemm_padded_k(uform_gemm_e4m3_layout(gemm_class), k);
+}
+
 /* Slots per panel row of an E4M3 matrix (a scale each): 2 nr for PAIRS. */
 static size_t uform_gemm_slots(uform_gemm_layout_t layout, size_t nr) {
     return layout == UFORM_GEMM_PAIRS ? 2 * nr : nr;
@@ -97,6 +104,7 @@ uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class, const uint1
     }
     packed->scalar = UFORM_SCALAR_BF16;
     packed->layout = (int)layout;
+    packed->padded_k = kp;
     return UFORM_OK;
 }
 
@@ -110,7 +118,7 @@ uform_status_t uform_gemm_pack_e4m3(const uform_gemm_class_t *gemm_class, const 
     if (!codes || !scales)
         return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the codes or scales are NULL");
     uform_gemm_layout_t layout = uform_gemm_e4m3_layout(gemm_class);
-    size_t kp = uform_gemm_padded_k(layout, k), slots = uform_gemm_slots(layout, nr);
+    size_t kp = uform_gemm_e4m3_k(gemm_class, k), slots = uform_gemm_slots(layout, nr);
     size_t codes_bytes = uform_gemm_codes_bytes(panels, nr, kp);
     UFORM_TRY(uform_gemm_allocate(packed, codes_bytes + panels * slots * sizeof(float)));
     uint8_t *data = packed->data;
@@ -131,6 +139,7 @@ uform_status_t uform_gemm_pack_e4m3(const uform_gemm_class_t *gemm_class, const 
     }
     packed->scalar = UFORM_SCALAR_E4M3;
     packed->layout = (int)layout;
+    packed->padded_k = kp;
     return UFORM_OK;
 }
 
@@ -140,7 +149,7 @@ uform_status_t uform_gemm_unpack_e4m3(const uform_packed_t *packed, uint8_t *cod
         return uform_fail(UFORM_INVALID_ARGUMENT, "unpack: the matrix is not E4M3");
     uform_gemm_layout_t layout = (uform_gemm_layout_t)packed->layout;
     size_t n = packed->n, k = packed->k, nr = packed->panel_columns;
-    size_t kp = uform_gemm_padded_k(layout, k), slots = uform_gemm_slots(layout, nr);
+    size_t kp = packed->padded_k, slots = uform_gemm_slots(layout, nr);
     size_t panels = n / nr + (n % nr != 0);
     const uint8_t *data = packed->data;
     const float *slot_scales = (const float *)(data + uform_gemm_codes_bytes(panels, nr, kp));
@@ -235,7 +244,7 @@ static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_cla
     bool pairs = w->layout == UFORM_GEMM_PAIRS;
     uform_gemm_codes_t codes;
     codes.codes = w->data;
-    codes.kp = uform_gemm_padded_k(w->layout, w->k);
+    codes.kp = w->padded_k;
     codes.slots = uform_gemm_slots(w->layout, nr);
     codes.rows = pairs ? codes.kp / 2 : codes.kp;
     codes.slot_scales = (const float *)(codes.codes + uform_gemm_codes_bytes(panels, nr, codes.kp));
@@ -382,10 +391,11 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
     const uform_gemm_codes_t *codes = &job->codes;
     size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
     bool pairs = job->w->layout == UFORM_GEMM_PAIRS;
-    size_t kbp_max = uform_gemm_padded_k(job->w->layout, job->kc);
+    size_t kbp_max = uform_gemm_e4m3_k(gc, job->kc);
     _Alignas(64) unsigned char tile[UFORM_GEMM_TILE_BYTES];
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float));
+    if (gc->tasks_begin) gc->tasks_begin();
 
     for (size_t task = begin; task < end; task++) {
         size_t i0, i1, q0, q1;
@@ -393,8 +403,9 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
         for (size_t k0 = 0; k0 < k; k0 += job->kc) {
             size_t kb = uform_min(job->kc, k - k0);
             int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
-            /* rows of the panel this block covers: pairs of k for PAIRS (k0 is even) */
-            size_t panel_rows = pairs ? (kb + 1) / 2 : kb;
+            /* rows of the panel this block covers, its padding included
+             * (k0 is a multiple of kc, so of k_align): pairs of k for PAIRS */
+            size_t kbp = uform_gemm_e4m3_k(gc, kb), panel_rows = pairs ? kbp / 2 : kbp;
             for (size_t q = q0; q < q1; q++)
                 codes->decode(codes->codes + q * codes->kp * nr + k0 * nr, panel_rows, codes->slots,
                               codes->slot_scales + q * codes->slots,
@@ -404,6 +415,7 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
             uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
+    if (gc->tasks_end) gc->tasks_end();
 }
 
 /* The blocks of a pass over `panels` panels. Tiles of up to 8 kernel rows x
@@ -426,7 +438,8 @@ static void uform_gemm_blocking(uform_gemm_job_t *job, size_t threads, size_t pa
         size_t per_k = nr * job->codes.size;
         size_t tile_panels = UFORM_GEMM_TILE_BYTES / (UFORM_GEMM_E4M3_KC * per_k);
         if (tile_panels == 0) tile_panels = 1;
-        job->kc = uform_min(gc->kc, UFORM_GEMM_TILE_BYTES / (tile_panels * per_k)) & ~(size_t)1;
+        size_t k_step = gc->k_align > 2 ? gc->k_align : 2; /* whole pairs, whole AMX steps */
+        job->kc = uform_min(gc->kc, UFORM_GEMM_TILE_BYTES / (tile_panels * per_k)) / k_step * k_step;
         job->nc_panels = uform_min(job->nc_panels, tile_panels);
         /* Decoding a tile costs about what one row group's pass over it does:
          * let 192 rows sweep each (about 3% of the time at large m). */

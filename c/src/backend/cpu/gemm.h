@@ -101,7 +101,7 @@ typedef struct {
     size_t k_align;
     /* Per-thread state the kernels need (AMX: the tile configuration), set up
      * before a thread runs its tasks of a product and released after; NULL:
-     * none. (AMX hands its E4M3 matrices to SAPPHIRE.) */
+     * none. */
     void (*tasks_begin)(void);
     void (*tasks_end)(void);
 } uform_gemm_class_t;
