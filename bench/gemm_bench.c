@@ -87,6 +87,43 @@ __attribute__((target("avx512f"), noinline)) static float peak_fp32(void) {
     return _mm512_reduce_add_ps(sum);
 }
 
+/* The AMX peak: TDPBF16PS on four independent sum tiles (16 x 16 FP32 each,
+ * 16 x 32 BF16 products per instruction), no loads in the loop. The tile
+ * configuration is loaded as amx.c loads it (an asm that reads all 64 bytes). */
+#define PEAK_AMX_ITERATIONS 2000000ull
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static float peak_amx(void) {
+    _Alignas(64) struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t bytes_per_row[16];
+        uint8_t rows[16];
+    } config;
+    memset(&config, 0, sizeof(config));
+    config.palette = 1;
+    for (int t = 0; t < 7; t++) {
+        config.rows[t] = 16;
+        config.bytes_per_row[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" : : "m"(config));
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    for (unsigned long long it = 0; it < PEAK_AMX_ITERATIONS; it++) {
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_dpbf16ps(1, 4, 6);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_dpbf16ps(3, 4, 6);
+    }
+    _Alignas(64) float sums[256];
+    _tile_stored(0, sums, 64);
+    __asm__ volatile("" ::: "memory");
+    _tile_release();
+    return sums[0];
+}
+
 /* The AVX2 + FMA peak (ymm, 8 lanes): what the HASWELL class can reach. 12
  * accumulators, not 16: with a and b that is 14 of the 16 ymm registers (16
  * would spill), and 12 still hide a 4-5 cycle FMA latency on 2 pipes. */
@@ -114,7 +151,8 @@ static void report_peak(const char *what, float (*fn)(void), double flops_per_in
     (void)sink;
     unsigned long long c1 = __rdtsc();
     double seconds = now() - t0;
-    double flops = flops_per_instruction * 16.0 * (double)PEAK_ITERATIONS;
+    double iterations = fn == peak_amx ? (double)PEAK_AMX_ITERATIONS : (double)PEAK_ITERATIONS;
+    double flops = flops_per_instruction * 16.0 * iterations;
     printf("peak %-5s one core: %7.1f GFLOP/s, %5.1f flops per TSC cycle (TSC %.2f GHz)\n", what,
            flops / seconds * 1e-9, flops / (double)(c1 - c0), (double)(c1 - c0) / seconds * 1e-9);
 }
@@ -164,6 +202,8 @@ int main(int argc, char **argv) {
 #if defined(__x86_64__)
     if (uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE))
         report_peak("bf16", peak_bf16, 64.0); /* 16 lanes x 2 products x (mul + add) */
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_AMX)) /* 4 tiles x 16 x 16 x 32 x 2, over 16 */
+        report_peak("amx", peak_amx, 4.0 * 16.0 * 16.0 * 32.0 * 2.0 / 16.0);
     if (uform_cpu_class_supported(UFORM_CPU_CLASS_SKYLAKE))
         report_peak("fp32", peak_fp32, 32.0); /* 16 lanes x FMA */
     if (uform_cpu_class_supported(UFORM_CPU_CLASS_HASWELL))
