@@ -739,6 +739,7 @@ static void test_bf16_conversions(void) {}
  * the instructions themselves need an AMX one. */
 #define UFORM_AMX_EMULATE
 #include "backend/cpu/amx_kernel.h"
+#include "backend/cpu/attention_amx.h"
 
 static const uform_gemm_class_t amx_emulated_gemm = UFORM_AMX_GEMM_CLASS(NULL, NULL);
 
@@ -750,8 +751,52 @@ static const uform_cpu_kernels_t amx_emulated = {
     .pack = uform_amx_pack,
     .pack_e4m3 = uform_amx_pack_e4m3,
     .gemm = uform_amx_gemm_run,
-    .attention = uform_attention_bf16,
+    .attention = uform_attention_amx,
 };
+
+/* The AMX attention (attention_amx.h) over the emulated tiles against
+ * SAPPHIRE's (attention_bf16.c): the same BF16 queries (the 1/8 folded in
+ * before rounding is exact), keys, values and softmax; only the FP32 sums'
+ * order and rounding differ. A score moves by a few FP32 ulps of its
+ * magnitude, so a probability's BF16 rounding may flip one step (2^-8
+ * relative): each output within 2^-7 max|v| of SAPPHIRE's. A layout or
+ * padding error moves outputs by O(max|v|). Then a query block's rows alone
+ * equal them inside larger blocks, bit for bit (the determinism contract). */
+static void test_attention_amx_emulated(void) {
+    static const size_t lengths[] = {1, 5, 16, 31, 32, 33, 64, 97, 130, 257};
+    for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
+        size_t n = lengths[l], stride = 3 * UFORM_HEAD_WIDTH + 5;
+        float *qkv = xmalloc(n * stride * sizeof(float));
+        for (size_t i = 0; i < n * stride; i++) qkv[i] = 3.0f * rng_float();
+        const float *q = qkv, *k = qkv + UFORM_HEAD_WIDTH, *v = qkv + 2 * UFORM_HEAD_WIDTH;
+        size_t scratch_bytes = uform_attention_scratch_floats(n) * sizeof(float);
+        float *scratch = aligned_alloc(64, scratch_bytes);
+        float *want = xmalloc(n * UFORM_HEAD_WIDTH * sizeof(float));
+        float *got = xmalloc(n * UFORM_HEAD_WIDTH * sizeof(float));
+        float *alone = xmalloc(UFORM_HEAD_WIDTH * sizeof(float));
+        uform_attention_bf16(q, k, v, stride, n, 0, n, want, UFORM_HEAD_WIDTH, scratch);
+        uform_attention_amx(q, k, v, stride, n, 0, n, got, UFORM_HEAD_WIDTH, scratch);
+        double largest = 0, worst = 0;
+        for (size_t j = 0; j < n; j++)
+            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++)
+                largest = fmax(largest, fabs(v[j * stride + d]));
+        for (size_t i = 0; i < n * UFORM_HEAD_WIDTH; i++) worst = fmax(worst, fabs(got[i] - want[i]));
+        CHECK(worst <= 0x1p-7 * largest, "AMX attention (emulated tiles) n=%zu: %.3g from SAPPHIRE's "
+              "(bound %.3g)", n, worst, 0x1p-7 * largest);
+        bool same = true;
+        for (size_t i = 0; i < n && same; i += 1 + i / 3) {
+            uform_attention_amx(q, k, v, stride, n, i, i + 1, alone - i * UFORM_HEAD_WIDTH,
+                                UFORM_HEAD_WIDTH, scratch);
+            same = memcmp(alone, got + i * UFORM_HEAD_WIDTH, UFORM_HEAD_WIDTH * sizeof(float)) == 0;
+        }
+        CHECK(same, "AMX attention (emulated tiles) n=%zu: a query alone differs", n);
+        free(qkv);
+        free(scratch);
+        free(want);
+        free(got);
+        free(alone);
+    }
+}
 
 /* The class's table, and the automatic choice wherever the machine runs it. */
 static void test_amx_table(void) {
@@ -831,6 +876,7 @@ int main(int argc, char **argv) {
         test_determinism(&amx_emulated, executors, 3);
         test_e4m3(&amx_emulated, executors, 3);
         test_gelu_epilogue(&amx_emulated, executors, 3);
+        test_attention_amx_emulated();
         printf("amx (emulated tiles): %s\n", failed == before ? "ok" : "FAILED");
     }
 #endif

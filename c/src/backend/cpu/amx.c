@@ -1,6 +1,7 @@
 /* amx.c: the AMX class: SAPPHIRE's arithmetic (BF16 products of activations
  * rounded to nearest even, FP32 sums) with the GEMMs on AMX tiles
- * (TDPBF16PS, amx_kernel.h); attention and everything else as SAPPHIRE.
+ * (TDPBF16PS, amx_kernel.h) and attention's two products on them too
+ * (attention_amx.h, SAPPHIRE's softmax); everything else as SAPPHIRE.
  *
  * Run and measured on a 2-core Xeon with AMX (docs/benchmarks-amx.md), where it
  * is the automatic choice. test_kernels also runs its packing, layouts and
@@ -14,34 +15,14 @@
  * thread and product, not one per kernel call. E4M3 matrices are decoded to
  * BF16 panels by the shared driver (gemm.c) and run on the tiles too. */
 #include "backend/cpu/amx_kernel.h"
+#include "backend/cpu/attention_amx.h"
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__)
 
-/* LDTILECFG's 64 bytes: palette 1, every tile 16 rows of 64 bytes. */
-typedef struct {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t rows[16];
-} uform_amx_config_t;
+static UFORM_AMX_TARGET void uform_amx_tasks_begin(void) { UFORM_AMX_CONFIGURE(); }
 
-static UFORM_AMX_TARGET void uform_amx_tasks_begin(void) {
-    _Alignas(64) uform_amx_config_t config;
-    memset(&config, 0, sizeof(config));
-    config.palette = 1;
-    for (size_t t = 0; t <= UFORM_AMX_B1_TILE; t++) {
-        config.rows[t] = UFORM_AMX_MR;
-        config.bytes_per_row[t] = UFORM_AMX_TILE_BYTES;
-    }
-    /* Not _tile_loadconfig: GCC 12 took its builtin to read only what it
-     * can see, dropped the row and width stores above at -O2 and loaded an
-     * all-zero configuration, so the first tileloadd raised #UD (SIGILL).
-     * The "m" operand says the instruction reads all 64 bytes. */
-    __asm__ volatile("ldtilecfg %0" : : "m"(config));
-}
-
-static UFORM_AMX_TARGET void uform_amx_tasks_end(void) { _tile_release(); }
+static UFORM_AMX_TARGET void uform_amx_tasks_end(void) { UFORM_AMX_RELEASE(); }
 
 static const uform_gemm_class_t uform_amx_gemm =
     UFORM_AMX_GEMM_CLASS(uform_amx_tasks_begin, uform_amx_tasks_end);
@@ -54,7 +35,7 @@ const uform_cpu_kernels_t uform_cpu_kernels_amx = {
     .pack = uform_amx_pack,
     .pack_e4m3 = uform_amx_pack_e4m3,
     .gemm = uform_amx_gemm_run,
-    .attention = uform_attention_bf16,
+    .attention = uform_attention_amx,
 };
 
 #endif /* __x86_64__ */

@@ -32,6 +32,7 @@
 #include "backend/cpu/gemm.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define UFORM_AMX_MR 16          /* rows of a tile */
 #define UFORM_AMX_NR 32          /* columns per W panel: two 16-column C tiles */
@@ -48,7 +49,6 @@
 /* ---- the tile instructions in C (tests only) ----------------------------- */
 
 #include <math.h>
-#include <string.h>
 
 #define UFORM_AMX_TARGET UFORM_SAPPHIRE_TARGET
 static _Thread_local unsigned char uform_amx_tile_file[8][UFORM_AMX_MR][UFORM_AMX_TILE_BYTES];
@@ -96,6 +96,8 @@ static UFORM_SAPPHIRE_TARGET void uform_amx_emulated_dp(int c, int a, int b) {
 #define UFORM_AMX_STORE(t, base, stride) uform_amx_emulated_store(t, base, stride)
 #define UFORM_AMX_DP(c, a, b) uform_amx_emulated_dp(c, a, b)
 #define UFORM_AMX_EMULATED_ROWS(rows) (uform_amx_emulated_rows = (rows))
+#define UFORM_AMX_CONFIGURE() ((void)0)
+#define UFORM_AMX_RELEASE() ((void)0)
 #else
 /* ---- the instructions ------------------------------------------------------ */
 
@@ -106,6 +108,31 @@ static UFORM_SAPPHIRE_TARGET void uform_amx_emulated_dp(int c, int a, int b) {
 #define UFORM_AMX_STORE(t, base, stride) _tile_stored(t, base, (long)(stride))
 #define UFORM_AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 #define UFORM_AMX_EMULATED_ROWS(rows) ((void)(rows))
+
+/* LDTILECFG's 64 bytes: palette 1, every tile 16 rows of 64 bytes. */
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} uform_amx_config_t;
+
+static inline __attribute__((always_inline)) UFORM_AMX_TARGET void uform_amx_configure(void) {
+    _Alignas(64) uform_amx_config_t config;
+    memset(&config, 0, sizeof(config));
+    config.palette = 1;
+    for (size_t t = 0; t < 8; t++) {
+        config.rows[t] = UFORM_AMX_MR;
+        config.bytes_per_row[t] = UFORM_AMX_TILE_BYTES;
+    }
+    /* Not _tile_loadconfig: GCC 12 took its builtin to read only what it
+     * can see, dropped the row and width stores above at -O2 and loaded an
+     * all-zero configuration, so the first tileloadd raised #UD (SIGILL).
+     * The "m" operand says the instruction reads all 64 bytes. */
+    __asm__ volatile("ldtilecfg %0" : : "m"(config));
+}
+#define UFORM_AMX_CONFIGURE() uform_amx_configure()
+#define UFORM_AMX_RELEASE() _tile_release()
 #endif
 
 /* GCC's tileloadd is an asm statement that does not say it reads memory:

@@ -9,13 +9,9 @@
  * dot-pair steps in d order, each output one chain over token pairs in order,
  * whatever the query's slot in a tile: results never depend on the batch
  * around an item. The softmax runs in FP32. */
-#include "core/fast_exp.h"
-#include "backend/cpu/bf16_avx512.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/attention_bf16.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-#include <math.h>
 
 #define UFORM_BF16_TARGET UFORM_SAPPHIRE_TARGET
 #define UFORM_QUERY_TILE 8
@@ -42,64 +38,6 @@ uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded
     for (size_t r = 0; r < UFORM_QUERY_TILE; r++)
         for (size_t c = 0; c < vectors; c++)
             _mm512_store_ps(scores + r * padded + j0 + 16 * c, _mm512_mul_ps(acc[r][c], scale));
-}
-
-/* uform_fast_exp512 for x <= 0 or NaN (scores minus their maximum): the
- * upper clamp can never apply, and p 2^n is one vscalefps. Bit for bit the
- * same: for x >= -87, p 2^n is a normal float (n >= -126 and p >= 1/sqrt 2
- * there), which a multiplication by the power of two rounds exactly as
- * scalef does. */
-static inline __attribute__((always_inline)) UFORM_BF16_TARGET __m512
-uform_bf16_exp_nonpositive(__m512 x) {
-    __m512 n;
-    __m512 p = uform_fast_exp512_parts(_mm512_max_ps(x, _mm512_set1_ps(UFORM_EXP_LOW)), &n);
-    return _mm512_scalef_ps(p, n);
-}
-
-/* Softmax of `rows` rows of n scores (n <= padded), row r at scores + r *
- * padded: writes each row's probabilities as BF16 pairs along j into
- * pairs + r * half (zeros past n) and 1 / (sum of its FP32 exponentials) into
- * inverse[r]. The exponentials are normal floats in (0, 1] (see above), which
- * vcvtne2ps2bf16 rounds to nearest even exactly as uform_f32_to_bf16. Each
- * row's sum is 16 lane partial sums added in lane order, the rows' chains side
- * by side (a transpose puts lane l of every row in one vector). */
-static UFORM_BF16_TARGET void uform_bf16_softmax_tile(const float *scores, size_t rows, size_t n,
-                                                      size_t padded, uint32_t *pairs,
-                                                      float *inverse) {
-    size_t full = n & ~(size_t)15, half = padded / 2;
-    __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
-    __m512i totals[16];
-    for (size_t r = 0; r < 16; r++) totals[r] = _mm512_setzero_si512();
-    for (size_t r = 0; r < rows; r++) {
-        const float *row = scores + r * padded;
-        uint32_t *out = pairs + r * half;
-        __m512 top = _mm512_set1_ps(-INFINITY);
-        for (size_t j = 0; j < full; j += 16) top = _mm512_max_ps(top, _mm512_load_ps(row + j));
-        if (tail) top = _mm512_mask_max_ps(top, tail, top, _mm512_load_ps(row + full));
-        __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top));
-        __m512 total = _mm512_setzero_ps();
-        size_t j = 0;
-        for (; j + 32 <= padded; j += 32) {
-            __m512 low = uform_bf16_exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
-            __m512 high = uform_bf16_exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + j + 16), maximum));
-            if (j + 16 == full) high = _mm512_maskz_mov_ps(tail, high); /* past the item: 0 */
-            total = _mm512_add_ps(total, low);
-            total = _mm512_add_ps(total, high);
-            _mm512_storeu_si512(out + j / 2, (__m512i)_mm512_cvtne2ps_pbh(high, low));
-        }
-        if (j < padded) {
-            __m512 values = uform_bf16_exp_nonpositive(_mm512_sub_ps(_mm512_load_ps(row + j), maximum));
-            if (j == full) values = _mm512_maskz_mov_ps(tail, values);
-            total = _mm512_add_ps(total, values);
-            _mm256_storeu_si256((__m256i *)(out + j / 2), (__m256i)_mm512_cvtneps_pbh(values));
-        }
-        totals[r] = _mm512_castps_si512(total);
-    }
-    uform_transpose16x16(totals); /* totals[l]: lane l of each row */
-    __m512 sum = _mm512_castsi512_ps(totals[0]);
-    for (size_t l = 1; l < 16; l++) sum = _mm512_add_ps(sum, _mm512_castsi512_ps(totals[l]));
-    __mmask16 used = (__mmask16)((1u << rows) - 1u);
-    _mm512_mask_storeu_ps(inverse, used, _mm512_div_ps(_mm512_set1_ps(1.0f), sum));
 }
 
 /* out rows of `rows` (<= 4) queries: sum over token pairs of p . v, times inverse[r]. */
@@ -142,30 +80,7 @@ UFORM_BF16_TARGET void uform_attention_bf16(const float *q, const float *k, cons
     uint32_t *queries = probabilities + UFORM_QUERY_TILE * half;
     float inverse[UFORM_QUERY_TILE];
 
-    /* keys: 16 rows at a time rounded to 32 pairs along d, transposed in
-     * registers so each pair index's 16 keys are one aligned store */
-    for (size_t j0 = 0; j0 < padded; j0 += 16) {
-        for (size_t half_d = 0; half_d < 2; half_d++) {
-            __m512i m[16];
-#pragma GCC unroll 16
-            for (size_t r = 0; r < 16; r++)
-                m[r] = j0 + r < n ? uform_bf16_pairs32(k + (j0 + r) * stride + 32 * half_d)
-                                  : _mm512_setzero_si512();
-            uform_transpose16x16(m);
-#pragma GCC unroll 16
-            for (size_t t = 0; t < 16; t++)
-                _mm512_store_si512(kp + (16 * half_d + t) * padded + j0, m[t]);
-        }
-    }
-    /* values: rows 2 j2 and 2 j2 + 1 interleaved into pairs along j */
-    for (size_t j2 = 0; j2 < half; j2++) {
-        const float *even = v + 2 * j2 * stride, *odd = even + stride;
-        for (size_t c = 0; c < UFORM_HEAD_WIDTH; c += 16) {
-            __m512i low = 2 * j2 < n ? _mm512_loadu_si512(even + c) : _mm512_setzero_si512();
-            __m512i high = 2 * j2 + 1 < n ? _mm512_loadu_si512(odd + c) : _mm512_setzero_si512();
-            _mm512_store_si512(vp + j2 * UFORM_HEAD_WIDTH + c, uform_bf16_interleave16(low, high));
-        }
-    }
+    uform_bf16_pack_keys_values(k, v, stride, n, padded, kp, vp);
 
     for (size_t i0 = first; i0 < last; i0 += UFORM_QUERY_TILE) {
         size_t rows = last - i0 < UFORM_QUERY_TILE ? last - i0 : UFORM_QUERY_TILE;

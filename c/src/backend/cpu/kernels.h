@@ -50,8 +50,8 @@ typedef struct {
 /* Scratch floats any class's attention needs for an item of n tokens; a
  * multiple of 16, so per-thread slices stay 64-byte aligned. */
 static inline size_t uform_attention_scratch_floats(size_t n) {
-    size_t padded = (n + 15) & ~(size_t)15;
-    return 80 * padded + 1024;
+    size_t padded = (n + 31) & ~(size_t)31; /* AMX's whole tile steps; the others pad to 16 */
+    return 96 * padded + 2048;
 }
 
 /* attention.c, attention_avx512.c, attention_bf16.c: the implementations. */
