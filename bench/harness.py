@@ -187,10 +187,13 @@ def uform_contender(path: str, executor: "uform.Executor", cpu_class: Optional["
 
 
 def contenders(path: str, threads: int) -> list[Contender]:
-    """uform auto (SAPPHIRE here), uform pinned SKYLAKE (FP32), torch BF16 autocast, torch FP32."""
+    """uform auto (AMX or SAPPHIRE where the CPU has them; SAPPHIRE pinned beside AMX), uform pinned SKYLAKE (FP32),
+    torch BF16 autocast, torch FP32."""
     executor = uform.Executor.for_ram(threads)
     assert executor.threads == threads, (executor.threads, threads)
     found = [uform_contender(path, executor, UFORM_AUTO_CLASS, "uform-auto")]
+    if found[0] is not None and found[0].uform_class == "AMX":   # the tiles against AVX-512 BF16
+        found.append(uform_contender(path, executor, uform.CPUClass.SAPPHIRE, "uform-sapphire"))
     if found[0] is not None and found[0].uform_class not in ("SKYLAKE", "HASWELL"):
         found.append(uform_contender(path, executor, uform.CPUClass.SKYLAKE, "uform-skylake"))
     torch_model = BatchedTorchModel.from_checkpoint(path, torch.float32, max_batch=TORCH_MINI_BATCH)
