@@ -270,7 +270,7 @@ test-fuzz: $(SANITIZED_OBJECTS) $(addprefix $(BUILD)/fuzz_media_,$(FUZZ_MEDIA))
 	else echo "clang not installed: the libFuzzer runs are skipped (the mutation drivers above ran)"; fi
 
 test-python: all
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q --durations=20 tests
 
 # ---- what needs a GPU (tests/gpu/): each program prints a table, or why it skips --
 # `make test-gpu` on a GPU machine builds the library with the CUDA backend and
@@ -379,15 +379,16 @@ test-arm:
 	else $(MAKE) --no-print-directory arm-binaries && \
 	  BUILD=$(BUILD) PYTHON=$(PYTHON) bash scripts/test-arm.sh; fi
 
+# Each stage's wall time is printed after it and again in a table at the end
+# (CI has a time budget: this is where to look when it grows).
+TEST_STAGES := all test-c test-cuda-emulated test-fuzz test-example test-arm test-gpu test-python
 test: deps
-	$(MAKE) --no-print-directory all
-	$(MAKE) --no-print-directory test-c
-	$(MAKE) --no-print-directory test-cuda-emulated
-	$(MAKE) --no-print-directory test-fuzz
-	$(MAKE) --no-print-directory test-example
-	$(MAKE) --no-print-directory test-arm
-	$(MAKE) --no-print-directory test-gpu
-	$(MAKE) --no-print-directory test-python
+	@set -e; rm -f $(BUILD)/test-times.txt; mkdir -p $(BUILD); \
+	for stage in $(TEST_STAGES); do start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$stage; \
+	  line=$$(printf '%-20s %5d s' $$stage $$(( $$(date +%s) - start ))); \
+	  echo "[make test] $$line"; echo "$$line" >> $(BUILD)/test-times.txt; done; \
+	echo "[make test] every stage passed; wall time per stage:"; cat $(BUILD)/test-times.txt
 
 demo: deps
 	$(MAKE) --no-print-directory all
