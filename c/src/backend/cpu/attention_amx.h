@@ -28,6 +28,22 @@
 /* Tiles of the score product: sums 0-3, the query's two d steps 4 and 5, keys
  * 6 and 7. Of the value product: sums 0-3, probabilities 4, values 6 and 7. */
 
+/* One d step of the scores: query tile A (4: d pairs 0-15, 5: 16-31)
+ * against the keys' pair rows from `keys`, into sum tiles 0 to TILES - 1. */
+#define UFORM_AMX_SCORE_STEP(A, keys, TILES)                                                    \
+    do {                                                                                        \
+        UFORM_AMX_LOAD(6, (keys), key_bytes);                                                   \
+        UFORM_AMX_DP(0, A, 6);                                                                  \
+        UFORM_AMX_LOAD(7, (keys) + 16, key_bytes);                                              \
+        UFORM_AMX_DP(1, A, 7);                                                                  \
+        if ((TILES) > 2) {                                                                      \
+            UFORM_AMX_LOAD(6, (keys) + 32, key_bytes);                                          \
+            UFORM_AMX_DP(2, A, 6);                                                              \
+            UFORM_AMX_LOAD(7, (keys) + 48, key_bytes);                                          \
+            UFORM_AMX_DP(3, A, 7);                                                              \
+        }                                                                                       \
+    } while (0)
+
 /* Scores of the A tiles 4 and 5 against keys [j0, j0 + 16 TILES) into
  * scores + j0 (rows `padded` floats apart). TILES is 4 or 2. */
 #define UFORM_AMX_SCORES(TILES)                                                                 \
@@ -40,27 +56,8 @@
             UFORM_AMX_ZERO(2);                                                                  \
             UFORM_AMX_ZERO(3);                                                                  \
         }                                                                                       \
-        UFORM_AMX_LOAD(6, keys, key_bytes);                                                     \
-        UFORM_AMX_DP(0, 4, 6);                                                                  \
-        UFORM_AMX_LOAD(7, keys + 16, key_bytes);                                                \
-        UFORM_AMX_DP(1, 4, 7);                                                                  \
-        if ((TILES) > 2) {                                                                      \
-            UFORM_AMX_LOAD(6, keys + 32, key_bytes);                                            \
-            UFORM_AMX_DP(2, 4, 6);                                                              \
-            UFORM_AMX_LOAD(7, keys + 48, key_bytes);                                            \
-            UFORM_AMX_DP(3, 4, 7);                                                              \
-        }                                                                                       \
-        keys += 16 * padded; /* d pairs 16-31 */                                                \
-        UFORM_AMX_LOAD(6, keys, key_bytes);                                                     \
-        UFORM_AMX_DP(0, 5, 6);                                                                  \
-        UFORM_AMX_LOAD(7, keys + 16, key_bytes);                                                \
-        UFORM_AMX_DP(1, 5, 7);                                                                  \
-        if ((TILES) > 2) {                                                                      \
-            UFORM_AMX_LOAD(6, keys + 32, key_bytes);                                            \
-            UFORM_AMX_DP(2, 5, 6);                                                              \
-            UFORM_AMX_LOAD(7, keys + 48, key_bytes);                                            \
-            UFORM_AMX_DP(3, 5, 7);                                                              \
-        }                                                                                       \
+        UFORM_AMX_SCORE_STEP(4, keys, TILES);                                                   \
+        UFORM_AMX_SCORE_STEP(5, keys + 16 * padded, TILES); /* d pairs 16-31 */                 \
         size_t score_bytes = padded * sizeof(float);                                            \
         UFORM_AMX_STORE(0, scores + j0, score_bytes);                                           \
         UFORM_AMX_STORE(1, scores + j0 + 16, score_bytes);                                      \
@@ -149,5 +146,6 @@ static UFORM_AMX_TARGET void uform_attention_amx(const float *q, const float *k,
 }
 
 #undef UFORM_AMX_SCORES
+#undef UFORM_AMX_SCORE_STEP
 #endif
 #endif /* UFORM_CPU_ATTENTION_AMX_H */

@@ -26,23 +26,19 @@ static size_t uform_gemm_padded_k(uform_gemm_layout_t layout, size_t k) {
     return layout == UFORM_GEMM_PAIRS ? k + (k & 1) : k;
 }
 
-/* k as a class packs its BF16 weights: the layout's padding, or k_align's. */
-static size_t uform_gemm_class_k(const uform_gemm_class_t *gemm_class, size_t k) {
-    return gemm_class->k_align ? uform_round_up(k, gemm_class->k_align)
-                               : uform_gemm_padded_k(gemm_class->layout, k);
-}
-
 /* The layout an E4M3 matrix takes for a class: codes are decoded into a tile
  * before the kernels see them, PLAIN for the FP32 classes. */
 static uform_gemm_layout_t uform_gemm_e4m3_layout(const uform_gemm_class_t *gemm_class) {
     return gemm_class->layout == UFORM_GEMM_PAIRS ? UFORM_GEMM_PAIRS : UFORM_GEMM_PLAIN;
 }
 
-/* k as a class packs its E4M3 codes (and so holds their decoded panels): the
- * E4M3 layout's padding, or k_align's (zero codes decode to zero weights). */
-static size_t uform_gemm_e4m3_k(const uform_gemm_class_t *gemm_class, size_t k) {
+/* k as a class packs a matrix in `layout` (its BF16 layout, or its E4M3 one,
+ * whose decoded panels hold the same k): the layout's padding, or k_align's
+ * (zero weights, zero codes). */
+static size_t uform_gemm_class_k(const uform_gemm_class_t *gemm_class, uform_gemm_layout_t layout,
+                                 size_t k) {
     return gemm_class->k_align ? uform_round_up(k, gemm_class->k_align)
-                               : uform_gemm_padded_k(uform_gemm_e4m3_layout(gemm_class), k);
+                               : uform_gemm_padded_k(layout, k);
 }
 
 /* Slots per panel row of an E4M3 matrix (a scale each): 2 nr for PAIRS. */
@@ -92,7 +88,7 @@ uform_status_t uform_gemm_pack(const uform_gemm_class_t *gemm_class, const uint1
     UFORM_TRY(uform_gemm_check(gemm_class, n, k, packed, &panels));
     if (!weights) return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the weights are NULL");
     uform_gemm_layout_t layout = gemm_class->layout;
-    size_t kp = uform_gemm_class_k(gemm_class, k);
+    size_t kp = uform_gemm_class_k(gemm_class, layout, k);
     UFORM_TRY(uform_gemm_allocate(packed, panels * nr * kp * sizeof(uint16_t)));
     uint16_t *data = packed->data;
     for (size_t panel = 0; panel < panels; panel++) {
@@ -118,7 +114,7 @@ uform_status_t uform_gemm_pack_e4m3(const uform_gemm_class_t *gemm_class, const 
     if (!codes || !scales)
         return uform_fail(UFORM_INVALID_ARGUMENT, "pack: the codes or scales are NULL");
     uform_gemm_layout_t layout = uform_gemm_e4m3_layout(gemm_class);
-    size_t kp = uform_gemm_e4m3_k(gemm_class, k), slots = uform_gemm_slots(layout, nr);
+    size_t kp = uform_gemm_class_k(gemm_class, layout, k), slots = uform_gemm_slots(layout, nr);
     size_t codes_bytes = uform_gemm_codes_bytes(panels, nr, kp);
     UFORM_TRY(uform_gemm_allocate(packed, codes_bytes + panels * slots * sizeof(float)));
     uint8_t *data = packed->data;
@@ -391,7 +387,7 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
     const uform_gemm_codes_t *codes = &job->codes;
     size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
     bool pairs = job->w->layout == UFORM_GEMM_PAIRS;
-    size_t kbp_max = uform_gemm_e4m3_k(gc, job->kc);
+    size_t kbp_max = uform_gemm_class_k(gc, job->w->layout, job->kc);
     _Alignas(64) unsigned char tile[UFORM_GEMM_TILE_BYTES];
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float));
@@ -405,7 +401,7 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
             int first = k0 == 0 && !job->accumulate, last = k0 + kb == k;
             /* rows of the panel this block covers, its padding included
              * (k0 is a multiple of kc, so of k_align): pairs of k for PAIRS */
-            size_t kbp = uform_gemm_e4m3_k(gc, kb), panel_rows = pairs ? kbp / 2 : kbp;
+            size_t kbp = uform_gemm_class_k(gc, job->w->layout, kb), panel_rows = pairs ? kbp / 2 : kbp;
             for (size_t q = q0; q < q1; q++)
                 codes->decode(codes->codes + q * codes->kp * nr + k0 * nr, panel_rows, codes->slots,
                               codes->slot_scales + q * codes->slots,
@@ -469,7 +465,7 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
     uform_gemm_job_t job = {.gemm_class = gemm_class, .w = w, .x = x, .x_stride = x_stride,
                             .m = m, .bias = bias, .accumulate = epilogue == UFORM_GEMM_ACCUMULATE,
                             .gelu = epilogue == UFORM_GEMM_GELU, .y = y, .y_stride = y_stride};
-    job.b = (uform_gemm_panels_t){w->data, 0, uform_gemm_class_k(gemm_class, w->k) * nr, 2,
+    job.b = (uform_gemm_panels_t){w->data, 0, w->padded_k * nr, 2,
                                   gemm_class->kernels, gemm_class->wide};
     size_t threads = executor ? uform_executor_width(executor) : 1;
     /* Waking the pool costs about as much as 1M multiply-adds (tens of us):
