@@ -13,7 +13,11 @@
 #                                       test_trainer all but its allocation extremes
 #   SVE 128/256/512 bits                 the SVE and SVE_BF16 classes alone (their code is
 #                                       what the vector length changes): kernels, ops,
-#                                       reference outputs; and the training GEMM's paths
+#                                       reference outputs; and the training GEMM's paths;
+#                                       at 512 bits all but test_ops (qemu runs SVE past
+#                                       128 bits about four times slower, and the SVE
+#                                       classes' own code, GEMMs and attention, is what
+#                                       test_kernels and test_sgemm run there)
 #
 # Besides each test's own checks it compares digests across runs: the GEMM of
 # every FMA class (HASWELL on this machine, NEON, SVE at each length) and the
@@ -34,6 +38,7 @@ mkdir -p "$LOGS"
 
 FULL=(test_kernels test_sgemm test_ops test_api test_safetensors test_fp8 test_trainer reference_outputs)
 VECTOR=(test_kernels test_ops reference_outputs test_sgemm)
+VECTOR_512=(test_kernels reference_outputs test_sgemm)
 # (encode_scalars is left out too: the output conversions are portable C, and it
 # alone takes four minutes emulated.)
 API_TESTS=(version_and_errors executors load_and_describe cpu_classes quantization vram
@@ -84,7 +89,9 @@ run_one() {  # cpu, test, class to test alone or ""
 # Two runs at a time (the machine's cores); each test's threads are emulated.
 jobs_running=0
 for cpu in "${CPUS[@]}"; do
-    if [ "$cpu" = "max,sve=off" ]; then tests=("${FULL[@]}") only=""; else tests=("${VECTOR[@]}") only="sve sve_bf16"; fi
+    if [ "$cpu" = "max,sve=off" ]; then tests=("${FULL[@]}") only=""
+    elif [ "$cpu" = "max,sve512=on" ]; then tests=("${VECTOR_512[@]}") only="sve sve_bf16"
+    else tests=("${VECTOR[@]}") only="sve sve_bf16"; fi
     for test in "${tests[@]}"; do
         run_one "$cpu" "$test" "$only" &
         jobs_running=$((jobs_running + 1))
