@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
                                             UFORM_CPU_CLASS_NEON, UFORM_CPU_CLASS_SVE,
                                             UFORM_CPU_CLASS_NEON_BF16, UFORM_CPU_CLASS_SVE_BF16,
                                             UFORM_CPU_CLASS_AMX};
-    static const size_t ms[] = {1, 300, 4096};
+    static const size_t ms[] = {1, 128, 300, 4096}; /* 128: about one text of the benchmark */
     static const size_t nks[][2] = {{1536, 512}, {2048, 512}, {512, 2048}};
     static const size_t threads[] = {1, 2};
 

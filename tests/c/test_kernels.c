@@ -409,22 +409,23 @@ static uint8_t random_code(void) {
     }
 }
 
-/* Every decoder this build has gives the portable decoder's bits. */
-static void test_e4m3_decoders(void) {
+/* Every decoder this build has gives the portable decoder's bits, for tile
+ * rows of `width` codes (a multiple of 8, at most 64). */
+static void test_e4m3_decoders_at(size_t width) {
     enum { WIDTH = 64, ROWS = 9 };
     uint8_t codes[ROWS * WIDTH];
-    float scales[WIDTH], expected[ROWS * WIDTH], got[ROWS * WIDTH];
+    float scales[WIDTH] = {0}, expected[ROWS * WIDTH], got[ROWS * WIDTH];
     uint16_t expected16[ROWS * WIDTH], got16[ROWS * WIDTH];
     for (size_t i = 0; i < ROWS * WIDTH; i++) codes[i] = (uint8_t)(i % 256);
     for (size_t i = 0; i < ROWS * WIDTH; i++)
         if ((codes[i] & 0x7f) == 0x7f) codes[i] = 0x80; /* -0 instead of NaN */
-    for (size_t i = 0; i < WIDTH; i++) scales[i] = ldexpf(1.0f, (int)(i % 40) - 20 - (i == 7) * 97);
-    uform_e4m3_decode_f32_portable(codes, ROWS, WIDTH, scales, expected);
-    uform_e4m3_decode_bf16_portable(codes, ROWS, WIDTH, scales, expected16);
-    for (size_t i = 0; i < ROWS * WIDTH; i++) {
-        double value = (double)uform_e4m3_to_f32(codes[i]) * scales[i % WIDTH];
+    for (size_t i = 0; i < width; i++) scales[i] = ldexpf(1.0f, (int)(i % 40) - 20 - (i == 7) * 97);
+    uform_e4m3_decode_f32_portable(codes, ROWS, width, scales, expected);
+    uform_e4m3_decode_bf16_portable(codes, ROWS, width, scales, expected16);
+    for (size_t i = 0; i < ROWS * width; i++) {
+        double value = (double)uform_e4m3_to_f32(codes[i]) * scales[i % width];
         if ((double)expected[i] != value || (signbit(expected[i]) != 0) != (codes[i] >> 7 != 0)) {
-            CHECK(false, "portable decode of 0x%02x x %g: %g", codes[i], scales[i % WIDTH],
+            CHECK(false, "portable decode of 0x%02x x %g: %g", codes[i], scales[i % width],
                   expected[i]);
             break;
         }
@@ -433,6 +434,8 @@ static void test_e4m3_decoders(void) {
 #if defined(__x86_64__)
         {"avx2", uform_e4m3_decode_f32_avx2, uform_e4m3_decode_bf16_avx2,
          uform_cpu_class_supported(UFORM_CPU_CLASS_HASWELL)},
+        {"avx512", NULL, uform_e4m3_decode_bf16_avx512,
+         uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)},
 #endif
 #if defined(__aarch64__)
         {"neon", uform_e4m3_decode_f32_neon, uform_e4m3_decode_bf16_neon, true},
@@ -441,16 +444,35 @@ static void test_e4m3_decoders(void) {
     };
     for (size_t d = 0; d < sizeof(decoders) / sizeof(decoders[0]); d++) {
         if (!decoders[d].runs) {
-            printf("skip the %s E4M3 decoder: not supported by this CPU\n", decoders[d].name);
+            if (width == WIDTH)
+                printf("skip the %s E4M3 decoder: not supported by this CPU\n", decoders[d].name);
             continue;
         }
-        decoders[d].f32(codes, ROWS, WIDTH, scales, got);
-        decoders[d].bf16(codes, ROWS, WIDTH, scales, got16);
-        CHECK(memcmp(got, expected, sizeof(got)) == 0, "%s E4M3 decode (FP32) differs",
-              decoders[d].name);
-        CHECK(memcmp(got16, expected16, sizeof(got16)) == 0, "%s E4M3 decode (BF16) differs",
-              decoders[d].name);
+        memset(got, 0xa5, sizeof(got));
+        memset(got16, 0xa5, sizeof(got16));
+        /* (a BF16 decoder alone: its FP32 side is taken as the portable's) */
+        if (decoders[d].f32) decoders[d].f32(codes, ROWS, width, scales, got);
+        else memcpy(got, expected, ROWS * width * sizeof(float));
+        decoders[d].bf16(codes, ROWS, width, scales, got16);
+        bool untouched = true; /* past the tile: a masked last group writes nothing there */
+        for (size_t i = ROWS * width; i < ROWS * WIDTH; i++) {
+            uint32_t word;
+            memcpy(&word, got + i, sizeof(word));
+            untouched &= word == 0xa5a5a5a5u && got16[i] == 0xa5a5u;
+        }
+        CHECK(untouched, "%s E4M3 decode (width %zu) wrote past the tile", decoders[d].name, width);
+        CHECK(memcmp(got, expected, ROWS * width * sizeof(float)) == 0,
+              "%s E4M3 decode (FP32, width %zu) differs", decoders[d].name, width);
+        CHECK(memcmp(got16, expected16, ROWS * width * sizeof(uint16_t)) == 0,
+              "%s E4M3 decode (BF16, width %zu) differs", decoders[d].name, width);
     }
+}
+
+/* 64: AMX's and SAPPHIRE's pair slots; 40 and 8: a masked last group of the
+ * 32-wide decoders, and the 8 of the smallest FP32 panels. */
+static void test_e4m3_decoders(void) {
+    static const size_t widths[] = {64, 40, 8};
+    for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) test_e4m3_decoders_at(widths[w]);
 }
 
 /* E4M3 weights multiply exactly as the BF16 matrix of their dequantized

@@ -286,7 +286,7 @@ UFORM_AMX_KERNELS(16)
                  uform_amx_kernel_10x2, uform_amx_kernel_11x2, uform_amx_kernel_12x2,           \
                  uform_amx_kernel_13x2, uform_amx_kernel_14x2, uform_amx_kernel_15x2,           \
                  uform_amx_kernel_16x2},                                                        \
-        .decode_e4m3 = uform_e4m3_decode_bf16_avx2, /* E4M3 panels in BF16 PAIRS, as SAPPHIRE */ \
+        .decode_e4m3 = uform_e4m3_decode_bf16_avx512, /* E4M3 panels in BF16 PAIRS, as SAPPHIRE */ \
         .tasks_begin = BEGIN,                                                                   \
         .tasks_end = END,                                                                       \
     }
