@@ -143,9 +143,40 @@ static inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float value, __nv_saturat
     return (unsigned char)(sign | (unsigned)((exponent + 7) << 3) | mantissa);
 }
 
-/* A block's threads are fibers (ucontext) on the launching thread, one running
- * at a time: a thread runs until it waits at a barrier, then the next one runs.
- * Deterministic, and cheap enough for blocks of 256 threads. */
+/* A block's threads are fibers on the launching thread, one running at a
+ * time: a thread runs until it waits at a barrier, then the next one runs.
+ * Deterministic, and cheap enough for blocks of 256 threads. A fiber starts
+ * on its own stack through makecontext and setcontext; after that every
+ * switch is GCC's __builtin_setjmp/__builtin_longjmp (the stack and frame
+ * pointers and a label; the compiler saves the other registers around the
+ * setjmp), not swapcontext, which made a system call (the signal mask) at
+ * each switch and, under ASan, cleared the shadow of the whole target stack
+ * (90% of make test-cuda-emulated's time), nor _longjmp, whose ASan
+ * interceptor unpoisons the stack and asks for the signal stack each time.
+ * ASan is told of each switch by its fiber annotations, so it knows which
+ * stack runs. A thread's frames are all returned when it ends but the first
+ * (uform_emulated_thread, no addressable locals), so its stack holds no
+ * poisoned bytes for the next block's thread. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define UFORM_EMULATED_START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define UFORM_EMULATED_FINISH_SWITCH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define UFORM_EMULATED_START_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define UFORM_EMULATED_FINISH_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#endif
+typedef void *uform_emulated_jump_t[5]; /* __builtin_setjmp's buffer */
+/* The functions that switch are not instrumented: ASan would call
+ * __asan_handle_no_return before each jump (unpoisoning the rest of the
+ * stack and asking the kernel for the signal stack), there to clean up frames
+ * a jump abandons; these jumps abandon none (a waiting thread's frames live
+ * on, an ended thread's have returned). */
+#define UFORM_EMULATED_SWITCHES __attribute__((no_sanitize_address))
+
+/* Jumps to a __builtin_setjmp (from a function of its own: GCC's rule). */
+static UFORM_EMULATED_SWITCHES __attribute__((noinline, noreturn)) void uform_emulated_jump(uform_emulated_jump_t target) {
+    __builtin_longjmp(target, 1);
+}
 struct uform_emulated_barrier {
     unsigned count = 0, arrived = 0, generation = 0;
     void reset(unsigned threads) { count = threads, arrived = 0, generation = 0; }
@@ -177,14 +208,19 @@ struct uform_emulated_copies {
 };
 
 struct uform_emulated_fiber {
-    ucontext_t context;
-    bool done;
+    ucontext_t context;   /* its start, on its stack */
+    uform_emulated_jump_t resume; /* where it goes on after a wait */
+    void *fake_stack;     /* ASan's, while it is switched out */
+    bool started, done;
 };
 
 static struct {
     uform_emulated_barrier barrier;   /* __syncthreads */
     uform_emulated_warp warps[UFORM_EMULATED_WARPS];
-    ucontext_t scheduler;
+    uform_emulated_jump_t scheduler; /* where the launch goes on when a thread waits or ends */
+    void *scheduler_fake_stack;   /* ASan's, while a thread runs */
+    const void *launch_stack;     /* the launching thread's stack, for ASan */
+    size_t launch_stack_size;
     std::vector<uform_emulated_fiber> fibers;
     std::vector<uform_emulated_copies> copies;   /* a thread's cp.async */
     std::vector<char> stacks;
@@ -201,8 +237,16 @@ enum { UFORM_EMULATED_IN_ORDER, UFORM_EMULATED_IN_REVERSE, UFORM_EMULATED_BY_WAR
 static int uform_emulated_order = -1;
 static std::mutex uform_emulated_launch_lock;   /* the unit's statics above, one launch at a time */
 
-static inline void uform_emulated_yield() {
-    swapcontext(&uform_emulated_state.fibers[uform_emulated_state.current].context, &uform_emulated_state.scheduler);
+/* The running thread waits: back to the launch, on from here at its next turn. */
+static UFORM_EMULATED_SWITCHES void uform_emulated_yield() {
+    auto &state = uform_emulated_state;
+    uform_emulated_fiber &fiber = state.fibers[state.current];
+    if (__builtin_setjmp(fiber.resume)) {
+        UFORM_EMULATED_FINISH_SWITCH(fiber.fake_stack, nullptr, nullptr);
+        return;
+    }
+    UFORM_EMULATED_START_SWITCH(&fiber.fake_stack, state.launch_stack, state.launch_stack_size);
+    uform_emulated_jump(state.scheduler);
 }
 
 inline void uform_emulated_barrier::wait() {
@@ -216,7 +260,9 @@ inline void uform_emulated_barrier::wait() {
     while (generation == entered) uform_emulated_yield();
 }
 
-static void uform_emulated_thread() {
+static UFORM_EMULATED_SWITCHES void uform_emulated_thread() {
+    auto &state = uform_emulated_state;
+    UFORM_EMULATED_FINISH_SWITCH(nullptr, &state.launch_stack, &state.launch_stack_size);
     uform_emulated_state.body();
     const uform_emulated_copies &copies = uform_emulated_state.copies[uform_emulated_state.current];
     if (!copies.open.empty() || !copies.groups.empty()) {
@@ -226,7 +272,29 @@ static void uform_emulated_thread() {
     }
     uform_emulated_state.fibers[uform_emulated_state.current].done = true;
     uform_emulated_state.progress++;
-}   /* returns to the scheduler (uc_link) */
+    UFORM_EMULATED_START_SWITCH(nullptr, state.launch_stack, state.launch_stack_size); /* its stack is done */
+    uform_emulated_jump(state.scheduler); /* never returns: its stack is reused by the next block */
+}
+
+/* The launch gives thread i its turn: starts it, or resumes it where it
+ * waited; returns when it waits again or ends. (Its own function: the frame
+ * of the setjmp lives until the thread jumps back into it.) */
+static UFORM_EMULATED_SWITCHES void uform_emulated_turn(unsigned i) {
+    auto &state = uform_emulated_state;
+    uform_emulated_fiber &fiber = state.fibers[i];
+    if (__builtin_setjmp(state.scheduler)) {
+        UFORM_EMULATED_FINISH_SWITCH(state.scheduler_fake_stack, nullptr, nullptr);
+        return;
+    }
+    UFORM_EMULATED_START_SWITCH(&state.scheduler_fake_stack, fiber.context.uc_stack.ss_sp, fiber.context.uc_stack.ss_size);
+    if (!fiber.started) {
+        fiber.started = true;
+        setcontext(&fiber.context);
+        fprintf(stderr, "emulated launch: setcontext failed\n");
+        abort();
+    }
+    uform_emulated_jump(fiber.resume);
+}
 
 static inline void __syncthreads() { uform_emulated_state.barrier.wait(); }
 
@@ -385,9 +453,9 @@ static void uform_emulated_run(dim3 grid, unsigned threads, void (*kernel)(Param
                     getcontext(&fiber.context);
                     fiber.context.uc_stack.ss_sp = state.stacks.data() + i * UFORM_EMULATED_STACK;
                     fiber.context.uc_stack.ss_size = UFORM_EMULATED_STACK;
-                    fiber.context.uc_link = &state.scheduler;
+                    fiber.context.uc_link = nullptr; /* the thread jumps back, never returns */
                     makecontext(&fiber.context, uform_emulated_thread, 0);
-                    fiber.done = false;
+                    fiber.started = fiber.done = false;
                 }
                 for (;;) {
                     unsigned long long before = state.progress;
@@ -404,7 +472,7 @@ static void uform_emulated_run(dim3 grid, unsigned threads, void (*kernel)(Param
                                 running = true;
                                 state.current = i;
                                 threadIdx = dim3(i);
-                                swapcontext(&state.scheduler, &state.fibers[i].context);
+                                uform_emulated_turn(i);
                             }
                             moved = by_warp && state.progress != start;
                         }
