@@ -36,9 +36,10 @@ LIMIT=${UFORM_ARM_TEST_SECONDS:-900}
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
 
-FULL=(test_kernels test_sgemm test_ops test_api test_safetensors test_fp8 test_trainer reference_outputs)
-VECTOR=(test_kernels test_ops reference_outputs test_sgemm)
-VECTOR_512=(test_kernels reference_outputs test_sgemm)
+# (each list longest first; the runs start in that order)
+FULL=(test_api test_kernels test_trainer test_ops reference_outputs test_sgemm test_safetensors test_fp8)
+VECTOR=(test_kernels test_ops test_sgemm reference_outputs)
+VECTOR_512=(test_kernels test_sgemm reference_outputs)
 # (encode_scalars is left out too: the output conversions are portable C, and it
 # alone takes four minutes emulated.)
 API_TESTS=(version_and_errors executors load_and_describe cpu_classes quantization vram
@@ -47,6 +48,7 @@ API_TESTS=(version_and_errors executors load_and_describe cpu_classes quantizati
 TRAINER_TESTS=(objective replicas "shared choices" "resume progress" submitted "bad input" concurrent diverged
                "resume validates")
 CPUS=("max,sve=off" "max,sve128=on" "max,sve256=on" "max,sve512=on")
+CPUS_LONGEST_FIRST=("max,sve256=on" "max,sve512=on" "max,sve=off" "max,sve128=on")
 
 # The float64 reference outputs, written here by the PyTorch reference, and
 # checked natively first (so a failure under emulation is the Arm code's).
@@ -87,8 +89,10 @@ run_one() {  # cpu, test, class to test alone or ""
 }
 
 # Two runs at a time (the machine's cores); each test's threads are emulated.
+# The wide vectors' runs first: they are the longest (qemu), and starting the
+# longest first keeps both cores busy to the end.
 jobs_running=0
-for cpu in "${CPUS[@]}"; do
+for cpu in "${CPUS_LONGEST_FIRST[@]}"; do
     if [ "$cpu" = "max,sve=off" ]; then tests=("${FULL[@]}") only=""
     elif [ "$cpu" = "max,sve512=on" ]; then tests=("${VECTOR_512[@]}") only="sve sve_bf16"
     else tests=("${VECTOR[@]}") only="sve sve_bf16"; fi
