@@ -15,7 +15,6 @@
 #include <immintrin.h>
 
 #define UFORM_E4M3_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define UFORM_E4M3_WIDTH_MAX 256 /* slots per tile row: 2 x UFORM_GEMM_NR_MAX */
 
 /* 16 codes as FP16 bits of value x 2^-8 in 16-bit lanes. */
 static inline __attribute__((always_inline)) UFORM_E4M3_AVX2 __m256i

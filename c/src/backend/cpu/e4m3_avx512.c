@@ -19,7 +19,6 @@
 
 #define UFORM_E4M3_AVX512_BF16 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
-#define UFORM_E4M3_WIDTH_MAX 256 /* slots per tile row: 2 x UFORM_GEMM_NR_MAX */
 
 /* Up to 32 codes (mask `live`) as FP16 bits of value x 2^-8 in 16-bit lanes. */
 static inline __attribute__((always_inline)) UFORM_E4M3_AVX512_BF16 __m512i

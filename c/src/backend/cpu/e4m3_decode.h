@@ -10,6 +10,10 @@
 
 #include "core/internal.h"
 
+/* The widest tile a decoder is given: slots per tile row, 2 x UFORM_GEMM_NR_MAX
+ * (the SIMD decoders keep the row of scales, times 2^8, on their stack). */
+#define UFORM_E4M3_WIDTH_MAX 256
+
 typedef void (*uform_e4m3_decode_fn_t)(const uint8_t *codes, size_t rows, size_t width,
                                        const float *scales, void *out);
 
