@@ -475,6 +475,38 @@ static void test_e4m3_decoders(void) {
     for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) test_e4m3_decoders_at(widths[w]);
 }
 
+/* The executor's scratch blocks (core/internal.h): aligned, kept between
+ * calls (the same block comes back for a smaller or equal take), bounded in
+ * number and size, freed with the executor (ASan's leak check in test-c). */
+static void test_scratch(uform_executor_t *executor) {
+    unsigned char *a = uform_scratch_take(executor, 300000);
+    CHECK(a && (uintptr_t)a % 64 == 0, "scratch: 300000 bytes not had or not 64-byte aligned");
+    if (!a) return;
+    memset(a, 1, 300000);
+    uform_scratch_give(executor, a);
+    unsigned char *b = uform_scratch_take(executor, 1000);
+    CHECK(b == a, "scratch: a block given back is not taken again for a smaller take");
+    unsigned char *c = uform_scratch_take(executor, 400000);
+    CHECK(c && c != b, "scratch: a second block while the first is out");
+    if (c) memset(c, 2, 400000);
+    uform_scratch_give(executor, b);
+    uform_scratch_give(executor, c);
+    unsigned char *d = uform_scratch_take(executor, 350000);
+    CHECK(d == c, "scratch: the smallest kept block large enough is not the one taken");
+    uform_scratch_give(executor, d);
+    /* more blocks than are kept, and one larger than is kept: freed, not leaked */
+    void *many[UFORM_SCRATCH_KEPT + 2];
+    for (size_t i = 0; i < UFORM_SCRATCH_KEPT + 2; i++) many[i] = uform_scratch_take(executor, 4096 * (i + 1));
+    for (size_t i = 0; i < UFORM_SCRATCH_KEPT + 2; i++) uform_scratch_give(executor, many[i]);
+    void *large = uform_scratch_take(executor, UFORM_SCRATCH_KEPT_BYTES + 64);
+    uform_scratch_give(executor, large);
+    void *plain = uform_scratch_take(NULL, 100);
+    CHECK(plain && (uintptr_t)plain % 64 == 0, "scratch without an executor: not had or not aligned");
+    uform_scratch_give(NULL, plain);
+    uform_scratch_give(executor, NULL);
+    CHECK(uform_scratch_take(executor, SIZE_MAX) == NULL, "scratch: SIZE_MAX bytes were had");
+}
+
 /* E4M3 weights multiply exactly as the BF16 matrix of their dequantized
  * values: same bits for every shape, bias, accumulation and thread count. */
 static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **executors,
@@ -532,21 +564,28 @@ static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **exe
                         accumulate ? UFORM_GEMM_ACCUMULATE : UFORM_GEMM_STORE;
                     kernels->gemm(executor, &bf16, p.x, p.x_stride, m, p.bias, epilogue, expected,
                                   p.y_stride);
-                    /* the panels decoded in one pass, in passes of a few panels (or
-                     * one), and the stack tiles where not one panel fits */
-                    static const size_t decoded_limits[] = {UFORM_GEMM_DECODED_MAX, 24576, 1};
+                    /* each task decoding into its thread's L2 tile (up to a
+                     * text's rows), then, with that off, the panels decoded in
+                     * one pass, in passes of a few panels (or one), and the
+                     * stack tiles where not one panel fits */
+                    static const size_t local_rows[] = {UFORM_GEMM_E4M3_LOCAL_ROWS, 0, 0, 0};
+                    static const size_t decoded_limits[] = {UFORM_GEMM_DECODED_MAX, UFORM_GEMM_DECODED_MAX,
+                                                            24576, 1};
                     for (size_t l = 0; l < sizeof(decoded_limits) / sizeof(decoded_limits[0]); l++) {
                         if (l > 0 && accumulate)
                             for (size_t i = 0; i < m; i++)
                                 memcpy(got + i * p.y_stride, y_start + i * n, n * sizeof(float));
+                        uform_gemm_e4m3_local_rows = local_rows[l];
                         uform_gemm_decoded_max = decoded_limits[l];
                         kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, epilogue, got,
                                       p.y_stride);
                         CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
-                              "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d decoded at most %zu "
-                              "bytes: differs from BF16",
-                              kernels->name, m, n, k, p.bias != NULL, accumulate, decoded_limits[l]);
+                              "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d local tiles up to %zu "
+                              "rows, decoded at most %zu bytes: differs from BF16",
+                              kernels->name, m, n, k, p.bias != NULL, accumulate, local_rows[l],
+                              decoded_limits[l]);
                     }
+                    uform_gemm_e4m3_local_rows = UFORM_GEMM_E4M3_LOCAL_ROWS;
                     uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
                     free(y_start);
                     free(expected);
@@ -842,6 +881,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     test_layer_norm_bits(executors);
+    test_scratch(executors[1]);
     static const uform_cpu_class_t classes[] = {UFORM_CPU_CLASS_SERIAL, UFORM_CPU_CLASS_HASWELL,
                                                 UFORM_CPU_CLASS_SKYLAKE, UFORM_CPU_CLASS_SAPPHIRE,
                                                 UFORM_CPU_CLASS_NEON, UFORM_CPU_CLASS_SVE,

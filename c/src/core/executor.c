@@ -85,6 +85,11 @@ struct uform_executor {
     /* a VRAM executor's GPUs (backend/vram.c), released after the jobs */
     void *devices;
     void (*devices_release)(void *devices);
+
+    /* scratch blocks given back (uform_scratch_give), for the next take */
+    pthread_mutex_t scratch_lock;
+    void *scratch[UFORM_SCRATCH_KEPT];
+    size_t scratch_bytes[UFORM_SCRATCH_KEPT]; /* 0: the slot is empty */
 };
 
 static _Thread_local int uform_inside_loop;
@@ -234,6 +239,7 @@ uform_status_t uform_executor_for_ram(size_t threads, const uint32_t *memory_dom
     if (!executor) return UFORM_OUT_OF_MEMORY;
     executor->threads = threads;
     pthread_mutex_init(&executor->loop_lock, NULL);
+    pthread_mutex_init(&executor->scratch_lock, NULL);
     pthread_mutex_init(&executor->lock, NULL);
     pthread_cond_init(&executor->wake, NULL);
     pthread_cond_init(&executor->idle, NULL);
@@ -421,6 +427,8 @@ void uform_executor_free(uform_executor_t *executor) {
     }
     uform_executor_stop_workers(executor);
     if (executor->devices_release) executor->devices_release(executor->devices);
+    for (size_t i = 0; i < UFORM_SCRATCH_KEPT; i++) free(executor->scratch[i]);
+    pthread_mutex_destroy(&executor->scratch_lock);
     free(executor->workers);
     free(executor->memory_domains);
     pthread_cond_destroy(&executor->queue_empty);
@@ -431,4 +439,64 @@ void uform_executor_free(uform_executor_t *executor) {
     pthread_mutex_destroy(&executor->lock);
     pthread_mutex_destroy(&executor->loop_lock);
     free(executor);
+}
+
+/* ---- scratch memory -------------------------------------------------------- */
+
+/* A block's capacity sits in the 64 bytes before what take returns. */
+#define UFORM_SCRATCH_HEADER 64
+
+static size_t uform_scratch_capacity(const void *block) {
+    size_t bytes;
+    memcpy(&bytes, (const unsigned char *)block - UFORM_SCRATCH_HEADER, sizeof(bytes));
+    return bytes;
+}
+
+void *uform_scratch_take(uform_executor_t *executor, size_t bytes) {
+    if (bytes > SIZE_MAX / 2) return NULL;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (executor) {
+        /* the smallest kept block that is large enough */
+        pthread_mutex_lock(&executor->scratch_lock);
+        size_t best = UFORM_SCRATCH_KEPT;
+        for (size_t i = 0; i < UFORM_SCRATCH_KEPT; i++)
+            if (executor->scratch_bytes[i] >= bytes &&
+                (best == UFORM_SCRATCH_KEPT || executor->scratch_bytes[i] < executor->scratch_bytes[best]))
+                best = i;
+        void *block = NULL;
+        if (best < UFORM_SCRATCH_KEPT) {
+            block = executor->scratch[best];
+            executor->scratch[best] = NULL;
+            executor->scratch_bytes[best] = 0;
+        }
+        pthread_mutex_unlock(&executor->scratch_lock);
+        if (block) return (unsigned char *)block + UFORM_SCRATCH_HEADER;
+    }
+    unsigned char *block = aligned_alloc(64, UFORM_SCRATCH_HEADER + (bytes ? bytes : 64));
+    if (!block) return NULL;
+    memcpy(block, &bytes, sizeof(bytes));
+    return block + UFORM_SCRATCH_HEADER;
+}
+
+void uform_scratch_give(uform_executor_t *executor, void *memory) {
+    if (!memory) return;
+    unsigned char *block = (unsigned char *)memory - UFORM_SCRATCH_HEADER;
+    size_t bytes = uform_scratch_capacity(memory);
+    if (executor && bytes <= UFORM_SCRATCH_KEPT_BYTES) {
+        /* keep it in an empty slot, or in place of a smaller block */
+        pthread_mutex_lock(&executor->scratch_lock);
+        size_t slot = 0;
+        for (size_t i = 1; i < UFORM_SCRATCH_KEPT; i++)
+            if (executor->scratch_bytes[i] < executor->scratch_bytes[slot]) slot = i;
+        void *evicted = NULL;
+        if (executor->scratch_bytes[slot] < bytes) {
+            evicted = executor->scratch[slot];
+            executor->scratch[slot] = block;
+            executor->scratch_bytes[slot] = bytes;
+            block = NULL;
+        }
+        pthread_mutex_unlock(&executor->scratch_lock);
+        free(evicted);
+    }
+    free(block);
 }

@@ -113,6 +113,21 @@ UFORM_INTERNAL void *uform_executor_devices(const uform_executor_t *executor);
 /* Waits until no submitted job is queued or running (the executor stays usable). */
 UFORM_INTERNAL void uform_executor_drain(uform_executor_t *executor);
 
+/* Scratch memory for one call's temporary buffers (a GEMM's packed and
+ * decoded panels, attention's per-thread matrices): 64-byte aligned, at
+ * least `bytes`, or NULL where it cannot be had (callers fall back, so no
+ * error is recorded). Given back, a block is kept by the executor for the
+ * next take, up to UFORM_SCRATCH_KEPT blocks of at most
+ * UFORM_SCRATCH_KEPT_BYTES each, and freed with it: a buffer of a few
+ * hundred KiB allocated and freed on every call makes glibc return the heap's
+ * top to the system and fault it in again page by page (AMX, one text's
+ * products: 186 page faults a call, 25% of its time). Without an executor,
+ * plain aligned_alloc and free. Any thread may take and give. */
+#define UFORM_SCRATCH_KEPT 4
+#define UFORM_SCRATCH_KEPT_BYTES ((size_t)32 << 20)
+UFORM_INTERNAL void *uform_scratch_take(uform_executor_t *executor, size_t bytes);
+UFORM_INTERNAL void uform_scratch_give(uform_executor_t *executor, void *memory);
+
 /* A unit of submitted work (executor.c): runs `run` on the executor's
  * submission thread; its status and message are kept in the job. */
 typedef uform_status_t (*uform_job_fn_t)(void *context);

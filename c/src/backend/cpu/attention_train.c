@@ -144,8 +144,9 @@ static float *uform_attention_scratch(uform_executor_t *executor, const uform_se
     size_t bytes;
     if (!uform_mul_ok(*per_thread, threads * sizeof(float), &bytes) || bytes > UFORM_ATTENTION_SCRATCH)
         return NULL;
-    /* not uform_alloc_aligned: a failure here is handled, not reported */
-    return aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+    /* the executor's scratch (kept between calls, not faulted in again each
+     * time); a failure here is handled, not reported */
+    return uform_scratch_take(executor, bytes);
 }
 
 void uform_attention_forward(uform_executor_t *executor, uform_sgemm_path_t path, const float *qkv,
@@ -162,7 +163,7 @@ void uform_attention_forward(uform_executor_t *executor, uform_sgemm_path_t path
     }
     if (executor) uform_parallel_for(executor, count * job.heads, 1, uform_attention_forward_tasks, &job);
     else uform_attention_forward_tasks(&job, 0, count * job.heads, 0);
-    free(job.scratch);
+    uform_scratch_give(executor, job.scratch);
 }
 
 void uform_attention_backward(uform_executor_t *executor, uform_sgemm_path_t path,
@@ -180,5 +181,5 @@ void uform_attention_backward(uform_executor_t *executor, uform_sgemm_path_t pat
     }
     if (executor) uform_parallel_for(executor, count * job.heads, 1, uform_attention_backward_tasks, &job);
     else uform_attention_backward_tasks(&job, 0, count * job.heads, 0);
-    free(job.scratch);
+    uform_scratch_give(executor, job.scratch);
 }

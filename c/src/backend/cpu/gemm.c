@@ -222,6 +222,10 @@ typedef struct {
     uform_gemm_codes_t codes;
     unsigned char *decoded; /* b's panels, when they are decoded E4M3 */
     size_t decode_panels, pack_slots;
+    /* The tile tasks' decoded tiles, tile_bytes per pool thread (NULL: a
+     * UFORM_GEMM_TILE_BYTES tile on each task's stack). */
+    unsigned char *tiles;
+    size_t tile_bytes;
 } uform_gemm_job_t;
 
 /* Per-task stack buffers: the packed A panel and the last panel's partial
@@ -233,6 +237,7 @@ typedef struct {
 } uform_gemm_buffers_t;
 
 size_t uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
+size_t uform_gemm_e4m3_local_rows = UFORM_GEMM_E4M3_LOCAL_ROWS;
 
 static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_class,
                                               const uform_packed_t *w) {
@@ -377,18 +382,18 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
     if (gc->tasks_end) gc->tasks_end();
 }
 
-/* E4M3 tasks where the decoded panels cannot be had (uform_gemm_run): for
- * each k block, the task's panels are decoded into an L1 tile on its stack,
- * then every row group sweeps them. */
+/* E4M3 tasks that decode their own panels (uform_gemm_run): for each k
+ * block, the task's panels are decoded into a tile, an L1 one on its stack or
+ * the thread's L2 one, then every row group sweeps them. */
 static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, size_t thread) {
-    (void)thread;
     const uform_gemm_job_t *job = context;
     const uform_gemm_class_t *gc = job->gemm_class;
     const uform_gemm_codes_t *codes = &job->codes;
     size_t k = job->w->k, nr = gc->nr, mr = gc->mr;
     bool pairs = job->w->layout == UFORM_GEMM_PAIRS;
     size_t kbp_max = uform_gemm_class_k(gc, job->w->layout, job->kc);
-    _Alignas(64) unsigned char tile[UFORM_GEMM_TILE_BYTES];
+    _Alignas(64) unsigned char stack_tile[UFORM_GEMM_TILE_BYTES];
+    unsigned char *tile = job->tiles ? job->tiles + thread * job->tile_bytes : stack_tile;
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float));
     if (gc->tasks_begin) gc->tasks_begin();
@@ -419,7 +424,9 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
  * threads, shrink them until there are enough tasks to balance: first across
  * n (down to 4 panels, so a packed A panel is still reused and the wide
  * kernels still apply), then across m, then n down to one panel while
- * threads would idle. */
+ * threads would idle. Tile tasks with the threads' L2 tiles (job->tiles)
+ * take every row in one block, so that each weight is decoded once, and
+ * split n alone. */
 static void uform_gemm_blocking(uform_gemm_job_t *job, size_t threads, size_t panels, bool tile) {
     const uform_gemm_class_t *gc = job->gemm_class;
     size_t mr = gc->mr, nr = gc->nr, m = job->m;
@@ -428,6 +435,20 @@ static void uform_gemm_blocking(uform_gemm_job_t *job, size_t threads, size_t pa
     job->kc = gc->kc;
     job->mc = uform_min(8 * mr, uform_round_up(m, mr));
     job->nc_panels = uform_min(panels, 512 / nr > 0 ? 512 / nr : 1);
+    if (tile && job->tiles) {
+        size_t panel_bytes = uform_gemm_class_k(gc, job->w->layout, gc->kc) * nr * job->codes.size;
+        job->mc = uform_round_up(m, mr);
+        job->nc_panels = uform_min(job->nc_panels, job->tile_bytes / panel_bytes);
+        /* 4 tasks a thread balance well enough; fewer panels than the
+         * wide kernels take only where threads would idle */
+        while (job->nc_panels > min_panels && (panels + job->nc_panels - 1) / job->nc_panels < 4 * threads)
+            job->nc_panels = (job->nc_panels + 1) / 2;
+        while (job->nc_panels > 1 && (panels + job->nc_panels - 1) / job->nc_panels < threads)
+            job->nc_panels = (job->nc_panels + 1) / 2;
+        job->n_blocks = (panels + job->nc_panels - 1) / job->nc_panels;
+        job->k_blocks = (job->w->k + job->kc - 1) / job->kc;
+        return;
+    }
     if (tile) {
         /* The decoded tile holds nc_panels x kc weights of the compute type:
          * min_panels of them and k blocks of 64 at least, else one panel. */
@@ -488,9 +509,22 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         job.codes = uform_gemm_codes_of(gemm_class, w);
         bool pairs = w->layout == UFORM_GEMM_PAIRS;
         size_t panel_bytes = job.codes.kp * nr * job.codes.size;
-        pass_panels = m < mr ? 0 : uform_min(panels, uform_gemm_decoded_max / panel_bytes);
+        /* Up to a text's worth of rows, each task decodes its panels into
+         * its thread's L2 tile, k block by k block, and all rows sweep
+         * them: each weight is still decoded once, and the decoded panels
+         * are written where they are read, not through a shared buffer
+         * (2 MiB for 2048 x 512) whose lines the other core may hold
+         * (AMX, m = 288: the decoding took 10% of the product). */
+        size_t block_panel_bytes =
+            uform_gemm_class_k(gemm_class, w->layout, gemm_class->kc) * nr * job.codes.size;
+        if (m >= mr && m <= uform_gemm_e4m3_local_rows &&
+            block_panel_bytes <= UFORM_GEMM_E4M3_LOCAL_TILE_BYTES) {
+            job.tile_bytes = UFORM_GEMM_E4M3_LOCAL_TILE_BYTES;
+            job.tiles = uform_scratch_take(executor, threads * job.tile_bytes);
+        }
+        pass_panels = m < mr || job.tiles ? 0 : uform_min(panels, uform_gemm_decoded_max / panel_bytes);
         if (pass_panels > 0)
-            job.decoded = aligned_alloc(64, uform_round_up(pass_panels * panel_bytes, 64));
+            job.decoded = uform_scratch_take(executor, pass_panels * panel_bytes);
         job.b = (uform_gemm_panels_t){job.decoded, 0, job.codes.kp * nr, job.codes.size,
                                       pairs ? gemm_class->kernels : gemm_class->kernels_f32,
                                       pairs ? gemm_class->wide : gemm_class->wide_f32};
@@ -514,7 +548,7 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         size_t slots = (m + mr - 1) / mr * job.k_blocks;
         if (q_begin == 0 && job.n_blocks > 1 && macs >= 1048576.0 &&
             slots <= UFORM_GEMM_PACKED_A_MAX / UFORM_GEMM_A_BYTES) {
-            job.packed_a = aligned_alloc(64, slots * UFORM_GEMM_A_BYTES);
+            job.packed_a = uform_scratch_take(executor, slots * UFORM_GEMM_A_BYTES);
             job.pack_slots = job.packed_a ? slots : 0;
         } else {
             job.pack_slots = 0;
@@ -530,6 +564,7 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         else
             task(&job, 0, tasks, 0);
     }
-    free(job.packed_a);
-    free(job.decoded);
+    uform_scratch_give(executor, job.packed_a);
+    uform_scratch_give(executor, job.decoded);
+    uform_scratch_give(executor, job.tiles);
 }

@@ -14,7 +14,10 @@
  *
  * E4M3 matrices (packed by uform_gemm_pack_e4m3) keep one byte per weight,
  * PLAIN for the FP32 classes and PAIRS for the BF16 ones, and per panel the
- * scale of each slot. A product decodes its panels once, before its tasks,
+ * scale of each slot. A product of up to a text's rows (mr to
+ * uform_gemm_e4m3_local_rows) takes all its rows in one block: each task
+ * decodes its panels, a k block at a time, into its thread's L2 tile, and
+ * every row sweeps them. A larger one decodes its panels once, before its tasks,
  * into a buffer of the class's compute type (e4m3_decode.h: the FP32 classes
  * get FP32 in PLAIN order, read by kernels_f32; the BF16 classes BF16 PAIRS,
  * read by their usual kernels), up to uform_gemm_decoded_max bytes at a time
@@ -59,6 +62,15 @@ UFORM_INTERNAL extern size_t uform_gemm_decoded_max;
  * within noise of these (docs/benchmarks.md, "E4M3"). */
 #define UFORM_GEMM_E4M3_KC 128
 #define UFORM_GEMM_E4M3_MC 192
+/* Products of mr to this many rows of E4M3 weights (one text of up to 512
+ * tokens) decode per task instead, into a tile of this many bytes per
+ * thread (L2-sized: whole k blocks of several panels), with all rows in one
+ * block (gemm.c). */
+#define UFORM_GEMM_E4M3_LOCAL_ROWS 512
+/* That bound as the GEMM reads it; tests set 0 to run the other paths at
+ * these sizes. Not for callers. */
+UFORM_INTERNAL extern size_t uform_gemm_e4m3_local_rows;
+#define UFORM_GEMM_E4M3_LOCAL_TILE_BYTES (256u << 10)
 
 typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gemm_layout_t;
 

@@ -407,7 +407,8 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
     size_t tasks = (m + job.mc - 1) / job.mc * job.n_blocks;
 
     /* The workspace: per thread an A block and a B block, 64-byte aligned.
-     * aligned_alloc rather than uform_alloc_aligned: a failure here is not an
+     * The executor's scratch rather than uform_alloc_aligned: kept between
+     * calls (not faulted in again each time), and a failure here is not an
      * error to report (the stack blocks take over), so it must not replace
      * the thread's last error message. */
     void *workspace = NULL;
@@ -416,7 +417,7 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
         size_t per = uform_sgemm_round_up(job.mb * job.kc, 16) + job.kc * job.nc;
         size_t floats, bytes;
         if (uform_mul_ok(per, threads, &floats) && uform_mul_ok(floats, sizeof(float), &bytes)) {
-            workspace = aligned_alloc(64, uform_sgemm_round_up(bytes, 64));
+            workspace = uform_scratch_take(executor, bytes);
             job.workspace = workspace;
             job.workspace_floats = per;
         }
@@ -425,7 +426,7 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
         uform_parallel_for(executor, tasks, 1, uform_sgemm_task, &job);
     else
         uform_sgemm_task(&job, 0, tasks, 0);
-    free(workspace);
+    uform_scratch_give(executor, workspace);
 }
 
 void uform_sgemm(uform_executor_t *executor, size_t m, size_t n, size_t k, uform_matrix_t a,
