@@ -222,10 +222,9 @@ typedef struct {
     uform_gemm_codes_t codes;
     unsigned char *decoded; /* b's panels, when they are decoded E4M3 */
     size_t decode_panels, pack_slots;
-    /* The tile tasks' decoded tiles, tile_bytes per pool thread (NULL: a
-     * UFORM_GEMM_TILE_BYTES tile on each task's stack). */
+    /* The tile tasks' decoded tiles, UFORM_GEMM_E4M3_LOCAL_TILE_BYTES per
+     * pool thread (NULL: a UFORM_GEMM_TILE_BYTES tile on each task's stack). */
     unsigned char *tiles;
-    size_t tile_bytes;
 } uform_gemm_job_t;
 
 /* Per-task stack buffers: the packed A panel and the last panel's partial
@@ -238,6 +237,13 @@ typedef struct {
 
 size_t uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
 size_t uform_gemm_e4m3_local_rows = UFORM_GEMM_E4M3_LOCAL_ROWS;
+
+/* Bytes of one panel's decoded k block of the class's kc, as the L2 tiles
+ * hold it. */
+static size_t uform_gemm_local_panel_bytes(const uform_gemm_class_t *gc, const uform_packed_t *w,
+                                           size_t decoded_size) {
+    return uform_gemm_class_k(gc, w->layout, gc->kc) * gc->nr * decoded_size;
+}
 
 static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_class,
                                               const uform_packed_t *w) {
@@ -393,7 +399,7 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
     bool pairs = job->w->layout == UFORM_GEMM_PAIRS;
     size_t kbp_max = uform_gemm_class_k(gc, job->w->layout, job->kc);
     _Alignas(64) unsigned char stack_tile[UFORM_GEMM_TILE_BYTES];
-    unsigned char *tile = job->tiles ? job->tiles + thread * job->tile_bytes : stack_tile;
+    unsigned char *tile = job->tiles ? job->tiles + thread * UFORM_GEMM_E4M3_LOCAL_TILE_BYTES : stack_tile;
     uform_gemm_buffers_t buffers;
     memset(buffers.edge, 0, mr * nr * sizeof(float));
     if (gc->tasks_begin) gc->tasks_begin();
@@ -436,9 +442,9 @@ static void uform_gemm_blocking(uform_gemm_job_t *job, size_t threads, size_t pa
     job->mc = uform_min(8 * mr, uform_round_up(m, mr));
     job->nc_panels = uform_min(panels, 512 / nr > 0 ? 512 / nr : 1);
     if (tile && job->tiles) {
-        size_t panel_bytes = uform_gemm_class_k(gc, job->w->layout, gc->kc) * nr * job->codes.size;
+        size_t panel_bytes = uform_gemm_local_panel_bytes(gc, job->w, job->codes.size);
         job->mc = uform_round_up(m, mr);
-        job->nc_panels = uform_min(job->nc_panels, job->tile_bytes / panel_bytes);
+        job->nc_panels = uform_min(job->nc_panels, UFORM_GEMM_E4M3_LOCAL_TILE_BYTES / panel_bytes);
         /* 4 tasks a thread balance well enough; fewer panels than the
          * wide kernels take only where threads would idle */
         while (job->nc_panels > min_panels && (panels + job->nc_panels - 1) / job->nc_panels < 4 * threads)
@@ -515,13 +521,9 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
          * are written where they are read, not through a shared buffer
          * (2 MiB for 2048 x 512) whose lines the other core may hold
          * (AMX, m = 288: the decoding took 10% of the product). */
-        size_t block_panel_bytes =
-            uform_gemm_class_k(gemm_class, w->layout, gemm_class->kc) * nr * job.codes.size;
         if (m >= mr && m <= uform_gemm_e4m3_local_rows &&
-            block_panel_bytes <= UFORM_GEMM_E4M3_LOCAL_TILE_BYTES) {
-            job.tile_bytes = UFORM_GEMM_E4M3_LOCAL_TILE_BYTES;
-            job.tiles = uform_scratch_take(executor, threads * job.tile_bytes);
-        }
+            uform_gemm_local_panel_bytes(gemm_class, w, job.codes.size) <= UFORM_GEMM_E4M3_LOCAL_TILE_BYTES)
+            job.tiles = uform_scratch_take(executor, threads * UFORM_GEMM_E4M3_LOCAL_TILE_BYTES);
         pass_panels = m < mr || job.tiles ? 0 : uform_min(panels, uform_gemm_decoded_max / panel_bytes);
         if (pass_panels > 0)
             job.decoded = uform_scratch_take(executor, pass_panels * panel_bytes);
