@@ -40,10 +40,12 @@
 #define UFORM_AMX_WIDE 2         /* panels per wide kernel call: 4 C tiles */
 #define UFORM_AMX_TILE_BYTES 64  /* bytes per tile row (every tile: 16 rows of 64 bytes) */
 
-/* Tiles: 0-3 the sums (two per panel), 4 the A step, 5 and 6 a panel's B step. */
+/* Tiles: 0-3 the sums (two per panel), 4 the A step, 5 and 6 a panel's B step;
+ * the pair kernel's second A step in 7. */
 #define UFORM_AMX_A_TILE 4
 #define UFORM_AMX_B0_TILE 5
 #define UFORM_AMX_B1_TILE 6
+#define UFORM_AMX_A1_TILE 7
 
 #if defined(UFORM_AMX_EMULATE)
 /* ---- the tile instructions in C (tests only) ----------------------------- */
@@ -193,9 +195,10 @@ static UFORM_SAPPHIRE_TARGET void uform_amx_pack_a(const float *x, size_t x_stri
     } while (0)
 
 /* c[rows, 32 panels] = (first ? 0 : c) + a . b over kc (whole steps: the
- * padding adds zeros), then + bias. Full tiles of 16 rows load and store c in
- * place; fewer rows go through a 16-row buffer. The tile configuration is the
- * driver's (amx.c, uform_amx_tasks_begin). */
+ * padding adds zeros); no bias: the class's add_bias adds it after each
+ * sweep, so bias is always NULL here. Full tiles of 16 rows load and store c
+ * in place; fewer rows go through a 16-row buffer. The tile configuration is
+ * the driver's (amx.c, uform_amx_tasks_begin). */
 static inline __attribute__((always_inline)) UFORM_AMX_TARGET void
 uform_amx_kernel(size_t rows, size_t panels, size_t kc, const void *a_panel, const void *b_panel,
                  size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
@@ -229,13 +232,75 @@ uform_amx_kernel(size_t rows, size_t panels, size_t kc, const void *a_panel, con
 #undef UFORM_AMX_LOAD_C
 #undef UFORM_AMX_STORE_C
     UFORM_AMX_MEMORY_BARRIER();
-    size_t kept = in_place ? UFORM_AMX_MR : rows;
-    if (bias)
-        for (size_t r = 0; r < kept; r++)
-            for (size_t j = 0; j < cols; j++) out[r * out_stride + j] += bias[j];
+    (void)bias;
     if (!in_place)
         for (size_t r = 0; r < rows; r++)
             memcpy(c + r * c_stride, buffer + r * out_stride, cols * sizeof(float));
+}
+
+/* The pair kernel: c[32 rows, one panel] = (first ? 0 : c) + a . b over kc
+ * (the bias comes after, from add_bias), for two full row groups at once (a0 rows 0-15, a1 rows 16-31),
+ * in place. Each step loads two A tiles and the panel's two B tiles for four
+ * products: half the B traffic per product of the wide kernel (one A tile,
+ * four B tiles), which its loads from L2 bound (a step of the wide kernel
+ * took 21-27 cycles a product with B streaming from L2, this one 15-18,
+ * against 13 with no loads at all; docs/profiles.md). The same chains over
+ * k, so the same bits as the one-group kernels. */
+static UFORM_AMX_TARGET void uform_amx_pair_kernel(size_t kc, const void *a0_panel, const void *a1_panel,
+                                                   const void *b_panel, float *c, size_t c_stride,
+                                                   int first) {
+    const unsigned char *a0 = a0_panel, *a1 = a1_panel;
+    const uint16_t *b = b_panel;
+    size_t steps = uform_amx_padded_k(kc) / UFORM_AMX_K_STEP, a_row_bytes = steps * UFORM_AMX_TILE_BYTES;
+    size_t row_bytes = c_stride * sizeof(float), b_row_bytes = 2 * UFORM_AMX_NR * sizeof(uint16_t);
+    float *c1 = c + UFORM_AMX_MR * c_stride;
+    UFORM_AMX_MEMORY_BARRIER();
+    UFORM_AMX_EMULATED_ROWS(UFORM_AMX_MR);
+    if (first) {
+        UFORM_AMX_ZERO(0);
+        UFORM_AMX_ZERO(1);
+        UFORM_AMX_ZERO(2);
+        UFORM_AMX_ZERO(3);
+    } else {
+        UFORM_AMX_LOAD(0, c, row_bytes);
+        UFORM_AMX_LOAD(1, c + 16, row_bytes);
+        UFORM_AMX_LOAD(2, c1, row_bytes);
+        UFORM_AMX_LOAD(3, c1 + 16, row_bytes);
+    }
+    for (size_t s = 0; s < steps; s++) {
+        const uint16_t *step_b = b + s * 16 * 2 * UFORM_AMX_NR;
+        UFORM_AMX_LOAD(UFORM_AMX_A_TILE, a0 + s * UFORM_AMX_TILE_BYTES, a_row_bytes);
+        UFORM_AMX_LOAD(UFORM_AMX_B0_TILE, step_b, b_row_bytes);
+        UFORM_AMX_LOAD(UFORM_AMX_B1_TILE, step_b + UFORM_AMX_NR, b_row_bytes);
+        UFORM_AMX_LOAD(UFORM_AMX_A1_TILE, a1 + s * UFORM_AMX_TILE_BYTES, a_row_bytes);
+        UFORM_AMX_DP(0, UFORM_AMX_A_TILE, UFORM_AMX_B0_TILE);
+        UFORM_AMX_DP(1, UFORM_AMX_A_TILE, UFORM_AMX_B1_TILE);
+        UFORM_AMX_DP(2, UFORM_AMX_A1_TILE, UFORM_AMX_B0_TILE);
+        UFORM_AMX_DP(3, UFORM_AMX_A1_TILE, UFORM_AMX_B1_TILE);
+    }
+    UFORM_AMX_STORE(0, c, row_bytes);
+    UFORM_AMX_STORE(1, c + 16, row_bytes);
+    UFORM_AMX_STORE(2, c1, row_bytes);
+    UFORM_AMX_STORE(3, c1 + 16, row_bytes);
+    UFORM_AMX_MEMORY_BARRIER();
+}
+
+/* y[r, j] += bias[j] over rows x cols, the driver's pass after a sweep (the
+ * class's add_bias): the same sums as the kernels' own epilogue, whose
+ * vector loads right after the tile stores waited for them to reach L1 (9 of
+ * the 27 cycles a product took in a sweep of pair kernels). */
+static UFORM_SAPPHIRE_TARGET void uform_amx_add_bias(float *y, size_t rows, size_t cols,
+                                                     size_t y_stride, const float *bias) {
+    __mmask16 tail = (__mmask16)((1u << (cols % 16)) - 1);
+    for (size_t r = 0; r < rows; r++) {
+        float *row = y + r * y_stride;
+        size_t j = 0;
+        for (; j + 16 <= cols; j += 16)
+            _mm512_storeu_ps(row + j, _mm512_add_ps(_mm512_loadu_ps(row + j), _mm512_loadu_ps(bias + j)));
+        if (tail)
+            _mm512_mask_storeu_ps(row + j, tail, _mm512_add_ps(_mm512_maskz_loadu_ps(tail, row + j),
+                                                               _mm512_maskz_loadu_ps(tail, bias + j)));
+    }
 }
 
 #define UFORM_AMX_KERNEL(R, P)                                                                  \
@@ -286,6 +351,8 @@ UFORM_AMX_KERNELS(16)
                  uform_amx_kernel_10x2, uform_amx_kernel_11x2, uform_amx_kernel_12x2,           \
                  uform_amx_kernel_13x2, uform_amx_kernel_14x2, uform_amx_kernel_15x2,           \
                  uform_amx_kernel_16x2},                                                        \
+        .pair = uform_amx_pair_kernel,                                                          \
+        .add_bias = uform_amx_add_bias,                                                         \
         .decode_e4m3 = uform_e4m3_decode_bf16_avx512, /* E4M3 panels in BF16 PAIRS, as SAPPHIRE */ \
         .tasks_begin = BEGIN,                                                                   \
         .tasks_end = END,                                                                       \

@@ -178,11 +178,13 @@ void uform_gemm_pack_a_bf16_pairs(const float *x, size_t x_stride, size_t rows, 
 }
 
 /* The panels a sweep reads: panel q at base + (q - first) * stride elements of
- * `size` bytes, read by `kernels` and `wide`. */
+ * `size` bytes, read by `kernels` and `wide`, and by `pair` (NULL: none) two
+ * row groups at a time. */
 typedef struct {
     const unsigned char *base;
     size_t first, stride, size;
     const uform_microkernel_fn_t *kernels, *wide;
+    uform_pair_kernel_fn_t pair;
 } uform_gemm_panels_t;
 
 /* An E4M3 matrix's codes and how one of its panels decodes (gemm.h): `rows`
@@ -227,10 +229,12 @@ typedef struct {
     unsigned char *tiles;
 } uform_gemm_job_t;
 
-/* Per-task stack buffers: the packed A panel and the last panel's partial
- * columns, computed full width. */
+/* Per-task stack buffers: the packed A panels (a row group's, and the next
+ * group's for a pair kernel) and the last panel's partial columns, computed
+ * full width. */
 typedef struct {
     _Alignas(64) unsigned char a_panel[UFORM_GEMM_A_BYTES];
+    _Alignas(64) unsigned char a_next[UFORM_GEMM_A_BYTES];
     _Alignas(64) float edge[UFORM_GEMM_MR_MAX * UFORM_GEMM_NR_MAX];
     _Alignas(64) float edge_bias[UFORM_GEMM_NR_MAX];
 } uform_gemm_buffers_t;
@@ -272,16 +276,18 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
     size_t n = job->w->n, nr = gc->nr;
     uform_microkernel_fn_t kernel = panels->kernels[rows], wide = panels->wide[rows];
     size_t q = q0, wide_panels = gc->wide_panels;
+    /* the bias in the kernels' epilogue, or after the sweep (add_bias) */
+    const float *kernel_bias = gc->add_bias ? NULL : job->bias;
 #define UFORM_GEMM_B(q) (panels->base + ((q) - panels->first) * panels->stride * panels->size)
     if (wide)
         for (; q + wide_panels <= q1 && (q + wide_panels) * nr <= n; q += wide_panels)
             wide(kb, a_panel, UFORM_GEMM_B(q), panels->stride,
                  job->y + i * job->y_stride + q * nr, job->y_stride, first,
-                 last && job->bias ? job->bias + q * nr : NULL);
+                 last && kernel_bias ? kernel_bias + q * nr : NULL);
     for (; q < q1; q++) {
         size_t j = q * nr, cols = uform_min(nr, n - j);
         float *c = job->y + i * job->y_stride + j;
-        const float *bias = last && job->bias ? job->bias + j : NULL;
+        const float *bias = last && kernel_bias ? kernel_bias + j : NULL;
         if (cols == nr) {
             /* b_stride: where the next panel is, for a kernel that prefetches it (gemm.h) */
             kernel(kb, a_panel, UFORM_GEMM_B(q), prefetch && q + 1 < q1 ? panels->stride : 0, c, job->y_stride,
@@ -301,11 +307,33 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
             memcpy(c + r * job->y_stride, buffers->edge + r * nr, cols * sizeof(float));
     }
 #undef UFORM_GEMM_B
-    /* GELU over the rows just finished, while they are in L1/L2 (one call per
-     * sweep: per kernel tile, HASWELL's 6 x 16, the calls cost more than they saved) */
-    if (last && job->gelu)
-        uform_gelu_rows(job->y + i * job->y_stride + q0 * nr, rows, uform_min(q1 * nr, n) - q0 * nr,
-                        job->y_stride);
+}
+
+/* Two full row groups, rows [i, i + 2 mr), swept over panels [q0, q1) by the
+ * pair kernel; a partial last panel goes through each group's edge. */
+static void uform_gemm_sweep_pair(const uform_gemm_job_t *job, const uform_gemm_panels_t *panels,
+                                  const void *a0, const void *a1, size_t i, size_t kb, int first,
+                                  int last, size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
+    size_t n = job->w->n, nr = job->gemm_class->nr, mr = job->gemm_class->mr;
+    size_t q = q0;
+    for (; q < q1 && (q + 1) * nr <= n; q++)
+        panels->pair(kb, a0, a1, panels->base + (q - panels->first) * panels->stride * panels->size,
+                     job->y + i * job->y_stride + q * nr, job->y_stride, first);
+    if (q < q1) {
+        uform_gemm_sweep(job, panels, a0, i, mr, kb, first, last, q, q1, false, buffers);
+        uform_gemm_sweep(job, panels, a1, i + mr, mr, kb, first, last, q, q1, false, buffers);
+    }
+}
+
+/* The A panel of rows [i, i + rows) and k block [k0, k0 + kb): packed before
+ * the tasks, or packed here into `buffer`. */
+static const void *uform_gemm_a_panel(const uform_gemm_job_t *job, size_t i, size_t rows, size_t k0,
+                                      size_t kb, unsigned char *buffer) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    if (job->packed_a)
+        return job->packed_a + (i / gc->mr * job->k_blocks + k0 / job->kc) * UFORM_GEMM_A_BYTES;
+    gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, buffer);
+    return buffer;
 }
 
 /* Rows [i0, i1) of k block [k0, k0 + kb), mr at a time: each group's A
@@ -315,17 +343,28 @@ static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_
                                   size_t i0, size_t i1, size_t k0, size_t kb, int first, int last,
                                   size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
     const uform_gemm_class_t *gc = job->gemm_class;
-    for (size_t i = i0; i < i1; i += gc->mr) {
-        size_t rows = uform_min(gc->mr, i1 - i);
-        const void *a_panel = buffers->a_panel;
-        if (job->packed_a)
-            a_panel = job->packed_a +
-                      (i / gc->mr * job->k_blocks + k0 / job->kc) * UFORM_GEMM_A_BYTES;
-        else
-            gc->pack_a(job->x + i * job->x_stride + k0, job->x_stride, rows, kb, buffers->a_panel);
-        /* the first row group reads the panels from memory: its kernels
-         * prefetch the next one; the later row groups find them in L2 */
-        uform_gemm_sweep(job, panels, a_panel, i, rows, kb, first, last, q0, q1, i == i0, buffers);
+    size_t mr = gc->mr, n = job->w->n;
+    for (size_t i = i0, rows; i < i1; i += rows) {
+        if (panels->pair && i + 2 * mr <= i1) {
+            rows = 2 * mr;
+            const void *a0 = uform_gemm_a_panel(job, i, mr, k0, kb, buffers->a_panel);
+            const void *a1 = uform_gemm_a_panel(job, i + mr, mr, k0, kb, buffers->a_next);
+            uform_gemm_sweep_pair(job, panels, a0, a1, i, kb, first, last, q0, q1, buffers);
+        } else {
+            rows = uform_min(mr, i1 - i);
+            const void *a_panel = uform_gemm_a_panel(job, i, rows, k0, kb, buffers->a_panel);
+            /* the first row group reads the panels from memory: its kernels
+             * prefetch the next one; the later row groups find them in L2 */
+            uform_gemm_sweep(job, panels, a_panel, i, rows, kb, first, last, q0, q1, i == i0, buffers);
+        }
+        /* The bias (add_bias) and GELU over the rows just finished, while
+         * they are in L1/L2 (one call per sweep: per kernel tile, HASWELL's
+         * 6 x 16, the calls cost more than they saved) */
+        float *swept = job->y + i * job->y_stride + q0 * gc->nr;
+        size_t swept_cols = uform_min(q1 * gc->nr, n) - q0 * gc->nr;
+        if (last && job->bias && gc->add_bias)
+            gc->add_bias(swept, rows, swept_cols, job->y_stride, job->bias + q0 * gc->nr);
+        if (last && job->gelu) uform_gelu_rows(swept, rows, swept_cols, job->y_stride);
     }
 }
 
@@ -353,12 +392,16 @@ static void uform_gemm_prepare_task(void *context, size_t begin, size_t end, siz
     }
 }
 
-/* The task of a parallel loop index: rows [i0, i1) x panels [q0, q1). */
+/* The task of a parallel loop index: rows [i0, i1) x panels [q0, q1). The
+ * index runs across m first: a thread's next task mostly reads the same W
+ * block, still in its L2, rather than the next one from L3 (AMX, 300 x 2048
+ * x 512 on one thread: 15% faster; docs/profiles.md). */
 static void uform_gemm_task_bounds(const uform_gemm_job_t *job, size_t task, size_t *i0,
                                    size_t *i1, size_t *q0, size_t *q1) {
-    *i0 = task / job->n_blocks * job->mc;
+    size_t m_blocks = (job->m + job->mc - 1) / job->mc;
+    *i0 = task % m_blocks * job->mc;
     *i1 = uform_min(*i0 + job->mc, job->m);
-    *q0 = job->q_begin + task % job->n_blocks * job->nc_panels;
+    *q0 = job->q_begin + task / m_blocks * job->nc_panels;
     *q1 = uform_min(*q0 + job->nc_panels, job->q_end);
 }
 
@@ -418,7 +461,7 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
                               codes->slot_scales + q * codes->slots,
                               tile + (q - q0) * kbp_max * nr * codes->size);
             uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, codes->size, job->b.kernels,
-                                          job->b.wide};
+                                          job->b.wide, job->b.pair};
             uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
@@ -493,7 +536,7 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
                             .m = m, .bias = bias, .accumulate = epilogue == UFORM_GEMM_ACCUMULATE,
                             .gelu = epilogue == UFORM_GEMM_GELU, .y = y, .y_stride = y_stride};
     job.b = (uform_gemm_panels_t){w->data, 0, w->padded_k * nr, 2,
-                                  gemm_class->kernels, gemm_class->wide};
+                                  gemm_class->kernels, gemm_class->wide, gemm_class->pair};
     size_t threads = executor ? uform_executor_width(executor) : 1;
     /* Waking the pool costs about as much as 1M multiply-adds (tens of us):
      * smaller products run on the calling thread alone. */
@@ -529,7 +572,8 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
             job.decoded = uform_scratch_take(executor, pass_panels * panel_bytes);
         job.b = (uform_gemm_panels_t){job.decoded, 0, job.codes.kp * nr, job.codes.size,
                                       pairs ? gemm_class->kernels : gemm_class->kernels_f32,
-                                      pairs ? gemm_class->wide : gemm_class->wide_f32};
+                                      pairs ? gemm_class->wide : gemm_class->wide_f32,
+                                      pairs ? gemm_class->pair : NULL};
         if (!job.decoded) {
             pass_panels = panels;
             task = uform_gemm_task_e4m3_tile;

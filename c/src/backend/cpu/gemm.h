@@ -86,6 +86,12 @@ typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gem
 typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const void *b,
                                        size_t b_stride, float *c, size_t c_stride, int first,
                                        const float *bias);
+/* c[2 mr rows, nr] as a kernel of mr rows would compute it for two full row
+ * groups at once, a0 (rows 0 to mr - 1) and a1 (the next mr): one panel,
+ * the same chains over k, so the same bits; c_stride apart, in place; no
+ * bias (a class with pair kernels has add_bias). */
+typedef void (*uform_pair_kernel_fn_t)(size_t kc, const void *a0, const void *a1, const void *b,
+                                       float *c, size_t c_stride, int first);
 /* Packs x[rows, kc] (rows x_stride floats apart) into the A panel layout of
  * the kernel for `rows` rows; PAIRS classes pad an odd kc with a zero. */
 typedef void (*uform_pack_a_fn_t)(const float *x, size_t x_stride, size_t rows, size_t kc, void *a);
@@ -102,6 +108,13 @@ typedef struct {
      * latency; these kernels sweep wide_panels panels at once (NULL: none). */
     size_t wide_panels;
     uform_microkernel_fn_t wide[UFORM_GEMM_MR_MAX + 1];
+    /* Two full row groups per call where the class's W traffic bounds it
+     * (AMX; NULL: none), swept across the panels in place of the kernels. */
+    uform_pair_kernel_fn_t pair;
+    /* y[r, j] += bias[j] over rows x cols, y_stride apart: where set, the
+     * kernels get no bias and the driver adds it over each sweep's rows
+     * after it (AMX: vector loads of a tile store's result wait for it) */
+    void (*add_bias)(float *y, size_t rows, size_t cols, size_t y_stride, const float *bias);
     /* FP32 classes: the same kernels reading a decoded FP32 tile (E4M3). */
     uform_microkernel_fn_t kernels_f32[UFORM_GEMM_MR_MAX + 1];
     uform_microkernel_fn_t wide_f32[UFORM_GEMM_MR_MAX + 1];
