@@ -1,21 +1,25 @@
 /* e4m3_avx512.c: the E4M3 tile decoder of the AVX-512 BF16 classes, SAPPHIRE
- * and AMX (e4m3_decode.h), BF16 out.
+ * and AMX (e4m3_decode.h), BF16 out, 32 codes at a time.
  *
- * The steps of e4m3_avx2.c, 32 codes at a time: each code moved under FP16's
- * exponent and mantissa with integer steps (its value times 2^-8, subnormal
- * codes included), widened exactly by VCVTPH2PS (which ignores MXCSR.DAZ for
- * its FP16 inputs), multiplied by 2^8 times the power-of-two scale (every
- * product a normal FP32, quantize.h). The BF16 decoder then rounds by
- * VCVTNE2PS2BF16, exact here (4 significant bits, normal inputs): the same
- * bits as the AVX2 and portable decoders, about three times fewer
- * instructions per weight than the AVX2 one (gemm_bench, Xeon with AMX: AMX's
- * E4M3 products of 128 rows 1.09-1.13x faster, SAPPHIRE's of one row 1.7x).
- * SKYLAKE keeps the AVX2 FP32 decoder: a 512-bit one measured no faster
- * (its 4-byte outputs, not the instructions, bound it). */
+ * Two paths, the same bits as the AVX2 and portable decoders. Where every
+ * scale is a power of two whose products with the codes are normal numbers
+ * (what quantization makes, quantize.h), integer steps on the BF16 bits
+ * (uform_e4m3_to_bf16x32, below). Otherwise the steps of e4m3_avx2.c: each
+ * code moved under FP16's exponent and mantissa (its value times 2^-8,
+ * subnormal codes included), widened exactly by VCVTPH2PS (which ignores
+ * MXCSR.DAZ for its FP16 inputs), multiplied by 2^8 times the scale and
+ * rounded by VCVTNE2PS2BF16. The FP path was about three times fewer
+ * instructions per weight than the AVX2 decoder (gemm_bench, Xeon with AMX:
+ * AMX's E4M3 products of 128 rows 1.09-1.13x faster, SAPPHIRE's of one row
+ * 1.7x); the integer one a third fewer again, and lighter (one text per call
+ * on AMX: 7% faster; docs/benchmarks-e4m3.md). SKYLAKE keeps the AVX2 FP32
+ * decoder: a 512-bit one measured no faster (its 4-byte outputs, not the
+ * instructions, bound it). */
 #include "backend/cpu/e4m3_decode.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <stdbool.h>
 
 #define UFORM_E4M3_AVX512_BF16 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
@@ -28,11 +32,70 @@ uform_e4m3_to_f16x32(const uint8_t *codes, __mmask32 live) {
     return _mm512_and_si512(shifted, _mm512_set1_epi16((short)0xbfff));
 }
 
+/* The BF16 bits of the subnormal magnitudes 0 to 7 (m x 2^-9), normalized; in
+ * the 32 lanes of a VPERMW table. */
+static const uint16_t uform_e4m3_subnormal_bf16[32] = {0x0000, 0x3b00, 0x3b80, 0x3bc0,
+                                                       0x3c00, 0x3c20, 0x3c40, 0x3c60};
+
+/* The BF16 bits of codes times power-of-two scales, in integer steps: a
+ * magnitude c from 8 up (exponent e, mantissa m) is 2^(e - 7) (1 + m/8), whose
+ * BF16 bits are (e + 120) << 7 | m << 4 = 0x3C00 + (c << 4); the 7 subnormal
+ * ones come from a table; the scale's exponent s is added to the exponent
+ * field of every nonzero code; the sign goes to bit 15. Exactly the products
+ * the FP path below rounds, wherever every result is a normal number, which
+ * `shifts` says: NULL when a scale is not a power of two with s in [-117,
+ * 119] (codes span 2^-9 to 2^8.8, BF16's normal exponents 2^-126 to 2^127).
+ * Fewer and lighter instructions than the FP path (no VCVTPH2PS, no
+ * VCVTNE2PS2BF16): docs/benchmarks-e4m3.md. */
+static UFORM_E4M3_AVX512_BF16 bool uform_e4m3_scale_shifts(const float *scales, size_t width,
+                                                            int16_t *shifts) {
+    __mmask16 bad = 0;
+    for (size_t i = 0; i < width; i += 16) {
+        size_t left = width - i;
+        __mmask16 live = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512i bits = _mm512_maskz_loadu_epi32(live, scales + i);
+        __m512i exponent = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(127));
+        bad |= _mm512_mask_test_epi32_mask(live, bits, _mm512_set1_epi32((int)0x807fffffu));
+        bad |= _mm512_mask_cmplt_epi32_mask(live, exponent, _mm512_set1_epi32(-117));
+        bad |= _mm512_mask_cmpgt_epi32_mask(live, exponent, _mm512_set1_epi32(119));
+        _mm256_storeu_si256((__m256i *)(shifts + i),
+                            _mm512_cvtepi32_epi16(_mm512_maskz_slli_epi32(live, exponent, 7)));
+    }
+    for (size_t i = (width + 15) / 16 * 16; i < (width + 31) / 32 * 32; i++) shifts[i] = 0;
+    return bad == 0;
+}
+
+static inline __attribute__((always_inline)) UFORM_E4M3_AVX512_BF16 __m512i
+uform_e4m3_to_bf16x32(const uint8_t *codes, __mmask32 live, __m512i shift, __m512i subnormals) {
+    __m512i wide = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, codes));
+    __m512i magnitude = _mm512_and_si512(wide, _mm512_set1_epi16(0x7f));
+    __m512i bits = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), _mm512_set1_epi16(0x3c00));
+    __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
+    bits = _mm512_mask_permutexvar_epi16(bits, subnormal, magnitude, subnormals);
+    bits = _mm512_mask_add_epi16(bits, _mm512_test_epi16_mask(magnitude, magnitude), bits, shift);
+    /* bits | (wide << 8 & 0x8000): the sign */
+    return _mm512_ternarylogic_epi32(bits, _mm512_slli_epi16(wide, 8), _mm512_set1_epi16((short)0x8000),
+                                     0xF8);
+}
+
 /* 32 codes at a time, a masked last group. */
 UFORM_E4M3_AVX512_BF16 void uform_e4m3_decode_bf16_avx512(const uint8_t *codes, size_t rows,
                                                           size_t width, const float *scales,
                                                           void *out) {
     uint16_t *dst = out;
+    int16_t shifts[UFORM_E4M3_WIDTH_MAX + 32];
+    if (uform_e4m3_scale_shifts(scales, width, shifts)) {
+        __m512i subnormals = _mm512_loadu_si512(uform_e4m3_subnormal_bf16);
+        for (size_t r = 0; r < rows; r++, codes += width, dst += width)
+            for (size_t i = 0; i < width; i += 32) {
+                size_t left = width - i;
+                __mmask32 live = left >= 32 ? (__mmask32)~0u : (__mmask32)((1u << left) - 1);
+                __m512i bits = uform_e4m3_to_bf16x32(codes + i, live, _mm512_loadu_si512(shifts + i),
+                                                     subnormals);
+                _mm512_mask_storeu_epi16(dst + i, live, bits);
+            }
+        return;
+    }
     float scaled[UFORM_E4M3_WIDTH_MAX + 32];
     for (size_t i = 0; i < width; i++) scaled[i] = scales[i] * 256.0f; /* exact */
     for (size_t i = width; i < (width + 31) / 32 * 32; i++) scaled[i] = 0.0f;
