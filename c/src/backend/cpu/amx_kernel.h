@@ -239,13 +239,13 @@ uform_amx_kernel(size_t rows, size_t panels, size_t kc, const void *a_panel, con
 }
 
 /* The pair kernel: c[32 rows, one panel] = (first ? 0 : c) + a . b over kc
- * (the bias comes after, from add_bias), for two full row groups at once (a0 rows 0-15, a1 rows 16-31),
- * in place. Each step loads two A tiles and the panel's two B tiles for four
- * products: half the B traffic per product of the wide kernel (one A tile,
- * four B tiles), which its loads from L2 bound (a step of the wide kernel
- * took 21-27 cycles a product with B streaming from L2, this one 15-18,
- * against 13 with no loads at all; docs/profiles.md). The same chains over
- * k, so the same bits as the one-group kernels. */
+ * (the bias comes after, from add_bias), for two full row groups at once (a0
+ * rows 0-15, a1 rows 16-31), in place. Each step loads two A tiles and the
+ * panel's two B tiles for four products: one tile load a product where the
+ * wide kernel (one A tile, four B tiles) needs 1.25, and the loads bound both
+ * (bench/amx_loop_bench.c, W in L2: the wide step 22-26.5 TSC cycles a
+ * product, this one 19-21.6, the products alone 11.7; docs/profiles.md).
+ * The same chains over k, so the same bits as the one-group kernels. */
 static UFORM_AMX_TARGET void uform_amx_pair_kernel(size_t kc, const void *a0_panel, const void *a1_panel,
                                                    const void *b_panel, float *c, size_t c_stride,
                                                    int first) {
@@ -286,9 +286,10 @@ static UFORM_AMX_TARGET void uform_amx_pair_kernel(size_t kc, const void *a0_pan
 }
 
 /* y[r, j] += bias[j] over rows x cols, the driver's pass after a sweep (the
- * class's add_bias): the same sums as the kernels' own epilogue, whose
- * vector loads right after the tile stores waited for them to reach L1 (9 of
- * the 27 cycles a product took in a sweep of pair kernels). */
+ * class's add_bias): the same sums as the kernels' own epilogue had, whose
+ * vector loads right after the tile stores waited for them to reach L1 (a
+ * sweep of pair kernels: 27-31 cycles a product with that epilogue, 25-26
+ * with this pass, 21-22 with no bias; docs/profiles.md). */
 static UFORM_SAPPHIRE_TARGET void uform_amx_add_bias(float *y, size_t rows, size_t cols,
                                                      size_t y_stride, const float *bias) {
     __mmask16 tail = (__mmask16)((1u << (cols % 16)) - 1);
