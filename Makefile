@@ -282,9 +282,16 @@ $(BUILD)/gpu/%: tests/gpu/%.c $(TEST_HEADERS) $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) -Itests/c $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
-test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS))
+# The attention forward's two block shapes timed side by side (the same bits).
+$(BUILD)/gpu/gpu_attention_bench: bench/gpu_attention_bench.c $(BUILD)/libuform.a $(MEDIA_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
+
+test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS)) $(BUILD)/gpu/gpu_attention_bench
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
 	@status=0; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t || { echo "== $$t FAILED"; status=1; }; done; \
+	echo "== gpu_attention_bench (the attention forward, 64 against 128 query rows a block)"; \
+	$(BUILD)/gpu/gpu_attention_bench || { echo "== gpu_attention_bench FAILED"; status=1; }; \
 	if $(PYTHON) -c "import cffi, numpy" 2>/dev/null && $(MAKE) --no-print-directory python; then \
 	  echo "== learns_retrieval (200 steps on the GPU and on the CPU, side by side)"; \
 	  $(PYTHON) tests/gpu/learns_retrieval.py || status=1; \

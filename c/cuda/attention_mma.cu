@@ -11,10 +11,11 @@
  * product of each pair are rounded to BF16 (nearest even); every product
  * accumulates in FP32, and the softmax statistics (running maximum, sum,
  * log-sum-exp) and D are FP32. Exponentials are exp2 of scores pre-scaled by
- * log2(e) / 8.
+ * log2(e) / 8, by the SFU's ex2.approx.ftz (uform_mma_exp2: below 2^-126, zero).
  *
- * Layout: a block of 4 warps holds one segment's tile of 64 rows of one head;
- * warp w owns rows 16w .. 16w + 15 of it, as mma's A operand (16 x 16 per
+ * Layout: a block of 4 warps holds one segment's tile of 64 rows of one head
+ * (the forward: two tiles, 128 rows, where segments span more than one);
+ * warp w owns rows 16w .. 16w + 15 of each, as mma's A operand (16 x 16 per
  * instruction); the other operand is a 64 x 64 tile in shared memory, always
  * row-major (a row of q, k, v or dout), read as B (16 x 8 per instruction) by
  * ldmatrix.x4 (two instructions' B at once), with .trans where the product
@@ -64,9 +65,30 @@
  * kernel's time, 2 ms a layer for the forward of 34k rows, 8 ms for dk, dv of
  * 32 rows of 1024 (bench/gpu_profile.py). Past the grid's 65535 the tiles
  * loop (UFORM_MMA_BLOCK_TILES). */
-static dim3 uform_attention_mma_grid(size_t count, size_t heads, size_t longest) {
-    size_t tiles = (longest + UFORM_MMA_TILE - 1) / UFORM_MMA_TILE;
+static dim3 uform_attention_mma_grid(size_t count, size_t heads, size_t longest, size_t span = UFORM_MMA_TILE) {
+    size_t tiles = (longest + span - 1) / span;
     return dim3((unsigned)count, (unsigned)heads, (unsigned)(tiles < 1 ? 1 : tiles > 65535 ? 65535 : tiles));
+}
+
+/* The forward takes 128 query rows a block (two groups: uform_mma_forward_tiles)
+ * where the longest segment spans more than one tile of 64, unless a test or
+ * benchmark asked for 64 (uform_cuda_attention_query_rows); the same bits
+ * either way. The grid is by spans of the longest segment, as above. */
+template <typename T, typename O>
+static void uform_attention_forward_launch(uform_cuda_context_t *context, const T *qkv, size_t hidden,
+                                           const uform_segment_t *segments, size_t count, size_t longest, O *out,
+                                           float *logsumexp) {
+    size_t heads = hidden / UFORM_HEAD_WIDTH;
+    if (context->attention_query_rows != UFORM_MMA_TILE && longest > UFORM_MMA_TILE)
+        UFORM_LAUNCH((uform_attention_forward_mma<T, O, 2>), uform_attention_mma_grid(count, heads, longest, 2 * UFORM_MMA_TILE),
+                     UFORM_MMA_THREADS, context->stream)(qkv, hidden, segments, out, logsumexp);
+    else
+        UFORM_LAUNCH((uform_attention_forward_mma<T, O, 1>), uform_attention_mma_grid(count, heads, longest),
+                     UFORM_MMA_THREADS, context->stream)(qkv, hidden, segments, out, logsumexp);
+}
+
+extern "C" void uform_cuda_attention_query_rows(uform_backend_t *b, size_t rows) {
+    uform_cuda_context(b)->attention_query_rows = rows;
 }
 
 /* A segment longer than one tile has its keys and values loaded once per
@@ -114,9 +136,8 @@ void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv,
     UFORM_LAUNCH(uform_rope_stage_bf16, uform_cuda_blocks(rows * 32 * (hidden / UFORM_HEAD_WIDTH), 256), 256,
                  context->stream)(qkv, rows, hidden, cosines, sines, staged);
     uform_cuda_launched(b, "attention's BF16 qkv (rotated)");
-    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
-    UFORM_LAUNCH((uform_attention_forward_mma<uint16_t, uint16_t>), grid, UFORM_MMA_THREADS, context->stream)(
-        staged, hidden, segments, out, (float *)NULL);
+    uform_attention_forward_launch(context, (const uint16_t *)staged, hidden, segments, count, longest, out,
+                                   (float *)NULL);
     uform_cuda_launched(b, "attention_forward (tensor cores, BF16 out)");
 }
 
@@ -124,15 +145,12 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
                                       float *out, float *logsumexp) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
     if (longest > UFORM_MMA_TILE) {
         const uint16_t *staged = uform_cuda_bf16_copy(b, &context->attention_bf16, qkv, 3 * hidden, rows, 3 * hidden);
         if (!staged) return;   /* recorded */
-        UFORM_LAUNCH(uform_attention_forward_mma<uint16_t>, grid, UFORM_MMA_THREADS, context->stream)(
-            staged, hidden, segments, out, logsumexp);
+        uform_attention_forward_launch(context, staged, hidden, segments, count, longest, out, logsumexp);
     } else {
-        UFORM_LAUNCH(uform_attention_forward_mma<float>, grid, UFORM_MMA_THREADS, context->stream)(
-            qkv, hidden, segments, out, logsumexp);
+        uform_attention_forward_launch(context, qkv, hidden, segments, count, longest, out, logsumexp);
     }
     uform_cuda_launched(b, "attention_forward (tensor cores)");
 }

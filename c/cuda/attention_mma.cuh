@@ -33,6 +33,23 @@ __device__ static inline uint32_t uform_mma_pair(const uform_mma_tile_t tile, in
     return *(const uint32_t *)&tile[row][column];
 }
 
+/* 2^x by the SFU's ex2.approx.ftz: results below 2^-126 flushed to zero, and
+ * 2^-inf = 0. exp2f compiles to the same instruction plus, to keep such
+ * results subnormal, a compare and two multiplies per call (the SASS of
+ * nvcc 13.0 for sm_90a); no probability here needs them: p < 2^-126 is below
+ * the rounding of every sum it enters (each row's largest p is 1). The
+ * emulation: exp2f flushed the same way. */
+__device__ static inline float uform_mma_exp2(float x) {
+#ifdef UFORM_CUDA_EMULATION
+    float y = exp2f(x);
+    return y < 0x1p-126f ? 0.0f : y;
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
 /* c (16 x 8, FP32) += a (16 x 16, BF16) b (16 x 8, BF16). */
 __device__ static inline void uform_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
 #ifdef UFORM_CUDA_EMULATION
@@ -71,31 +88,49 @@ __device__ static inline void uform_mma_ldmatrix(uint32_t r[4], const uint16_t *
  * C tile n, steps s and s + 1: tile rows 8n .. 8n + 7 at columns 16s, 16s + 8,
  * 16s + 16, 16s + 24, one ldmatrix. Each accumulator takes its 4 steps in
  * order (the same chain as _rows below and as the first version's). */
-__device__ static inline void uform_mma_16x64x64(float c[8][4], const uint32_t a[4][4], const uform_mma_tile_t tile) {
+template <int groups>
+__device__ static inline void uform_mma_16x64x64_groups(float c[][8][4], const uint32_t a[][4][4],
+                                                        const uform_mma_tile_t tile) {
     int lane = threadIdx.x % 32;
     for (int n = 0; n < 8; n++)
         for (int s = 0; s < 4; s += 2) {
             uint32_t b[4];
             uform_mma_ldmatrix<false>(b, &tile[8 * n + lane % 8][16 * s + 8 * (lane / 8)]);
-            uform_mma(c[n], a[s], b[0], b[1]);
-            uform_mma(c[n], a[s + 1], b[2], b[3]);
+            for (int r = 0; r < groups; r++) {
+                uform_mma(c[r][n], a[r][s], b[0], b[1]);
+                uform_mma(c[r][n], a[r][s + 1], b[2], b[3]);
+            }
         }
+}
+
+__device__ static inline void uform_mma_16x64x64(float c[8][4], const uint32_t a[4][4], const uform_mma_tile_t tile) {
+    uform_mma_16x64x64_groups<1>(reinterpret_cast<float(*)[8][4]>(c),
+                                 reinterpret_cast<const uint32_t(*)[4][4]>(a), tile);
 }
 
 /* c (16 x 64) += a (16 x 64, 4 A fragments) times `tile` (64 x 64, row p
  * the p-th term): c[i][d] += sum over p of a[i][p] tile[p][d]. The B operand
  * of step s, C tiles n and n + 1: tile rows 16s and 16s + 8 at columns 8n
  * and 8n + 8, one ldmatrix.trans; so no tile is ever stored transposed. */
-__device__ static inline void uform_mma_16x64x64_rows(float c[8][4], const uint32_t a[4][4],
-                                                      const uform_mma_tile_t tile) {
+template <int groups>
+__device__ static inline void uform_mma_16x64x64_rows_groups(float c[][8][4], const uint32_t a[][4][4],
+                                                             const uform_mma_tile_t tile) {
     int lane = threadIdx.x % 32, matrix = lane / 8;
     for (int s = 0; s < 4; s++)
         for (int n = 0; n < 8; n += 2) {
             uint32_t b[4];
             uform_mma_ldmatrix<true>(b, &tile[16 * s + 8 * (matrix % 2) + lane % 8][8 * n + 8 * (matrix / 2)]);
-            uform_mma(c[n], a[s], b[0], b[1]);
-            uform_mma(c[n + 1], a[s], b[2], b[3]);
+            for (int r = 0; r < groups; r++) {
+                uform_mma(c[r][n], a[r][s], b[0], b[1]);
+                uform_mma(c[r][n + 1], a[r][s], b[2], b[3]);
+            }
         }
+}
+
+__device__ static inline void uform_mma_16x64x64_rows(float c[8][4], const uint32_t a[4][4],
+                                                      const uform_mma_tile_t tile) {
+    uform_mma_16x64x64_rows_groups<1>(reinterpret_cast<float(*)[8][4]>(c),
+                                      reinterpret_cast<const uint32_t(*)[4][4]>(a), tile);
 }
 
 /* The A fragments of rows first .. first + 15 of a tile. */
@@ -252,8 +287,6 @@ __device__ static inline uform_mma_place_t<T> uform_mma_place(const T *qkv, size
  * Each loop over a segment's tiles runs two stages: tile j + 1 is fetched
  * into one while tile j, in the other, is multiplied; the barrier at the end
  * of an iteration frees the stage the next fetch overwrites. */
-/* 4 blocks an SM (128 registers; 46 KB of shared memory each): without the
- * bound ptxas took 168 registers, 3 blocks; with it, 24 bytes spill. */
 /* Two adjacent outputs (8-byte aligned as float, 4 as BF16). */
 __device__ static inline void uform_mma_store_pair(float *target, float first, float second) {
     *(float2 *)target = make_float2(first, second);
@@ -262,70 +295,137 @@ __device__ static inline void uform_mma_store_pair(uint16_t *target, float first
     *(uint32_t *)target = uform_bf16_pair(first, second);
 }
 
-/* O: out's scalar, float, or uint16_t for BF16 (inference's operand of the
- * output projection: attention_forward_bf16). */
-template <typename T, typename O = float>
-__global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4)
-    uform_attention_forward_mma(const T *qkv, size_t hidden, const uform_segment_t *segments, O *out,
-                                float *logsumexp) {
-    __shared__ __align__(16) uform_mma_tile_t q_rows, k_rows[2], v_rows[2];
-    const auto at = uform_mma_place(qkv, hidden, segments);
+/* The forward of `groups` query tiles, first .. first + 64 groups - 1 of the
+ * segment (tile r fetched into *q_rows[r]): warp w holds rows 16w .. 16w + 15
+ * of each tile, so with two groups every B operand read from shared memory
+ * (one ldmatrix) feeds two mma instead of one, and the warp has two
+ * independent chains to interleave. Each row's operations are those of one
+ * group alone, in the same order: one group or two, the same bits.
+ * q_in_stage_1: the q tiles are stage 1's k and v tiles (static shared memory
+ * stops at 48 KB: two q tiles and two stages would take 54), so their
+ * fragments are taken, and every warp past them, before the loop's first
+ * prefetch overwrites them; else they have their own tile and the fragments
+ * are taken at the first key tile. */
+template <int groups, bool q_in_stage_1, typename T, typename O>
+__device__ __forceinline__ static void uform_mma_forward_tiles(const uform_mma_place_t<T> &at, size_t first,
+                                                               size_t hidden, O *out, float *logsumexp,
+                                                               uform_mma_tile_t *const q_rows[],
+                                                               uform_mma_tile_t k_rows[2], uform_mma_tile_t v_rows[2]) {
     const size_t length = at.segment.length;
-    UFORM_MMA_BLOCK_TILES(first, length) {
-        uform_mma_fetch(at.base, at.stride, first, length, q_rows);
-        uform_mma_fetch(at.base + hidden, at.stride, 0, length, k_rows[0]);
-        uform_mma_fetch(at.base + 2 * hidden, at.stride, 0, length, v_rows[0]);
-        uform_mma_commit();
-        uint32_t q[4][4];
-        float o[8][4], top[2] = {-INFINITY, -INFINITY}, total[2] = {0.0f, 0.0f};
-        uform_mma_clear(o);
-        int stage = 0;
-        for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
-            uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
-                                                    keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
-            __syncthreads();
-            if (keys == 0) uform_mma_fragments(q_rows, 16 * at.warp, q);
-            float s[8][4];
-            uform_mma_clear(s);
-            uform_mma_16x64x64(s, q, k_rows[stage]);
+    for (int r = 0; r < groups; r++) uform_mma_fetch(at.base, at.stride, first + r * UFORM_MMA_TILE, length, *q_rows[r]);
+    uform_mma_fetch(at.base + hidden, at.stride, 0, length, k_rows[0]);
+    uform_mma_fetch(at.base + 2 * hidden, at.stride, 0, length, v_rows[0]);
+    uform_mma_commit();
+    uint32_t q[groups][4][4];
+    if (q_in_stage_1) {
+        uform_mma_wait<0>();
+        __syncthreads();
+        for (int r = 0; r < groups; r++) uform_mma_fragments(*q_rows[r], 16 * at.warp, q[r]);
+        __syncthreads();   /* stage 1 is free */
+    }
+    float o[groups][8][4], top[groups][2], total[groups][2];
+    for (int r = 0; r < groups; r++) {
+        uform_mma_clear(o[r]);
+        top[r][0] = top[r][1] = -INFINITY;
+        total[r][0] = total[r][1] = 0.0f;
+    }
+    int stage = 0;
+    for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
+        uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
+                                                keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
+        __syncthreads();
+        if (!q_in_stage_1 && keys == 0)
+            for (int r = 0; r < groups; r++) uform_mma_fragments(*q_rows[r], 16 * at.warp, q[r]);
+        float s[groups][8][4];
+        for (int r = 0; r < groups; r++) uform_mma_clear(s[r]);
+        uform_mma_16x64x64_groups<groups>(s, q, k_rows[stage]);
+        /* keys past the segment only in its last tile: elsewhere no compare
+         * (with two groups; one group under its bound of 128 registers spilled
+         * more with the branch: 152 bytes of loads against 24, ptxas -v) */
+        const bool partial = groups == 1 || keys + UFORM_MMA_TILE > length;
+        for (int r = 0; r < groups; r++)
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++)
-                    s[n][e] = keys + 8 * n + at.t + (e & 1) < length ? s[n][e] * UFORM_MMA_SCALE : -INFINITY;
-            /* online softmax of rows g (h = 0) and g + 8 (h = 1); a tile always
-             * holds a real key, so the new maximum is finite */
+                    s[r][n][e] = !partial || keys + 8 * n + at.t + (e & 1) < length ? s[r][n][e] * UFORM_MMA_SCALE
+                                                                                    : -INFINITY;
+        /* online softmax of rows g (h = 0) and g + 8 (h = 1) of each group; a
+         * tile always holds a real key, so the new maximum is finite */
+        for (int r = 0; r < groups; r++)
             for (int h = 0; h < 2; h++) {
-                float m = top[h];
-                for (int n = 0; n < 8; n++) m = fmaxf(m, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+                float m = top[r][h];
+                for (int n = 0; n < 8; n++) m = fmaxf(m, fmaxf(s[r][n][2 * h], s[r][n][2 * h + 1]));
                 m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
                 m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                float rescale = exp2f(top[h] - m), sum = 0.0f;   /* exp2f(-inf) = 0 at the first tile */
+                float rescale = uform_mma_exp2(top[r][h] - m), sum = 0.0f;   /* 2^-inf = 0 at the first tile */
                 for (int n = 0; n < 8; n++) {
-                    s[n][2 * h] = exp2f(s[n][2 * h] - m);
-                    s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - m);
-                    sum += s[n][2 * h] + s[n][2 * h + 1];
-                    o[n][2 * h] *= rescale;
-                    o[n][2 * h + 1] *= rescale;
+                    s[r][n][2 * h] = uform_mma_exp2(s[r][n][2 * h] - m);
+                    s[r][n][2 * h + 1] = uform_mma_exp2(s[r][n][2 * h + 1] - m);
+                    sum += s[r][n][2 * h] + s[r][n][2 * h + 1];
+                    o[r][n][2 * h] *= rescale;
+                    o[r][n][2 * h + 1] *= rescale;
                 }
-                total[h] = total[h] * rescale + sum;
-                top[h] = m;
+                total[r][h] = total[r][h] * rescale + sum;
+                top[r][h] = m;
             }
-            uint32_t p[4][4];
-            uform_mma_repack(s, p);
-            uform_mma_16x64x64_rows(o, p, v_rows[stage]);   /* o[i][d] += sum over keys of p[i][j] v[j][d] */
-            __syncthreads();
-        }
+        uint32_t p[groups][4][4];
+        for (int r = 0; r < groups; r++) uform_mma_repack(s[r], p[r]);
+        uform_mma_16x64x64_rows_groups<groups>(o, p, v_rows[stage]);   /* o[i][d] += sum over keys of p[i][j] v[j][d] */
+        __syncthreads();
+    }
+    for (int r = 0; r < groups; r++)
         for (int h = 0; h < 2; h++) {
-            total[h] += __shfl_xor_sync(0xffffffffu, total[h], 1);
-            total[h] += __shfl_xor_sync(0xffffffffu, total[h], 2);
-            size_t row = first + 16 * at.warp + at.g + 8 * h;
+            total[r][h] += __shfl_xor_sync(0xffffffffu, total[r][h], 1);
+            total[r][h] += __shfl_xor_sync(0xffffffffu, total[r][h], 2);
+            size_t row = first + r * UFORM_MMA_TILE + 16 * at.warp + at.g + 8 * h;
             if (row >= length) continue;
-            float inverse = 1.0f / total[h];
+            float inverse = 1.0f / total[r][h];
             O *target = out + (at.segment.begin + row) * hidden + at.column;
-            for (int n = 0; n < 8; n++) uform_mma_store_pair(target + 8 * n + at.t, o[n][2 * h] * inverse,
-                                                             o[n][2 * h + 1] * inverse);
+            for (int n = 0; n < 8; n++) uform_mma_store_pair(target + 8 * n + at.t, o[r][n][2 * h] * inverse,
+                                                             o[r][n][2 * h + 1] * inverse);
             if (logsumexp && at.t == 0)
-                logsumexp[(at.segment.begin + row) * at.heads + at.head] = (top[h] + log2f(total[h])) * UFORM_MMA_LN2;
+                logsumexp[(at.segment.begin + row) * at.heads + at.head] =
+                    (top[r][h] + log2f(total[r][h])) * UFORM_MMA_LN2;
         }
+}
+
+/* The forward's shared memory: with one group, q in a tile of its own (the
+ * kernel as first run: 46 KB); with two, q in stage 1 (36 KB). */
+template <int groups>
+struct uform_mma_forward_shared_t {
+    uform_mma_tile_t k_rows[2], v_rows[2];
+    __device__ uform_mma_tile_t *q(int r) { return r == 0 ? &k_rows[1] : &v_rows[1]; }
+};
+template <>
+struct uform_mma_forward_shared_t<1> {
+    uform_mma_tile_t q_rows, k_rows[2], v_rows[2];
+    __device__ uform_mma_tile_t *q(int) { return &q_rows; }
+};
+
+/* The forward: a block takes `groups` query tiles at a time (64 or 128 query
+ * rows), spans z, z + slots, ... of its segment, each walking the segment's
+ * keys in order. A segment's last span holding a single tile runs as one
+ * group (no warp multiplies rows past the segment's end for a whole tile).
+ * O: out's scalar, float, or uint16_t for BF16 (inference's operand of the
+ * output projection: attention_forward_bf16).
+ *
+ * Registers (nvcc 13.0, ptxas -v for sm_90a): one group, 4 blocks an SM under
+ * the bound (128 registers; 46 KB of shared memory each; without the bound
+ * ptxas took 168 registers, 3 blocks), 24 bytes spill; two groups, 2 blocks
+ * an SM (up to 255 registers, 36 KB). */
+template <typename T, typename O = float, int groups = 1>
+__global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4 / groups)
+    uform_attention_forward_mma(const T *qkv, size_t hidden, const uform_segment_t *segments, O *out,
+                                float *logsumexp) {
+    __shared__ __align__(16) uform_mma_forward_shared_t<groups> tiles;
+    uform_mma_tile_t *const q_rows[2] = {tiles.q(0), tiles.q(1)};
+    uform_mma_tile_t *const k_rows = tiles.k_rows, *const v_rows = tiles.v_rows;
+    const auto at = uform_mma_place(qkv, hidden, segments);
+    const size_t length = at.segment.length, span = groups * UFORM_MMA_TILE;
+    for (size_t first = (size_t)blockIdx.z * span; first < length; first += (size_t)gridDim.z * span) {
+        if (groups > 1 && first + UFORM_MMA_TILE >= length)
+            uform_mma_forward_tiles<1, (groups > 1)>(at, first, hidden, out, logsumexp, q_rows, k_rows, v_rows);
+        else
+            uform_mma_forward_tiles<groups, (groups > 1)>(at, first, hidden, out, logsumexp, q_rows, k_rows, v_rows);
     }
 }
 
@@ -386,7 +486,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++) {
                     int h = e / 2;
-                    float p = keys + 8 * n + at.t + (e & 1) < length ? exp2f(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
+                    float p = keys + 8 * n + at.t + (e & 1) < length ? uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
                     s[n][e] = p * (dp[n][e] - delta[h]) * 0.125f;   /* ds */
                 }
             uint32_t ds[4][4];
@@ -490,7 +590,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             for (int n = 0; n < 8; n++)
                 for (int e = 0; e < 4; e++) {
                     int query = 8 * n + at.t + (e & 1);
-                    s[n][e] = exp2f(s[n][e] * UFORM_MMA_SCALE - lse[stage][query]);       /* p */
+                    s[n][e] = uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[stage][query]);       /* p */
                     dp[n][e] = s[n][e] * (dp[n][e] - delta[stage][query]) * 0.125f;   /* ds */
                 }
             uint32_t p[4][4], ds[4][4];

@@ -57,6 +57,12 @@ UFORM_INTERNAL void uform_cuda_arena_free(uint32_t device, void *memory);
  * (true) or the BF16 tensor-core ones (false, the default). For tests, which
  * check both against the CPU backend. */
 UFORM_INTERNAL void uform_cuda_attention_simple(uform_backend_t *backend, bool simple);
+/* The tensor-core forward's query rows a block from now on: 64 (one tile a
+ * block, the kernel as first run on a GPU) or 128 (two tiles, the default
+ * where the longest segment is longer than 64). The same bits either way;
+ * for the tests, which check that, and bench/gpu_attention_bench.c, which
+ * times both. */
+UFORM_INTERNAL void uform_cuda_attention_query_rows(uform_backend_t *backend, size_t rows);
 
 /* Why this backend's E4M3 products are decoded to BF16 on a GPU with FP8
  * tensor cores (cuBLASLt refused an FP8 product: gemm_fp8.cu), or NULL while

@@ -63,6 +63,7 @@ typedef struct {
     int device;
     int multiprocessors;             /* the GPU's SMs: grids sized to fill it */
     bool simple_attention;           /* run attention.cu's FP32 kernels (uform_cuda_attention_simple) */
+    size_t attention_query_rows;     /* the forward's query rows a block, 64 or 0: 128 (attention_mma.cu) */
     pthread_mutex_t lock;            /* held by one verb at a time (acquire, release) */
     cudaStream_t stream;
     void *workspace;                 /* UFORM_CUDA_WORKSPACE_BYTES of device memory */

@@ -67,6 +67,7 @@
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
+#define __forceinline__ inline
 
 struct dim3 {
     unsigned x, y, z;

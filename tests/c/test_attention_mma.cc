@@ -18,8 +18,9 @@
  * And bit for bit: the same results whatever the number of blocks a
  * (segment, head) gets (its tiles looped over by fewer blocks), the
  * inference forward (no logsumexp) equal to the training forward, the
- * kernels fed BF16 copies (tiles by cp.async) equal to those fed FP32, and
- * all of it again with the warps run far apart (emulation.h's by-warp order:
+ * kernels fed BF16 copies (tiles by cp.async) equal to those fed FP32, the
+ * forward taking 128 query rows a block (two row groups a warp) equal to the
+ * one taking 64, and all of it again with the warps run far apart (emulation.h's by-warp order:
  * each barrier and cp.async wait of the kernels is needed for these to pass;
  * dropping any one of them fails a check, tried 2026-12-04). */
 #include "../../c/cuda/emulation.h"
@@ -139,6 +140,24 @@ int main() {
                           (const uint16_t *)qkv16.data(), hidden, segments, out4.data(), lse4.data());
     same_bits("forward from BF16 rows: out", out1, out4);
     same_bits("forward from BF16 rows: lse", lse1, lse4);
+    /* 128 query rows a block (two groups a warp; the GPU's default where the
+     * longest segment spans more than a tile): the 130-row segment's first
+     * span runs two groups, its last (2 rows) one; the spans looped over by
+     * one block (z = 1) or taken by two */
+    for (unsigned slots = 1; slots <= 2; slots++) {
+        std::vector<float> out6(rows * hidden, 7.0f), lse6(rows * heads, 7.0f), out7(rows * hidden, 7.0f);
+        uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_forward_mma<float, float, 2>,
+                              qkv.data(), hidden, segments, out6.data(), lse6.data());
+        uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS,
+                              uform_attention_forward_mma<uint16_t, float, 2>, (const uint16_t *)qkv16.data(), hidden,
+                              segments, out7.data(), (float *)NULL);
+        same_bits(slots == 1 ? "forward, 128 rows a block, spans looped: out" : "forward, 128 rows a block: out", out1,
+                  out6);
+        same_bits(slots == 1 ? "forward, 128 rows a block, spans looped: lse" : "forward, 128 rows a block: lse", lse1,
+                  lse6);
+        same_bits(slots == 1 ? "forward, 128 rows, BF16 rows, looped: out" : "forward, 128 rows, BF16 rows: out", out1,
+                  out7);
+    }
 
     std::vector<float> grads1(dqkv_initial), grads2(dqkv_initial), grads3(dqkv_initial), deltas(rows * heads, 7.0f);
     uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_dq_mma<float>, qkv.data(), dout.data(),
@@ -212,6 +231,23 @@ int main() {
         }
         same_bits(bf16 ? "warps apart, from BF16 rows: forward out" : "warps apart: forward out", out1, out5);
         same_bits(bf16 ? "warps apart, from BF16 rows: forward lse" : "warps apart: forward lse", lse1, lse5);
+        std::vector<float> out8(rows * hidden), lse8(rows * heads);
+        if (bf16)
+            uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS,
+                                  uform_attention_forward_mma<uint16_t, uint16_t, 2>, (const uint16_t *)qkv16.data(),
+                                  hidden, segments, (uint16_t *)out8.data(), (float *)NULL);
+        else
+            uform_emulated_launch(dim3(count, heads, 1), UFORM_MMA_THREADS, uform_attention_forward_mma<float, float, 2>,
+                                  qkv.data(), hidden, segments, out8.data(), lse8.data());
+        if (bf16) {   /* BF16 out (inference): the FP32 out rounded, bit for bit */
+            std::vector<uint16_t> want(rows * hidden), got(rows * hidden);
+            for (size_t i = 0; i < want.size(); i++) want[i] = __bfloat16_as_ushort(__float2bfloat16_rn(out1[i]));
+            memcpy(got.data(), out8.data(), got.size() * sizeof(uint16_t));
+            row("warps apart, 128 rows a block, BF16 out", want == got, 0, 0);
+        } else {
+            same_bits("warps apart, 128 rows a block: forward out", out1, out8);
+            same_bits("warps apart, 128 rows a block: forward lse", lse1, lse8);
+        }
         same_bits(bf16 ? "warps apart, from BF16 rows: backward" : "warps apart: backward", grads1, grads5);
     }
 

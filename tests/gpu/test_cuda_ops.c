@@ -488,6 +488,13 @@ static void test_attention_bf16(backends_t *b, size_t hidden, bool simple) {
     float *want = downloaded_bf16(b, gout, rows * hidden);
     compare_bf16(b, simple ? "attention_forward_bf16 (simple)" : "attention_forward_bf16 (tensor cores)", want,
                  gout16, rows * hidden, 0, 0);
+    if (!simple) {   /* 64 query rows a block against the default 128: bit for bit */
+        uform_cuda_attention_query_rows(&b->gpu, 64);
+        b->gpu.ops->attention_forward_bf16(&b->gpu, gqkv, hidden, gsegments, count, rows, longest, gcosines, gsines,
+                                           gout16, NULL);
+        uform_cuda_attention_query_rows(&b->gpu, 0);
+        compare_bf16(b, "attention_forward_bf16 64 = 128 rows", want, gout16, rows * hidden, 0, 0);
+    }
     b->gpu.ops->download(&b->gpu, after, gqkv, rows * 3 * hidden * 4);
     bool kept = b->gpu.ops->synchronize(&b->gpu) == UFORM_OK && memcmp(after, qkv, rows * 3 * hidden * 4) == 0;
     printf("| %-34s | %8zu | %10s | %10s | %s |\n", "attention_forward_bf16 keeps qkv", rows * 3 * hidden, "", "",
@@ -750,6 +757,18 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     compare(b, what, out, gout, rows * hidden, forward);
     snprintf(what, sizeof(what), "attention_forward lse (%s)", kind);
     compare(b, what, lse, glse, rows * heads, 1e-5);
+    if (!simple) {   /* 64 query rows a block against the default 128: bit for bit (bound 0) */
+        float *wide = malloc(rows * hidden * 4), *wide_lse = malloc(rows * heads * 4);
+        b->gpu.ops->download(&b->gpu, wide, gout, rows * hidden * 4);
+        b->gpu.ops->download(&b->gpu, wide_lse, glse, rows * heads * 4);
+        b->gpu.ops->synchronize(&b->gpu);
+        uform_cuda_attention_query_rows(&b->gpu, 64);
+        b->gpu.ops->attention_forward(&b->gpu, gqkv, hidden, gsegments, count, rows, longest, gout, glse, NULL);
+        uform_cuda_attention_query_rows(&b->gpu, 0);
+        compare(b, "attention_forward 64 = 128 rows (out)", wide, gout, rows * hidden, 0);
+        compare(b, "attention_forward 64 = 128 rows (lse)", wide_lse, glse, rows * heads, 0);
+        free(wide), free(wide_lse);
+    }
     sync(b, gout, out, rows * hidden);
     sync(b, glse, lse, rows * heads);
     b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, rows, longest, dqkv);
