@@ -38,7 +38,12 @@ typedef struct {
 /* What the operands of a product hold: FP32; BF16 (packed weights, the
  * trainer's rounded operands); E4M3 codes with a scale per row of A and per
  * column of B (gemm_fp8.cu). */
-typedef enum { UFORM_OPERANDS_F32, UFORM_OPERANDS_BF16, UFORM_OPERANDS_E4M3 } uform_cuda_operands_t;
+typedef enum {
+    UFORM_OPERANDS_F32,
+    UFORM_OPERANDS_BF16,
+    UFORM_OPERANDS_E4M3,
+    UFORM_OPERANDS_E4M3_SCALED   /* E4M3, both scales applied by cuBLASLt (outer vectors), a BF16 bias */
+} uform_cuda_operands_t;
 
 #ifndef UFORM_CUDA_EMULATION
 /* One cached cuBLASLt plan: a product's shape and the algorithm chosen for it once. */
@@ -93,6 +98,13 @@ typedef struct {
     bool fp8_products, fp8_refused;
     char fp8_refusal[256], plan_refusal[128];
     uform_cuda_buffer_t fp8_rows, fp8_product;
+    /* FP8 products whose scales and bias cuBLASLt applies itself (outer-vector
+     * scaling), the FP32 form [0] (y (+)= ...) and the GELU form [1] (BF16
+     * out): refused for the backend's life once cuBLASLt had no algorithm or
+     * turned the call down, and why; fp8_scaled_off, the tests' switch back
+     * to our scales' pass; fp8_scaled, whether the last FP8 product ran so */
+    bool fp8_scaled_refused[2], fp8_scaled_off, fp8_scaled;
+    char fp8_scaled_refusal[2][320];
     /* BF16 operands (backend.h, inference): gelu_epilogue, whether the last
      * linear_gelu_bf16 ran cuBLASLt's GELU epilogue; refused for the
      * backend's life once cuBLASLt had no algorithm for it, and why; the FP32
@@ -257,14 +269,17 @@ bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what);
 uint32_t uform_cuda_alignment(const void *pointer);
 #endif
 /* gemm_fp8.cu: y (+)= x W^T (+ bias) for E4M3 weights on the FP8 tensor
- * cores, the activations quantized per row. False, with nothing done or
+ * cores, the activations quantized per row; the scales and the bias (rounded
+ * to BF16) applied by cuBLASLt where it accepts that, else by our pass
+ * (context->fp8_scaled says which ran). False, with nothing done or
  * recorded, when this GPU cannot (no FP8 tensor cores, or cuBLASLt found no
  * algorithm): the caller decodes the weights to BF16 instead. */
 bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
                            size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
                            size_t y_stride);
-/* The same for linear_gelu_bf16: y [rows, n] = bf16(gelu(x W^T + bias)), x BF16,
- * the GELU and rounding in the scales' pass (the separate passes' bits). */
+/* The same for linear_gelu_bf16: y [rows, n] = bf16(gelu(x W^T + bias)), x BF16:
+ * cuBLASLt's GELU epilogue where it applies the scales, else the GELU and
+ * rounding in our scales' pass (the separate passes' bits). */
 bool uform_cuda_linear_gelu_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
                                 size_t x_stride, size_t rows, const float *bias, uint16_t *y);
 /* OCP E4M3 (bias 7, no infinities, S.1111.111 NaN) as a float: gemm.cu's

@@ -134,12 +134,16 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->operands = operands;
     plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c, plan->align_bias = align_bias;
     plan->gelu_bf16 = gelu_bf16;
-    cudaDataType_t inputs = operands == UFORM_OPERANDS_E4M3   ? CUDA_R_8F_E4M3
-                            : operands == UFORM_OPERANDS_BF16 ? CUDA_R_16BF
-                                                              : CUDA_R_32F;
+    bool scaled = operands == UFORM_OPERANDS_E4M3_SCALED;
+    cudaDataType_t inputs = operands == UFORM_OPERANDS_E4M3 || scaled ? CUDA_R_8F_E4M3
+                            : operands == UFORM_OPERANDS_BF16       ? CUDA_R_16BF
+                                                                    : CUDA_R_32F;
     /* cuBLASLt takes a bias of D's type but for FP8 (cublasLt.h,
-     * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): BF16 with the GELU epilogue's BF16 out */
-    cudaDataType_t bias_type = gelu_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+     * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; BF16 for an FP32 D): BF16 with the
+     * GELU epilogue's BF16 out and with FP8 operands */
+    cudaDataType_t bias_type = gelu_bf16 || scaled ? CUDA_R_16BF : CUDA_R_32F;
+    /* outer-vector scaling (gemm_fp8.cu): D[i, j] = scale_a[i] scale_b[j] (A B)[i, j] + ... */
+    cublasLtMatmulMatrixScale_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -155,6 +159,10 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
                                                        sizeof(op_b)), "TRANSB") &&
          lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                        sizeof(epilogue)), "EPILOGUE") &&
+         (!scaled || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                             &scale_mode, sizeof(scale_mode)), "A_SCALE_MODE")) &&
+         (!scaled || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                             &scale_mode, sizeof(scale_mode)), "B_SCALE_MODE")) &&
          (!bias || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation,
                                                                  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                                  sizeof(bias_type)), "BIAS_DATA_TYPE")) &&
@@ -512,8 +520,12 @@ void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, co
     }
 #endif
     if (!w->dense && packed->scalar == UFORM_SCALAR_E4M3 && w->k &&
-        uform_cuda_linear_gelu_fp8(b, packed, x, x_stride, rows, bias, y))
+        uform_cuda_linear_gelu_fp8(b, packed, x, x_stride, rows, bias, y)) {
+#ifndef UFORM_CUDA_EMULATION   /* cuBLASLt's own GELU where it applied the FP8 scales (gemm_fp8.cu) */
+        context->gelu_epilogue = context->fp8_scaled;
+#endif
         return;
+    }
     float *pre = (float *)uform_cuda_grow(b, &context->operand_f32, rows * w->n * sizeof(float), "GELU's FP32 rows");
     if (!pre) return;   /* recorded */
     uform_cuda_linear_bf16(b, w, x, x_stride, rows, bias, false, pre, w->n);

@@ -7,21 +7,22 @@
  * magnitude of the row, NaN ignored; s_r = 1 when that is 0, or when the
  * quotient underflows to 0), and its codes are e4m3(x[r, p] / s_r), the FP32
  * quotient rounded to nearest even and saturating at 448. cuBLASLt multiplies
- * the codes on the tensor cores with FP32 accumulation, unscaled (its plainest
- * FP8 product: no scale vectors, FP32 out); then a kernel of ours
+ * the codes on the tensor cores with FP32 accumulation, and
  *   y[r, j] = (accumulate ? y[r, j] : 0) + (product[r, j] w_j) s_r + bias[j]
- * in FP32, in that order, with W's row scale w_j (cuBLASLt's FP8 products take
- * a BF16 bias only, and ours is FP32). The codes' rows are padded with zero
- * rows to a multiple of 16, FP8 kernels' granule.
+ * in FP32, in that order, with W's row scale w_j: either cuBLASLt applies the
+ * scales and a BF16-rounded bias itself (the scaled way, tried first: NOT YET
+ * RUN ON A GPU) or a kernel of ours does after its plain, unscaled product
+ * (the plain way: below, "The FP8 products"). The codes' rows are padded with
+ * zero rows to a multiple of 16, FP8 kernels' granule.
  *
  * On an H200 (2026-12-04, cuBLASLt 13) the first version, which gave cuBLASLt
  * both scales as outer vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F)
- * and the rows unpadded, was refused (its E4M3 models' outputs matched the
- * BF16 decoding's, tests/gpu/test_cuda_ops.c missed the FP8 rule by 2.6%);
- * which of the two cuBLASLt refused is not known: this version asks for
- * neither. When it is refused too, uform_cuda_fp8_refusal says why. This
- * version ran on the H200 (2026-12-04, the second session with a GPU):
- * accepted, within the rule's tolerance (tests/gpu/test_cuda_ops.c).
+ * with an FP32 D and the rows unpadded, was refused (its E4M3 models' outputs
+ * matched the BF16 decoding's, tests/gpu/test_cuda_ops.c missed the FP8 rule
+ * by 2.6%); which part cuBLASLt refused is not known. The plain way then ran
+ * on the H200 (2026-12-04, the second session with a GPU): accepted, within
+ * the rule's tolerance (tests/gpu/test_cuda_ops.c). When it is refused too,
+ * uform_cuda_fp8_refusal says why.
  *
  * The weights' error is the E4M3 model's on every backend; the activations'
  * codes add a relative error of at most 2^-4 per element (3 mantissa bits),
@@ -190,7 +191,41 @@ __global__ static void uform_add_product_gelu_bf16_x4(size_t rows, size_t n, con
     }
 }
 
+/* The FP8 products: cuBLASLt multiplies the codes on the tensor cores in one
+ * of two ways.
+ * - Scaled (tried first): cuBLASLt applies both scales itself as outer
+ *   vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: D[j, r] = w_j s_r
+ *   (W x^T)[j, r], W's row scales along its M, the activations' along its N),
+ *   adds the bias in its epilogue (BF16: cuBLASLt's FP8 products take no FP32
+ *   bias, so the bias is rounded to BF16 first, inference's rounded bias as
+ *   for BF16 weights' GELU epilogue), accumulates through beta = 1 (C = D = y)
+ *   and, for linear_gelu_bf16, applies its GELU and writes BF16: no pass of
+ *   ours after it. D's rows are the call's, unpadded.
+ * - Plain: the unscaled product into the context's FP32 scratch, then our
+ *   pass (uform_add_product_x4, uform_add_product_gelu_bf16_x4) applies the
+ *   scales, the FP32 bias and GELU. On the H200 (2026-12-04) that pass took a
+ *   quarter of an E4M3 model's text_encode, memory-bound.
+ * The first version (2026-12-04) asked for outer vectors with an FP32 D and
+ * rows unpadded and was refused; this one writes D in the output's own type
+ * and is refused for the backend's life, form by form, the first time
+ * cuBLASLt finds no algorithm or turns the call down (an unsupported scale
+ * mode surfaces only at cublasLtMatmul: CUBLAS_STATUS_INVALID_VALUE), the
+ * same call then taking the plain way; uform_cuda_fp8_scaled_refusal says
+ * why. Written without a GPU: NOT YET RUN ON ONE.
+ *
+ * The two ways' arithmetic is the same but for the bias's rounding: w_j is a
+ * power of two, so w_j s_r P rounds once whichever way it is grouped
+ * (cuBLASLt's s_a s_b, then times P; our (P w_j) s_r), then old + that, then
+ * + bias (cuBLASLt's epilogue adds the bias after alpha AB + beta C). */
 #ifdef UFORM_CUDA_EMULATION
+/* The codes' products (exact in FP32) summed in k order: row r, column j. */
+static float uform_fp8_sum(const float value[256], const uint8_t *weights, const uint8_t *codes, size_t k, size_t r,
+                           size_t j) {
+    float sum = 0.0f;
+    for (size_t p = 0; p < k; p++) sum += value[weights[j * k + p]] * value[codes[r * k + p]];
+    return sum;
+}
+
 /* product[r, j] = sum_p w[j, p] x[r, p] over the codes, k in order. */
 static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint8_t *weights,
                               const uint8_t *codes, float *product) {
@@ -198,12 +233,31 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
     float value[256];   /* every code's value, once per call */
     for (unsigned code = 0; code < 256; code++) value[code] = uform_e4m3_float((uint8_t)code);
     for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < n; j++) {
-            float sum = 0.0f;
-            for (size_t p = 0; p < k; p++) sum += value[weights[j * k + p]] * value[codes[r * k + p]];
-            product[r * n + j] = sum;
-        }
+        for (size_t j = 0; j < n; j++) product[r * n + j] = uform_fp8_sum(value, weights, codes, k, r, j);
     return true;
+}
+
+/* The scaled way on the host, by its documented arithmetic (above); our GELU
+ * for cuBLASLt's. NULL: done. */
+static const char *uform_fp8_scaled_product(uform_backend_t *b, size_t rows, size_t n, size_t k,
+                                            const uint8_t *weights, const uint8_t *codes, const float *weight_scales,
+                                            const float *scales, const uint16_t *bias, bool accumulate, float *y,
+                                            size_t y_stride, uint16_t *y16) {
+    (void)b;
+    float value[256];
+    for (unsigned code = 0; code < 256; code++) value[code] = uform_e4m3_float((uint8_t)code);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < n; j++) {
+            float scaled = uform_fp8_sum(value, weights, codes, k, r, j) * weight_scales[j] * scales[r];
+            float bias_j = bias ? uform_bf16_float(bias[j]) : 0.0f;
+            if (y16) {
+                y16[r * n + j] = uform_bf16_bits(uform_gelu(bias ? scaled + bias_j : scaled));
+            } else {
+                float sum = (accumulate ? y[r * y_stride + j] : 0.0f) + scaled;
+                y[r * y_stride + j] = bias ? sum + bias_j : sum;
+            }
+        }
+    return NULL;
 }
 #else
 /* product [rows, n] = the codes' product on the tensor cores; false, nothing
@@ -224,6 +278,45 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
                 "cublasLtMatmul (FP8)");
     return true;
 }
+
+/* The scaled way: y (+)= (x W^T) scaled + bias (FP32 y, row stride y_stride),
+ * or y16 = bf16(gelu(...)) [rows, n] when y16 is set, in one cuBLASLt call
+ * (A = W transposed, B = the codes, as the plain product). NULL: done;
+ * otherwise why cuBLASLt would not (nothing recorded, nothing run). */
+static const char *uform_fp8_scaled_product(uform_backend_t *b, size_t rows, size_t n, size_t k,
+                                            const uint8_t *weights, const uint8_t *codes, const float *weight_scales,
+                                            const float *scales, const uint16_t *bias, bool accumulate, float *y,
+                                            size_t y_stride, uint16_t *y16) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    const uform_cublaslt_t *lt = uform_cublaslt();
+    void *out = y16 ? (void *)y16 : (void *)y;
+    uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, k, y16 ? n : y_stride, true, false, bias,
+                                              UFORM_OPERANDS_E4M3_SCALED, uform_cuda_alignment(weights),
+                                              uform_cuda_alignment(codes), uform_cuda_alignment(out), true, y16 != NULL);
+    if (!plan) return context->plan_refusal;
+    const char *what = "BIAS_POINTER";
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    if (bias) status = lt->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (status == CUBLAS_STATUS_SUCCESS) {
+        what = "A_SCALE_POINTER";
+        status = lt->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales,
+                                     sizeof(weight_scales));
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) {
+        what = "B_SCALE_POINTER";
+        status = lt->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scales, sizeof(scales));
+    }
+    float alpha = 1.0f, beta = accumulate && !y16 ? 1.0f : 0.0f;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+        what = "cublasLtMatmul";
+        status = lt->matmul(context->lt, plan->operation, &alpha, weights, plan->a, codes, plan->b, &beta, out,
+                            plan->c, out, plan->c, &plan->algorithm, context->workspace, UFORM_CUDA_WORKSPACE_BYTES,
+                            context->stream);
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) return NULL;
+    snprintf(context->plan_refusal, sizeof(context->plan_refusal), "%s: %s", what, lt->status_string(status));
+    return context->plan_refusal;
+}
 #endif
 
 const char *uform_cuda_fp8_refusal(uform_backend_t *b) {
@@ -231,24 +324,30 @@ const char *uform_cuda_fp8_refusal(uform_backend_t *b) {
     return context->fp8_refused ? context->fp8_refusal : NULL;
 }
 
-/* The activations quantized and their FP8 product, unscaled, into the
- * context's buffers: *product [rows, n] and *scales [rows]; false with nothing
- * done when this GPU cannot (the caller decodes to BF16 instead); true with
- * *product NULL when a buffer could not be had (recorded). */
-static bool uform_fp8_rows_product(uform_backend_t *b, const uform_packed_t *packed, const float *x,
-                                   const uint16_t *x16, size_t x_stride, size_t rows, const float **product_out,
-                                   const float **scales_out) {
+bool uform_cuda_fp8_scaled(uform_backend_t *b) { return uform_cuda_context(b)->fp8_scaled; }
+
+const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *b, bool gelu) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    *product_out = NULL;
+    return context->fp8_scaled_refused[gelu] ? context->fp8_scaled_refusal[gelu] : NULL;
+}
+
+void uform_cuda_fp8_scaled_off(uform_backend_t *b, bool off) { uform_cuda_context(b)->fp8_scaled_off = off; }
+
+/* The activations quantized into the context's buffer: *codes_out [rows
+ * padded to 16, k] and *scales_out; false with nothing done when this GPU
+ * cannot (the caller decodes to BF16 instead); true with *codes_out NULL
+ * when a buffer could not be had (recorded). */
+static bool uform_fp8_quantize(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
+                               size_t x_stride, size_t rows, uint8_t **codes_out, float **scales_out) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    *codes_out = NULL;
     if (!context->fp8_products || context->fp8_refused) return false;
-    size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
+    size_t k = packed->k, padded = (rows + 15) & ~(size_t)15;
     size_t scales_at = (padded * k + 15) & ~(size_t)15;
     uint8_t *codes = (uint8_t *)uform_cuda_grow(b, &context->fp8_rows, scales_at + padded * sizeof(float),
                                                 "FP8 activations");
-    float *product = (float *)uform_cuda_grow(b, &context->fp8_product, padded * n * sizeof(float), "FP8 product");
-    if (!codes || !product) return true;   /* recorded */
+    if (!codes) return true;   /* recorded */
     float *scales = (float *)(codes + scales_at);
-    const uint8_t *weights = (const uint8_t *)packed->data;
     bool quads = k % 4 == 0 && x_stride % 4 == 0 && (x16 ? (uintptr_t)x16 % 8 : (uintptr_t)x % 16) == 0;
     if (quads && x16)
         UFORM_LAUNCH(uform_quantize_rows_e4m3_warp<uint16_t>, uform_cuda_blocks(rows, 8), 256, context->stream)(
@@ -266,7 +365,23 @@ static bool uform_fp8_rows_product(uform_backend_t *b, const uform_packed_t *pac
         UFORM_LAUNCH(uform_zero_code_rows, uform_cuda_blocks((padded - rows) * k, 256), 256,
                      context->stream)(rows, padded, k, codes);
     uform_cuda_launched(b, "FP8 activations");
-    if (!uform_fp8_product(b, padded, n, k, weights, codes, product)) {
+    *codes_out = codes;
+    *scales_out = scales;
+    return true;
+}
+
+/* The plain way's unscaled product of the quantized rows into the context's
+ * scratch: *product_out [rows padded, n]; false, when cuBLASLt refuses it
+ * (refused for the backend's life: the caller decodes to BF16); true with
+ * *product_out NULL when the scratch could not be had (recorded). */
+static bool uform_fp8_rows_product(uform_backend_t *b, const uform_packed_t *packed, const uint8_t *codes,
+                                   size_t rows, const float **product_out) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    *product_out = NULL;
+    size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
+    float *product = (float *)uform_cuda_grow(b, &context->fp8_product, padded * n * sizeof(float), "FP8 product");
+    if (!product) return true;   /* recorded */
+    if (!uform_fp8_product(b, padded, n, k, (const uint8_t *)packed->data, codes, product)) {
         context->fp8_refused = true;   /* for the backend's life: the caller decodes to BF16 */
         snprintf(context->fp8_refusal, sizeof(context->fp8_refusal),
                  "cuBLASLt refused the FP8 product of %zu x %zu E4M3 weights and %zu rows: %s", n, k, padded,
@@ -274,7 +389,6 @@ static bool uform_fp8_rows_product(uform_backend_t *b, const uform_packed_t *pac
         return false;
     }
     *product_out = product;
-    *scales_out = scales;
     return true;
 }
 
@@ -282,11 +396,46 @@ static const float *uform_fp8_weight_scales(const uform_packed_t *packed) {
     return (const float *)((const uint8_t *)packed->data + uform_cuda_e4m3_scales_at(packed->n, packed->k));
 }
 
+/* The scaled way where it is not refused (or switched off): true when it ran
+ * (or a buffer could not be had: recorded), false to take the plain way. */
+static bool uform_fp8_try_scaled(uform_backend_t *b, const uform_packed_t *packed, const uint8_t *codes,
+                                 const float *scales, size_t rows, const float *bias, bool accumulate, float *y,
+                                 size_t y_stride, uint16_t *y16) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    int form = y16 ? 1 : 0;
+    context->fp8_scaled = false;
+    if (context->fp8_scaled_off || context->fp8_scaled_refused[form]) return false;
+    size_t n = packed->n;
+    uint16_t *bias16 = NULL;
+    if (bias) {
+        bias16 = (uint16_t *)uform_cuda_grow(b, &context->bias_bf16, n * sizeof(uint16_t), "BF16 bias");
+        if (!bias16) return true;   /* recorded */
+        uform_cuda_round_bf16(b, bias, n, 1, n, bias16);
+    }
+    const char *refusal =
+        uform_fp8_scaled_product(b, rows, n, packed->k, (const uint8_t *)packed->data, codes,
+                                 uform_fp8_weight_scales(packed), scales, bias16, accumulate, y, y_stride, y16);
+    if (refusal) {
+        context->fp8_scaled_refused[form] = true;
+        snprintf(context->fp8_scaled_refusal[form], sizeof(context->fp8_scaled_refusal[form]),
+                 "cuBLASLt's own FP8 scales (%s) refused for %zu x %zu E4M3 weights and %zu rows: %s",
+                 y16 ? "GELU, BF16 out" : "FP32 out", n, packed->k, rows, refusal);
+        return false;
+    }
+    context->fp8_scaled = true;
+    return true;
+}
+
 bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
                            size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
                            size_t y_stride) {
-    const float *product, *scales;
-    if (!uform_fp8_rows_product(b, packed, x, x16, x_stride, rows, &product, &scales)) return false;
+    uint8_t *codes;
+    float *scales;
+    const float *product;
+    if (!uform_fp8_quantize(b, packed, x, x16, x_stride, rows, &codes, &scales)) return false;
+    if (!codes) return true;   /* recorded */
+    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias, accumulate, y, y_stride, NULL)) return true;
+    if (!uform_fp8_rows_product(b, packed, codes, rows, &product)) return false;
     if (!product) return true;   /* recorded */
     cudaStream_t stream = uform_cuda_context(b)->stream;
     size_t n = packed->n;
@@ -303,8 +452,13 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
 
 bool uform_cuda_linear_gelu_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
                                 size_t x_stride, size_t rows, const float *bias, uint16_t *y) {
-    const float *product, *scales;
-    if (!uform_fp8_rows_product(b, packed, NULL, x16, x_stride, rows, &product, &scales)) return false;
+    uint8_t *codes;
+    float *scales;
+    const float *product;
+    if (!uform_fp8_quantize(b, packed, NULL, x16, x_stride, rows, &codes, &scales)) return false;
+    if (!codes) return true;   /* recorded */
+    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias, false, NULL, 0, y)) return true;
+    if (!uform_fp8_rows_product(b, packed, codes, rows, &product)) return false;
     if (!product) return true;   /* recorded */
     cudaStream_t stream = uform_cuda_context(b)->stream;
     size_t n = packed->n;

@@ -267,7 +267,10 @@ static void fp8_linear_reference(const float *x, size_t rows, size_t k, const ui
  *   2^-24 of the largest output, bounded by 1e-5); on a GPU, Hopper's FP8
  *   tensor cores keep fewer bits while accumulating (about 14, DeepSeek-V3
  *   technical report, section 3.3.2): 1e-3 of the largest output. A code
- *   off by one step moves a product by 2^-4 of its term: caught by 1e-5. */
+ *   off by one step moves a product by 2^-4 of its term: caught by 1e-5.
+ *   Both of gemm_fp8.cu's ways: cuBLASLt applying the scales and the bias
+ *   (rounded to BF16 first: so is the reference's) where it accepts that,
+ *   and our scales' pass (uform_cuda_fp8_scaled_off). */
 static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
     float *x = random_floats(rows * k, 1), *bias = random_floats(n, 1), *y = random_floats(rows * n, 1);
     uint8_t *codes = malloc(n * k), *codes_back = malloc(n * k);
@@ -295,23 +298,37 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
     if (packed) {
         float *gx = on_gpu(b, x, rows * k * 4), *gbias = on_gpu(b, bias, n * 4), *gy = on_gpu(b, y, rows * n * 4);
         uform_weight_t cw = {&cpu_packed, NULL, n, k}, gw = {&gpu_packed, NULL, n, k};
-        b->gpu.ops->linear(&b->gpu, &gw, gx, k, rows, gbias, true, gy, n);
         if (fp8) {
 #ifdef UFORM_CUDA_EMULATION
             double tolerance = 1e-5;
 #else
             double tolerance = 1e-3;
 #endif
-            fp8_linear_reference(x, rows, k, codes, scales, n, bias, y);
-            const char *refusal = uform_cuda_fp8_refusal(&b->gpu);
-            if (refusal) {   /* decoded to BF16 instead: the FP8 rule cannot hold; say why */
-                printf("| %-34s | %8zu | %10s | %10s | FAIL: %s |\n", "linear E4M3 FP8 +bias +=", rows * n, "", "",
-                       refusal);
-                failed++;
-            } else {
-                compare(b, "linear E4M3 FP8 +bias +=", y, gy, rows * n, tolerance);
+            float *y_before = malloc(rows * n * sizeof(float)), *bias16 = rounded_to_bf16(bias, n);
+            memcpy(y_before, y, rows * n * sizeof(float));
+            for (int plain = 0; plain < 2; plain++) {   /* cuBLASLt's scales where accepted, then our pass */
+                memcpy(y, y_before, rows * n * sizeof(float));
+                sync(b, gy, y, rows * n);
+                uform_cuda_fp8_scaled_off(&b->gpu, plain);
+                b->gpu.ops->linear(&b->gpu, &gw, gx, k, rows, gbias, true, gy, n);
+                b->gpu.ops->synchronize(&b->gpu);
+                bool scaled = uform_cuda_fp8_scaled(&b->gpu);
+                fp8_linear_reference(x, rows, k, codes, scales, n, scaled ? bias16 : bias, y);
+                const char *refusal = uform_cuda_fp8_refusal(&b->gpu);
+                const char *what = scaled ? "linear E4M3 FP8 +bias += (cuBLASLt)" : "linear E4M3 FP8 +bias += (ours)";
+                if (refusal) {   /* decoded to BF16 instead: the FP8 rule cannot hold; say why */
+                    printf("| %-34s | %8zu | %10s | %10s | FAIL: %s |\n", what, rows * n, "", "", refusal);
+                    failed++;
+                } else {
+                    compare(b, what, y, gy, rows * n, tolerance);
+                }
+                if (!plain && !scaled && uform_cuda_fp8_scaled_refusal(&b->gpu, false))
+                    printf("  (%s)\n", uform_cuda_fp8_scaled_refusal(&b->gpu, false));
             }
+            uform_cuda_fp8_scaled_off(&b->gpu, false);
+            free(y_before), free(bias16);
         } else {
+            b->gpu.ops->linear(&b->gpu, &gw, gx, k, rows, gbias, true, gy, n);
             b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, bias, true, y, n);
             compare(b, "linear E4M3 +bias +=", y, gy, rows * n, 1e-4);
         }
@@ -417,10 +434,14 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
     bool packed = op->pack(&b->gpu, w, n, k, &packed_bf16) == UFORM_OK &&
                   op->pack_e4m3(&b->gpu, codes, scales, n, k, &packed_e4m3) == UFORM_OK;
     float *gdense = on_gpu(b, dense, n * k * 4);
-    uform_weight_t weights[3] = {{&packed_bf16, NULL, n, k}, {&packed_e4m3, NULL, n, k}, {NULL, gdense, n, k}};
-    const char *names[3] = {"BF16", "E4M3", "dense"};
+    /* E4M3 twice: FP8 products with cuBLASLt's scales where it accepts them,
+     * then with our scales' pass (gemm_fp8.cu's two ways) */
+    uform_weight_t weights[4] = {{&packed_bf16, NULL, n, k}, {&packed_e4m3, NULL, n, k}, {NULL, gdense, n, k},
+                                 {&packed_e4m3, NULL, n, k}};
+    const char *names[4] = {"BF16", "E4M3", "dense", "E4M3 (our scales)"};
     char what[96];
-    for (int i = 0; packed && i < 3; i++) {
+    for (int i = 0; packed && i < 4; i++) {
+        uform_cuda_fp8_scaled_off(&b->gpu, i == 3);
         sync(b, gy_f32, y, rows * n), sync(b, gy_bf16, y, rows * n);
         op->linear(&b->gpu, &weights[i], gx16f, k, rows, gout_bias, true, gy_f32, n);
         op->linear_bf16(&b->gpu, &weights[i], gx16, k, rows, gout_bias, true, gy_bf16, n);
@@ -430,8 +451,10 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
         compare(b, what, want_y, gy_bf16, rows * n, 0);
         free(want_y);
         /* linear_gelu_bf16 against gelu of the FP32 twin's product, rounded.
-         * Without cuBLASLt's epilogue (the emulation; E4M3 and dense weights)
-         * the same kernels: bit for bit. With it (BF16 weights on a GPU),
+         * Without cuBLASLt's epilogue (the emulation; dense weights, and E4M3
+         * weights where our pass applies the FP8 scales) the same kernels:
+         * bit for bit. With it (BF16 weights on a GPU, E4M3 where cuBLASLt
+         * applies the FP8 scales: the twin's bias rounded the same way),
          * cuBLASLt's own GELU and sums on a bias rounded to BF16: two FP32
          * values a little apart round to adjacent BF16 values at most (one
          * BF16 step, 2^-7 of the value), plus 5e-4, the most that GELU's tanh
@@ -454,9 +477,12 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
                      epilogue ? 5e-4 + 1.13 * 0x1p-9 * bias_largest : 0);
         if (i == 0 && !epilogue && uform_cuda_gelu_epilogue_refusal(&b->gpu))
             printf("  (cuBLASLt's GELU epilogue refused: %s)\n", uform_cuda_gelu_epilogue_refusal(&b->gpu));
+        if (i == 1 && !epilogue && uform_cuda_fp8_scaled_refusal(&b->gpu, true))
+            printf("  (%s)\n", uform_cuda_fp8_scaled_refusal(&b->gpu, true));
         free(want_act);
         op->free(&b->gpu, gact);
     }
+    uform_cuda_fp8_scaled_off(&b->gpu, false);
     if (packed) op->packed_free(&b->gpu, &packed_bf16), op->packed_free(&b->gpu, &packed_e4m3);
     void *all[] = {gx, gweight, gbias, gy, gy16, gx16f, gout_bias, gy_f32, gy_bf16, gx16, gdense};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) op->free(&b->gpu, all[i]);
