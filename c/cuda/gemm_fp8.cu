@@ -53,13 +53,23 @@
 __device__ static inline float uform_operand_value(const float *p) { return *p; }
 __device__ static inline float uform_operand_value(const uint16_t *p) { return uform_bf16_float(*p); }
 
+/* bias16 [n] = the bias rounded to BF16 (nearest even), by the first block
+ * of a quantization's grid (bias16 NULL: nothing): the scaled way's bias
+ * (below) without a launch of its own, which one text per call would pay for
+ * at every product. */
+__device__ static inline void uform_fp8_bias_bf16(const float *bias, size_t n, uint16_t *bias16) {
+    if (!bias16 || blockIdx.x != 0) return;
+    for (size_t j = threadIdx.x; j < n; j += blockDim.x) bias16[j] = uform_bf16_bits(bias[j]);
+}
+
 /* Row r of x (stride `stride`) as E4M3 codes [rows, k] and its scale: one
  * block of UFORM_CUDA_ROW_THREADS threads per row. T: x's scalar, float or
  * uint16_t (BF16 operands, linear_bf16: their values, exact in FP32). */
 template <typename T>
 __global__ static void uform_quantize_rows_e4m3(const T *x, size_t stride, size_t k, uint8_t *codes,
-                                                float *scales) {
+                                                float *scales, const float *bias, size_t n, uint16_t *bias16) {
     __shared__ float partial[UFORM_CUDA_ROW_THREADS / 32];
+    uform_fp8_bias_bf16(bias, n, bias16);
     size_t r = blockIdx.x;
     const T *row = x + r * stride;
     float amax = 0.0f;
@@ -90,7 +100,8 @@ __device__ static inline uint32_t uform_e4m3_code(float value, float scale) {
 
 template <typename T>
 __global__ static void uform_quantize_rows_e4m3_warp(const T *x, size_t rows, size_t stride, size_t k, uint8_t *codes,
-                                                     float *scales) {
+                                                     float *scales, const float *bias, size_t n, uint16_t *bias16) {
+    uform_fp8_bias_bf16(bias, n, bias16);
     const size_t warps = blockDim.x / 32, quads = k / 4;
     const unsigned lane = threadIdx.x % 32;
     for (size_t r = (size_t)blockIdx.x * warps + threadIdx.x / 32; r < rows; r += (size_t)gridDim.x * warps) {
@@ -334,39 +345,49 @@ const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *b, bool gelu) {
 void uform_cuda_fp8_scaled_off(uform_backend_t *b, bool off) { uform_cuda_context(b)->fp8_scaled_off = off; }
 
 /* The activations quantized into the context's buffer: *codes_out [rows
- * padded to 16, k] and *scales_out; false with nothing done when this GPU
- * cannot (the caller decodes to BF16 instead); true with *codes_out NULL
- * when a buffer could not be had (recorded). */
+ * padded to 16, k] and *scales_out, and where the scaled way will be tried
+ * for `form` (0: FP32 out, 1: GELU) the bias rounded to BF16 into
+ * *bias16_out (else NULL); false with nothing done when this GPU cannot (the
+ * caller decodes to BF16 instead); true with *codes_out NULL when a buffer
+ * could not be had (recorded). */
 static bool uform_fp8_quantize(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
-                               size_t x_stride, size_t rows, uint8_t **codes_out, float **scales_out) {
+                               size_t x_stride, size_t rows, const float *bias, int form, uint8_t **codes_out,
+                               float **scales_out, uint16_t **bias16_out) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     *codes_out = NULL;
+    *bias16_out = NULL;
     if (!context->fp8_products || context->fp8_refused) return false;
-    size_t k = packed->k, padded = (rows + 15) & ~(size_t)15;
+    size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
     size_t scales_at = (padded * k + 15) & ~(size_t)15;
     uint8_t *codes = (uint8_t *)uform_cuda_grow(b, &context->fp8_rows, scales_at + padded * sizeof(float),
                                                 "FP8 activations");
     if (!codes) return true;   /* recorded */
     float *scales = (float *)(codes + scales_at);
+    uint16_t *bias16 = NULL;
+    if (bias && !context->fp8_scaled_off && !context->fp8_scaled_refused[form]) {
+        bias16 = (uint16_t *)uform_cuda_grow(b, &context->bias_bf16, n * sizeof(uint16_t), "BF16 bias");
+        if (!bias16) return true;   /* recorded */
+    }
     bool quads = k % 4 == 0 && x_stride % 4 == 0 && (x16 ? (uintptr_t)x16 % 8 : (uintptr_t)x % 16) == 0;
     if (quads && x16)
         UFORM_LAUNCH(uform_quantize_rows_e4m3_warp<uint16_t>, uform_cuda_blocks(rows, 8), 256, context->stream)(
-            x16, rows, x_stride, k, codes, scales);
+            x16, rows, x_stride, k, codes, scales, bias, n, bias16);
     else if (quads)
         UFORM_LAUNCH(uform_quantize_rows_e4m3_warp<float>, uform_cuda_blocks(rows, 8), 256, context->stream)(
-            x, rows, x_stride, k, codes, scales);
+            x, rows, x_stride, k, codes, scales, bias, n, bias16);
     else if (x16)
         UFORM_LAUNCH(uform_quantize_rows_e4m3<uint16_t>, (unsigned)rows, UFORM_CUDA_ROW_THREADS, context->stream)(
-            x16, x_stride, k, codes, scales);
+            x16, x_stride, k, codes, scales, bias, n, bias16);
     else
         UFORM_LAUNCH(uform_quantize_rows_e4m3<float>, (unsigned)rows, UFORM_CUDA_ROW_THREADS, context->stream)(
-            x, x_stride, k, codes, scales);
+            x, x_stride, k, codes, scales, bias, n, bias16);
     if (padded > rows)
         UFORM_LAUNCH(uform_zero_code_rows, uform_cuda_blocks((padded - rows) * k, 256), 256,
                      context->stream)(rows, padded, k, codes);
     uform_cuda_launched(b, "FP8 activations");
     *codes_out = codes;
     *scales_out = scales;
+    *bias16_out = bias16;
     return true;
 }
 
@@ -396,22 +417,17 @@ static const float *uform_fp8_weight_scales(const uform_packed_t *packed) {
     return (const float *)((const uint8_t *)packed->data + uform_cuda_e4m3_scales_at(packed->n, packed->k));
 }
 
-/* The scaled way where it is not refused (or switched off): true when it ran
- * (or a buffer could not be had: recorded), false to take the plain way. */
+/* The scaled way where it is not refused (or switched off): true when it ran,
+ * false to take the plain way. bias16: the bias rounded by the quantization
+ * (NULL without a bias). */
 static bool uform_fp8_try_scaled(uform_backend_t *b, const uform_packed_t *packed, const uint8_t *codes,
-                                 const float *scales, size_t rows, const float *bias, bool accumulate, float *y,
+                                 const float *scales, size_t rows, const uint16_t *bias16, bool accumulate, float *y,
                                  size_t y_stride, uint16_t *y16) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     int form = y16 ? 1 : 0;
     context->fp8_scaled = false;
     if (context->fp8_scaled_off || context->fp8_scaled_refused[form]) return false;
     size_t n = packed->n;
-    uint16_t *bias16 = NULL;
-    if (bias) {
-        bias16 = (uint16_t *)uform_cuda_grow(b, &context->bias_bf16, n * sizeof(uint16_t), "BF16 bias");
-        if (!bias16) return true;   /* recorded */
-        uform_cuda_round_bf16(b, bias, n, 1, n, bias16);
-    }
     const char *refusal =
         uform_fp8_scaled_product(b, rows, n, packed->k, (const uint8_t *)packed->data, codes,
                                  uform_fp8_weight_scales(packed), scales, bias16, accumulate, y, y_stride, y16);
@@ -431,10 +447,11 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
                            size_t y_stride) {
     uint8_t *codes;
     float *scales;
+    uint16_t *bias16;
     const float *product;
-    if (!uform_fp8_quantize(b, packed, x, x16, x_stride, rows, &codes, &scales)) return false;
+    if (!uform_fp8_quantize(b, packed, x, x16, x_stride, rows, bias, 0, &codes, &scales, &bias16)) return false;
     if (!codes) return true;   /* recorded */
-    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias, accumulate, y, y_stride, NULL)) return true;
+    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, accumulate, y, y_stride, NULL)) return true;
     if (!uform_fp8_rows_product(b, packed, codes, rows, &product)) return false;
     if (!product) return true;   /* recorded */
     cudaStream_t stream = uform_cuda_context(b)->stream;
@@ -454,10 +471,11 @@ bool uform_cuda_linear_gelu_fp8(uform_backend_t *b, const uform_packed_t *packed
                                 size_t x_stride, size_t rows, const float *bias, uint16_t *y) {
     uint8_t *codes;
     float *scales;
+    uint16_t *bias16;
     const float *product;
-    if (!uform_fp8_quantize(b, packed, NULL, x16, x_stride, rows, &codes, &scales)) return false;
+    if (!uform_fp8_quantize(b, packed, NULL, x16, x_stride, rows, bias, 1, &codes, &scales, &bias16)) return false;
     if (!codes) return true;   /* recorded */
-    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias, false, NULL, 0, y)) return true;
+    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, false, NULL, 0, y)) return true;
     if (!uform_fp8_rows_product(b, packed, codes, rows, &product)) return false;
     if (!product) return true;   /* recorded */
     cudaStream_t stream = uform_cuda_context(b)->stream;
