@@ -653,6 +653,21 @@ static void test_rows(backends_t *b, size_t rows, size_t width) {
     b->cpu.ops->scatter_add_rows(&b->cpu, gathered, width, which, picks, dx);
     b->gpu.ops->scatter_add_rows(&b->gpu, ggathered, width, gwhich, picks, gdx);
     compare(b, "scatter_add_rows", dx, gdx, count, 1e-5);
+    {   /* rows repeated many times, rows past 64 among them: every element one
+         * chain in index order, so the host's float loop gives the bits */
+        size_t *many = malloc(picks * sizeof(size_t));
+        for (size_t i = 0; i < picks; i++) many[i] = ((i * 5) % 7 + (i % 3 == 0 ? 64 : 0)) % rows;
+        size_t *gmany = on_gpu(b, many, picks * sizeof(size_t));
+        float *want = malloc(count * sizeof(float));
+        memcpy(want, dx, count * sizeof(float));
+        for (size_t i = 0; i < picks; i++)
+            for (size_t c = 0; c < width; c++) want[many[i] * width + c] += gathered[i * width + c];
+        sync(b, gdx, dx, count);
+        b->gpu.ops->scatter_add_rows(&b->gpu, ggathered, width, gmany, picks, gdx);
+        compare(b, "scatter_add_rows repeated (bits)", want, gdx, count, 0);
+        b->gpu.ops->free(&b->gpu, gmany);
+        free(many), free(want);
+    }
     sync(b, gdweight, dweight, width);
     b->cpu.ops->sum_rows(&b->cpu, x, width, which, picks, dweight);
     b->gpu.ops->sum_rows(&b->gpu, gx, width, gwhich, picks, gdweight);
