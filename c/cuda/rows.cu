@@ -16,22 +16,25 @@ static inline cudaStream_t uform_stream(uform_backend_t *b) { return uform_cuda_
 
 /* ---- embedding ------------------------------------------------------------- */
 
+/* Blocks take rows (grid-stride), their threads the row's columns: no
+ * division per element (the first version divided a 64-bit index by the
+ * width for every value: 107 us a call of 34k rows on the H200, 2026-12-04). */
 __global__ static void uform_embedding_forward_kernel(const float *table, const float *modality,
                                                       const uint32_t *ids, size_t rows, size_t width, float *y) {
-    UFORM_GRID_STRIDE(index, rows * width) {
-        size_t r = index / width, c = index % width;
+    for (size_t r = blockIdx.x; r < rows; r += gridDim.x) {
         uint32_t id = ids[r];
         if (id == UFORM_NOT_TEXT) continue;
-        float value = table[(size_t)id * width + c];
-        y[index] = modality ? value + modality[c] : value;
+        const float *entry = table + (size_t)id * width;
+        for (size_t c = threadIdx.x; c < width; c += blockDim.x)
+            y[r * width + c] = modality ? entry[c] + modality[c] : entry[c];
     }
 }
 
 void uform_cuda_embedding_forward(uform_backend_t *b, const float *table, const float *modality,
                                   const uint32_t *ids, size_t rows, size_t width, float *y) {
     if (!rows || !width) return;
-    UFORM_LAUNCH(uform_embedding_forward_kernel, uform_cuda_blocks(rows * width, 256), 256, uform_stream(b))(
-        table, modality, ids, rows, width, y);
+    unsigned blocks = (unsigned)(rows < 65535u * 16u ? rows : 65535u * 16u);
+    UFORM_LAUNCH(uform_embedding_forward_kernel, blocks, 256, uform_stream(b))(table, modality, ids, rows, width, y);
     uform_cuda_launched(b, "embedding_forward");
 }
 
@@ -43,7 +46,13 @@ __global__ static void uform_mean_pool_forward_kernel(const float *x, size_t wid
         size_t s = index / width, c = index % width;
         uform_segment_t segment = segments[s];
         float sum = 0.0f;
-        for (size_t r = segment.begin; r < segment.begin + segment.length; r++) sum += x[r * width + c];
+        size_t r = segment.begin, end = segment.begin + segment.length;
+        for (; r + 4 <= end; r += 4) {   /* four loads issued together; the sums stay in row order */
+            float a = x[r * width + c], e = x[(r + 1) * width + c];
+            float f = x[(r + 2) * width + c], g = x[(r + 3) * width + c];
+            sum += a, sum += e, sum += f, sum += g;
+        }
+        for (; r < end; r++) sum += x[r * width + c];
         pooled[index] = sum * (segment.length ? 1.0f / (float)segment.length : 0.0f);
     }
 }
