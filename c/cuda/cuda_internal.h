@@ -254,6 +254,9 @@ void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, co
 void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x,
                                 const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
                                 bool accumulate_dx);
+void uform_cuda_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                     const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
+                                     bool accumulate_dx);
 void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
 #ifndef UFORM_CUDA_EMULATION
 /* The cached plan of one product (cuBLASLt's column-major shape m x n x k,
@@ -298,7 +301,8 @@ void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t ro
                                    const float *weight, const float *bias, float *y, float *mean,
                                    float *rstd);
 void uform_cuda_layer_norm_forward_bf16(uform_backend_t *b, const float *x, size_t rows, size_t width,
-                                        const float *weight, const float *bias, uint16_t *y);
+                                        const float *weight, const float *bias, uint16_t *y, float *mean,
+                                        float *rstd);
 void uform_cuda_layer_norm_backward(uform_backend_t *b, const float *dy, const float *x,
                                     const float *weight, const float *mean, const float *rstd,
                                     size_t rows, size_t width, float *dx, float *dweight, float *dbias);

@@ -538,8 +538,11 @@ static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const 
     return false;
 }
 
-void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x, const float *dy,
-                                size_t rows, float *dweight, float *dbias, float *dx, bool accumulate_dx) {
+/* linear_backward and linear_backward_bf16: x FP32 (rounded here) or, x16
+ * set, BF16 already (the trainer's operands kept in BF16: the same product). */
+static void uform_cuda_linear_backward_operand(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                                               const __nv_bfloat16 *x16, const float *dy, size_t rows,
+                                               float *dweight, float *dbias, float *dx, bool accumulate_dx) {
     if (!uform_cuda_dense(b, w, "linear_backward")) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
@@ -554,7 +557,7 @@ void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, con
               : uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
     if (!dy16) return;
     if (dweight) {   /* dW [n, k] += dy^T [n, rows] x [rows, k] */
-        const __nv_bfloat16 *x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, k, rows, k);
+        if (!x16) x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, k, rows, k);
         if (!x16) return;
         uform_cuda_product(b, n, k, rows, dy16, n, true, x16, k, false, NULL, true, dweight, k, true);
     }
@@ -563,4 +566,16 @@ void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, con
         if (!w16) return;
         uform_cuda_product(b, rows, k, n, dy16, n, false, w16, k, false, NULL, accumulate_dx, dx, k, true);
     }
+}
+
+void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x, const float *dy,
+                                size_t rows, float *dweight, float *dbias, float *dx, bool accumulate_dx) {
+    uform_cuda_linear_backward_operand(b, w, x, NULL, dy, rows, dweight, dbias, dx, accumulate_dx);
+}
+
+void uform_cuda_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                     const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
+                                     bool accumulate_dx) {
+    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, dy, rows, dweight, dbias, dx,
+                                       accumulate_dx);
 }

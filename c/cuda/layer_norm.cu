@@ -105,8 +105,9 @@ void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t ro
 }
 
 void uform_cuda_layer_norm_forward_bf16(uform_backend_t *b, const float *x, size_t rows, size_t width,
-                                        const float *weight, const float *bias, uint16_t *y) {
-    uform_cuda_layer_norm_launch(b, x, rows, width, weight, bias, y, (float *)NULL, (float *)NULL);
+                                        const float *weight, const float *bias, uint16_t *y, float *mean,
+                                        float *rstd) {
+    uform_cuda_layer_norm_launch(b, x, rows, width, weight, bias, y, mean, rstd);
 }
 
 /* dx += rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) per row. */

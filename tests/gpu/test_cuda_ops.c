@@ -134,6 +134,20 @@ static void test_gemm(backends_t *b, size_t m, size_t n, size_t k, bool ta, bool
  * aligned: cuBLASLt's plans for such pointers, and the bias added after the
  * product). */
 /* offset 1: the outputs, the bias and x 4-byte aligned only. */
+/* Three device buffers of floats downloaded, then one synchronize. */
+static void op_download3(backends_t *b, const float *a, float *a_host, size_t a_count, const float *c,
+                         float *c_host, size_t c_count, const float *d, float *d_host, size_t d_count) {
+    b->gpu.ops->download(&b->gpu, a_host, a, a_count * 4);
+    b->gpu.ops->download(&b->gpu, c_host, c, c_count * 4);
+    b->gpu.ops->download(&b->gpu, d_host, d, d_count * 4);
+    b->gpu.ops->synchronize(&b->gpu);
+}
+
+static float *downloaded_bf16(backends_t *b, const float *gpu_device, size_t count);
+static void compare_bf16(backends_t *b, const char *what, const float *want, const uint16_t *gpu_device,
+                         size_t count, double relative, double absolute);
+static uint16_t *bf16_on_gpu(backends_t *b, const float *x, size_t count);
+
 static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k, size_t offset) {
     float *w = random_floats(n * k, 0.1f), *x = random_floats(rows * k, 1), *dy = random_floats(rows * n, 1);
     float *dw = random_floats(n * k, 1), *dbias = random_floats(n, 1), *dx = random_floats(rows * k, 1);
@@ -153,6 +167,24 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k,
     compare(b, "linear_backward dW", dw, gdw, n * k, 1e-4);
     compare(b, "linear_backward dbias", dbias, gdbias, n, 1e-4);
     compare(b, "linear_backward dx", dx, gdx, rows * k, 1e-4);
+    {   /* linear_backward_bf16 (training's operands kept in BF16): the FP32
+         * op's results on the same GPU, bit for bit (bound 0), from x's BF16
+         * words; the GPU's results above are the starting values of both */
+        float *got_dw = malloc(n * k * 4), *got_dbias = malloc(n * 4), *got_dx = malloc(rows * k * 4);
+        op_download3(b, gdw, got_dw, n * k, gdbias, got_dbias, n, gdx, got_dx, rows * k);
+        uint16_t *gx16 = bf16_on_gpu(b, x16, rows * k);
+        b->gpu.ops->linear_backward(&b->gpu, &gwt, gx, gdy, rows, gdw, gdbias, gdx, true);
+        float *want_dw = malloc(n * k * 4), *want_dbias = malloc(n * 4), *want_dx = malloc(rows * k * 4);
+        op_download3(b, gdw, want_dw, n * k, gdbias, want_dbias, n, gdx, want_dx, rows * k);
+        sync(b, gdw, got_dw, n * k), sync(b, gdbias, got_dbias, n), sync(b, gdx, got_dx, rows * k);
+        b->gpu.ops->linear_backward_bf16(&b->gpu, &gwt, gx16, gdy, rows, gdw, gdbias, gdx, true);
+        compare(b, "linear_backward_bf16 dW (= FP32's)", want_dw, gdw, n * k, 0);
+        compare(b, "linear_backward_bf16 dbias (= FP32's)", want_dbias, gdbias, n, 0);
+        compare(b, "linear_backward_bf16 dx (= FP32's)", want_dx, gdx, rows * k, 0);
+        sync(b, gdbias, dbias, n);
+        b->gpu.ops->free(&b->gpu, gx16);
+        free(got_dw), free(got_dbias), free(got_dx), free(want_dw), free(want_dbias), free(want_dx);
+    }
     float *y = random_floats(rows * n, 1), *pre = random_floats(rows * n, 1);
     float *gy_base = on_gpu(b, NULL, (rows * n + offset) * 4), *gy = gy_base + offset;
     float *gpre = on_gpu(b, pre, rows * n * 4);
@@ -162,6 +194,15 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k,
     b->gpu.ops->linear_gelu(&b->gpu, &gwt, gx, k, rows, gdbias, gpre, gy);
     compare(b, "linear_gelu pre", pre, gpre, rows * n, 1e-4);
     compare(b, "linear_gelu y", y, gy, rows * n, 1e-4);
+    {   /* gelu_forward_bf16: the FP32 op's output rounded, bit for bit */
+        uint16_t *gy16 = on_gpu(b, NULL, rows * n * 2);
+        b->gpu.ops->gelu_forward_bf16(&b->gpu, gpre, rows * n, gy16);
+        b->gpu.ops->gelu_forward(&b->gpu, gpre, rows * n, gy);
+        float *want = downloaded_bf16(b, gy, rows * n);
+        compare_bf16(b, "gelu_forward_bf16 (= FP32's)", want, gy16, rows * n, 0, 0);
+        free(want);
+        b->gpu.ops->free(&b->gpu, gy16);
+    }
     sync(b, gy, y, rows * n);
     b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, NULL, true, y, n);
     b->gpu.ops->linear(&b->gpu, &gwt, gx, k, rows, NULL, true, gy, n);
@@ -407,10 +448,24 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
     float *gy = on_gpu(b, NULL, rows * k * 4);
     uint16_t *gy16 = on_gpu(b, NULL, rows * k * 2);
     op->layer_norm_forward(&b->gpu, gx, rows, k, gweight, gbias, gy, NULL, NULL);
-    op->layer_norm_forward_bf16(&b->gpu, gx, rows, k, gweight, gbias, gy16);
+    op->layer_norm_forward_bf16(&b->gpu, gx, rows, k, gweight, gbias, gy16, NULL, NULL);
     float *want = downloaded_bf16(b, gy, rows * k);
     compare_bf16(b, "layer_norm_forward_bf16 (= FP32's)", want, gy16, rows * k, 0, 0);
     free(want);
+    /* training's: the statistics saved too, the FP32 op's (bound 0) */
+    float *mean = malloc(rows * sizeof(float)), *rstd = malloc(rows * sizeof(float));
+    float *gmean = on_gpu(b, NULL, rows * 4), *grstd = on_gpu(b, NULL, rows * 4);
+    float *gmean16 = on_gpu(b, NULL, rows * 4), *grstd16 = on_gpu(b, NULL, rows * 4);
+    op->layer_norm_forward(&b->gpu, gx, rows, k, gweight, gbias, gy, gmean, grstd);
+    op->layer_norm_forward_bf16(&b->gpu, gx, rows, k, gweight, gbias, gy16, gmean16, grstd16);
+    op->download(&b->gpu, mean, gmean, rows * 4);
+    op->download(&b->gpu, rstd, grstd, rows * 4);
+    want = downloaded_bf16(b, gy, rows * k);
+    compare_bf16(b, "layer_norm_forward_bf16 +stats", want, gy16, rows * k, 0, 0);
+    compare(b, "layer_norm_forward_bf16 mean", mean, gmean16, rows, 0);
+    compare(b, "layer_norm_forward_bf16 rstd", rstd, grstd16, rows, 0);
+    free(want), free(mean), free(rstd);
+    op->free(&b->gpu, gmean), op->free(&b->gpu, grstd), op->free(&b->gpu, gmean16), op->free(&b->gpu, grstd16);
 
     /* products: x16 [rows, k] (stride k) against the FP32 twin on the same
      * values (x rounded first, so the twin's own rounding changes nothing) */

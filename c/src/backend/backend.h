@@ -181,9 +181,12 @@ typedef struct {
      * may compute the GELU in the product's epilogue, whose tanh GELU is the
      * device library's (docs/gpu.md gives the measured gap). NULL on the CPU
      * backend, whose classes round operands as they pack them. The model's
-     * inference forward (transformer.c) uses them when they are set. */
+     * inference forward (transformer.c) uses them when they are set.
+     * layer_norm_forward_bf16 saves mean and rstd when they are not NULL
+     * (training, below). */
     void (*layer_norm_forward_bf16)(uform_backend_t *b, const float *x, size_t rows, size_t width,
-                                    const float *weight, const float *bias, uint16_t *y);
+                                    const float *weight, const float *bias, uint16_t *y, float *mean,
+                                    float *rstd);
     void (*attention_forward_bf16)(uform_backend_t *b, const float *qkv, size_t hidden,
                                    const uform_segment_t *segments, size_t count, size_t rows,
                                    size_t longest, const float *cosines, const float *sines,
@@ -193,6 +196,18 @@ typedef struct {
                         size_t y_stride);
     void (*linear_gelu_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                              size_t x_stride, size_t rows, const float *bias, uint16_t *y);
+    /* -- training with BF16 operands (optional: both or none, and only with
+     * the four above) --
+     * The trainer keeps the operands that only products read (the normed
+     * rows, GELU's output) in BF16, made where they are computed, instead of
+     * FP32 rounded again by every product that reads them, forward and
+     * backward: gelu_forward with its output rounded to BF16; linear_backward
+     * on a BF16 x [rows, k] (the same products: the FP32 op rounds x first).
+     * The same bits as the FP32 ops on such a backend. */
+    void (*gelu_forward_bf16)(uform_backend_t *b, const float *x, size_t count, uint16_t *y);
+    void (*linear_backward_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                 const float *dy, size_t rows, float *dweight, float *dbias,
+                                 float *dx, bool accumulate_dx);
 
     /* -- row-wise layers -- */
     /* y = (x - mean) rstd weight + bias per row, biased variance, eps 1e-5; y may

@@ -19,7 +19,7 @@ static void uform_block_forward_bf16(uform_backend_t *b, const uform_block_weigh
     const uform_layer_activations_t *s = &a->layers[0];
     size_t rows = batch->rows;
     op->layer_norm_forward_bf16(b, x, rows, h, w->attention_norm_weight, w->attention_norm_bias,
-                                s->normed_bf16);
+                                s->normed_bf16, NULL, NULL);
     op->linear_bf16(b, &w->qkv, s->normed_bf16, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
     /* rotary positions applied inside */
     op->attention_forward_bf16(b, s->qkv, h, batch->segments, batch->segments_count, rows,
@@ -27,7 +27,7 @@ static void uform_block_forward_bf16(uform_backend_t *b, const uform_block_weigh
                                a->attention_scratch);
     op->linear_bf16(b, &w->out, s->attended_bf16, h, rows, w->out_bias, true, x, h);
     op->layer_norm_forward_bf16(b, x, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
-                                s->normed_bf16);
+                                s->normed_bf16, NULL, NULL);
     op->linear_gelu_bf16(b, &w->up, s->normed_bf16, h, rows, w->up_bias, s->activated_bf16);
     op->linear_bf16(b, &w->down, s->activated_bf16, 4 * h, rows, w->down_bias, true, x, h);
 }
@@ -45,23 +45,42 @@ void uform_transformer_forward(uform_backend_t *b, const uform_transformer_t *mo
         }
         const uform_block_weights_t *w = &model->blocks[l];
         const uform_layer_activations_t *s = &a->layers[a->saved ? l : 0];
+        /* training with BF16 operands kept (transformer.h): the same math, the
+         * normed rows and GELU's output rounded where they are made */
+        bool bf16 = s->normed2_bf16 != NULL;
         /* middle = input + out(attention(rope(qkv(norm1(input))))) */
-        op->layer_norm_forward(b, s->input, rows, h, w->attention_norm_weight,
-                               w->attention_norm_bias, s->normed1, s->mean1, s->rstd1);
-        op->linear(b, &w->qkv, s->normed1, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
+        if (bf16) {
+            op->layer_norm_forward_bf16(b, s->input, rows, h, w->attention_norm_weight,
+                                        w->attention_norm_bias, s->normed_bf16, s->mean1, s->rstd1);
+            op->linear_bf16(b, &w->qkv, s->normed_bf16, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
+        } else {
+            op->layer_norm_forward(b, s->input, rows, h, w->attention_norm_weight,
+                                   w->attention_norm_bias, s->normed1, s->mean1, s->rstd1);
+            op->linear(b, &w->qkv, s->normed1, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
+        }
         op->rope_forward(b, s->qkv, rows, h, a->cosines, a->sines);
         op->attention_forward(b, s->qkv, h, batch->segments, batch->segments_count, rows, batch->longest, s->attended,
                               s->logsumexp, a->attention_scratch);
         if (s->middle != s->input) op->copy(b, s->middle, s->input, bytes);
         op->linear(b, &w->out, s->attended, h, rows, w->out_bias, true, s->middle, h);
         /* next = middle + down(gelu(up(norm2(middle)))) */
-        op->layer_norm_forward(b, s->middle, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
-                               s->normed2, s->mean2, s->rstd2);
-        op->linear_gelu(b, &w->up, s->normed2, h, rows, w->up_bias, s->up, s->activated);
+        if (bf16) {
+            op->layer_norm_forward_bf16(b, s->middle, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
+                                        s->normed2_bf16, s->mean2, s->rstd2);
+            op->linear_bf16(b, &w->up, s->normed2_bf16, h, rows, w->up_bias, false, s->up, 4 * h);
+            op->gelu_forward_bf16(b, s->up, rows * 4 * h, s->activated_bf16);
+        } else {
+            op->layer_norm_forward(b, s->middle, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
+                                   s->normed2, s->mean2, s->rstd2);
+            op->linear_gelu(b, &w->up, s->normed2, h, rows, w->up_bias, s->up, s->activated);
+        }
         float *next = !a->saved ? s->input : l + 1 < model->depth ? a->layers[l + 1].input
                                                                   : a->output;
         if (next != s->middle) op->copy(b, next, s->middle, bytes);
-        op->linear(b, &w->down, s->activated, 4 * h, rows, w->down_bias, true, next, h);
+        if (bf16)
+            op->linear_bf16(b, &w->down, s->activated_bf16, 4 * h, rows, w->down_bias, true, next, h);
+        else
+            op->linear(b, &w->down, s->activated, 4 * h, rows, w->down_bias, true, next, h);
     }
     op->layer_norm_forward(b, a->output, rows, h, model->norm_weight, model->norm_bias, a->states,
                            a->final_mean, a->final_rstd);

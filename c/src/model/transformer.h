@@ -42,8 +42,14 @@ typedef struct {
     /* Inference on a backend with BF16 operands (backend.h: linear_bf16 and
      * its three companions): the products' operands as BF16 [rows, H],
      * [rows, H], [rows, 4H], made where they are computed, and then normed1,
-     * normed2, attended, up and activated are NULL. NULL otherwise. */
-    uint16_t *normed_bf16, *attended_bf16, *activated_bf16;
+     * normed2, attended, up and activated are NULL. Training on a backend
+     * with BF16 training operands (backend.h: linear_backward_bf16 and
+     * gelu_forward_bf16): normed_bf16 holds norm1's rows, normed2_bf16
+     * norm2's, activated_bf16 GELU's [rows, 4H], kept for the backward's
+     * products, and then normed1, normed2 and activated are NULL (attended
+     * and up stay FP32: attention's and GELU's backwards read them). NULL
+     * otherwise. */
+    uint16_t *normed_bf16, *attended_bf16, *activated_bf16, *normed2_bf16;
 } uform_layer_activations_t;
 
 /* A forward's buffers. layers has depth entries when `saved`, else one that

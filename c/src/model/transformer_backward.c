@@ -25,13 +25,22 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         const uform_block_weights_t *w = &model->blocks[l];
         const uform_block_gradients_t *g = &gradients[l];
         const uform_layer_activations_t *s = &a->layers[l];
+        bool bf16 = s->normed2_bf16 != NULL;   /* operands kept in BF16 (transformer.h) */
         /* next = middle + down(gelu(up(norm2(middle)))) */
-        op->linear_backward(b, &w->down, s->activated, d->d_x, rows, g->down, g->down_bias,
-                            d->d_wide, false);
+        if (bf16)
+            op->linear_backward_bf16(b, &w->down, s->activated_bf16, d->d_x, rows, g->down, g->down_bias,
+                                     d->d_wide, false);
+        else
+            op->linear_backward(b, &w->down, s->activated, d->d_x, rows, g->down, g->down_bias,
+                                d->d_wide, false);
         op->zero(b, d->d_wide2, 4 * bytes);
         op->gelu_backward(b, s->up, d->d_wide, rows * 4 * h, d->d_wide2);
-        op->linear_backward(b, &w->up, s->normed2, d->d_wide2, rows, g->up, g->up_bias,
-                            d->d_normed, false);
+        if (bf16)
+            op->linear_backward_bf16(b, &w->up, s->normed2_bf16, d->d_wide2, rows, g->up, g->up_bias,
+                                     d->d_normed, false);
+        else
+            op->linear_backward(b, &w->up, s->normed2, d->d_wide2, rows, g->up, g->up_bias,
+                                d->d_normed, false);
         op->copy(b, d->d_middle, d->d_x, bytes);
         op->layer_norm_backward(b, d->d_normed, s->middle, w->mlp_norm_weight, s->mean2, s->rstd2,
                                 rows, h, d->d_middle, g->mlp_norm_weight, g->mlp_norm_bias);
@@ -42,8 +51,12 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         op->attention_backward(b, s->qkv, s->attended, d->d_attended, s->logsumexp, h,
                                batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
         op->rope_backward(b, d->d_qkv, rows, h, a->cosines, a->sines);
-        op->linear_backward(b, &w->qkv, s->normed1, d->d_qkv, rows, g->qkv, g->qkv_bias,
-                            d->d_normed, false);
+        if (bf16)
+            op->linear_backward_bf16(b, &w->qkv, s->normed_bf16, d->d_qkv, rows, g->qkv, g->qkv_bias,
+                                     d->d_normed, false);
+        else
+            op->linear_backward(b, &w->qkv, s->normed1, d->d_qkv, rows, g->qkv, g->qkv_bias,
+                                d->d_normed, false);
         op->copy(b, d->d_x, d->d_middle, bytes);
         op->layer_norm_backward(b, d->d_normed, s->input, w->attention_norm_weight, s->mean1,
                                 s->rstd1, rows, h, d->d_x, g->attention_norm_weight,

@@ -23,22 +23,36 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
         (pointer) = base ? (void *)(base + offset) : NULL;                                     \
         offset += (count) * sizeof(*(pointer));                                                \
     } while (0)
+    /* operands only products read kept in BF16 where the backend has the
+     * training ops for them (transformer.h) */
+    const uform_backend_ops_t *op = t->backend.ops;
+    bool bf16 = op->linear_backward_bf16 && op->gelu_forward_bf16 && op->layer_norm_forward_bf16 &&
+                op->linear_bf16;
     w->layers = layers;
     for (size_t l = 0; l < depth; l++) {
         uform_layer_activations_t *s = base ? &w->layers[l] : &measuring;
         UFORM_TAKE(s->input, rows * h);
-        UFORM_TAKE(s->normed1, rows * h);
+        if (bf16)
+            UFORM_TAKE(s->normed_bf16, rows * h);
+        else
+            UFORM_TAKE(s->normed1, rows * h);
         UFORM_TAKE(s->mean1, rows);
         UFORM_TAKE(s->rstd1, rows);
         UFORM_TAKE(s->qkv, rows * 3 * h);
         UFORM_TAKE(s->attended, rows * h);
         UFORM_TAKE(s->logsumexp, rows * heads);
         UFORM_TAKE(s->middle, rows * h);
-        UFORM_TAKE(s->normed2, rows * h);
+        if (bf16)
+            UFORM_TAKE(s->normed2_bf16, rows * h);
+        else
+            UFORM_TAKE(s->normed2, rows * h);
         UFORM_TAKE(s->mean2, rows);
         UFORM_TAKE(s->rstd2, rows);
         UFORM_TAKE(s->up, rows * 4 * h);
-        UFORM_TAKE(s->activated, rows * 4 * h);
+        if (bf16)
+            UFORM_TAKE(s->activated_bf16, rows * 4 * h);
+        else
+            UFORM_TAKE(s->activated, rows * 4 * h);
     }
     UFORM_TAKE(w->ids, rows);
     UFORM_TAKE(w->targets, selected);
