@@ -11,6 +11,17 @@
  *   d_qkv      dLoss/d(qkv)                                          [rows, 3H] */
 #include "model/transformer.h"
 
+/* linear_backward on the operand the forward kept: x in FP32, or x16 in BF16
+ * (training with BF16 operands, transformer.h; the other one is NULL). */
+static void uform_product_backward(uform_backend_t *b, const uform_weight_t *w, const float *x,
+                                   const uint16_t *x16, const float *dy, size_t rows, float *dweight,
+                                   float *dbias, float *dx) {
+    if (x16)
+        b->ops->linear_backward_bf16(b, w, x16, dy, rows, dweight, dbias, dx, false);
+    else
+        b->ops->linear_backward(b, w, x, dy, rows, dweight, dbias, dx, false);
+}
+
 void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *model,
                                 const uform_block_gradients_t *gradients, float *d_norm_weight,
                                 float *d_norm_bias, const uform_batch_t *batch,
@@ -25,22 +36,13 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         const uform_block_weights_t *w = &model->blocks[l];
         const uform_block_gradients_t *g = &gradients[l];
         const uform_layer_activations_t *s = &a->layers[l];
-        bool bf16 = s->normed2_bf16 != NULL;   /* operands kept in BF16 (transformer.h) */
         /* next = middle + down(gelu(up(norm2(middle)))) */
-        if (bf16)
-            op->linear_backward_bf16(b, &w->down, s->activated_bf16, d->d_x, rows, g->down, g->down_bias,
-                                     d->d_wide, false);
-        else
-            op->linear_backward(b, &w->down, s->activated, d->d_x, rows, g->down, g->down_bias,
-                                d->d_wide, false);
+        uform_product_backward(b, &w->down, s->activated, s->activated_bf16, d->d_x, rows, g->down,
+                               g->down_bias, d->d_wide);
         op->zero(b, d->d_wide2, 4 * bytes);
         op->gelu_backward(b, s->up, d->d_wide, rows * 4 * h, d->d_wide2);
-        if (bf16)
-            op->linear_backward_bf16(b, &w->up, s->normed2_bf16, d->d_wide2, rows, g->up, g->up_bias,
-                                     d->d_normed, false);
-        else
-            op->linear_backward(b, &w->up, s->normed2, d->d_wide2, rows, g->up, g->up_bias,
-                                d->d_normed, false);
+        uform_product_backward(b, &w->up, s->normed2, s->normed2_bf16, d->d_wide2, rows, g->up, g->up_bias,
+                               d->d_normed);
         op->copy(b, d->d_middle, d->d_x, bytes);
         op->layer_norm_backward(b, d->d_normed, s->middle, w->mlp_norm_weight, s->mean2, s->rstd2,
                                 rows, h, d->d_middle, g->mlp_norm_weight, g->mlp_norm_bias);
@@ -51,12 +53,8 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         op->attention_backward(b, s->qkv, s->attended, d->d_attended, s->logsumexp, h,
                                batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
         op->rope_backward(b, d->d_qkv, rows, h, a->cosines, a->sines);
-        if (bf16)
-            op->linear_backward_bf16(b, &w->qkv, s->normed_bf16, d->d_qkv, rows, g->qkv, g->qkv_bias,
-                                     d->d_normed, false);
-        else
-            op->linear_backward(b, &w->qkv, s->normed1, d->d_qkv, rows, g->qkv, g->qkv_bias,
-                                d->d_normed, false);
+        uform_product_backward(b, &w->qkv, s->normed1, s->normed_bf16, d->d_qkv, rows, g->qkv, g->qkv_bias,
+                               d->d_normed);
         op->copy(b, d->d_x, d->d_middle, bytes);
         op->layer_norm_backward(b, d->d_normed, s->input, w->attention_norm_weight, s->mean1,
                                 s->rstd1, rows, h, d->d_x, g->attention_norm_weight,
