@@ -21,6 +21,7 @@
  * (emulation.h). */
 #include "cuda_internal.h"
 #include "bf16.cuh"
+#include "gelu.cuh"
 
 #define UFORM_COLUMN_CHUNK 256
 #define UFORM_COLUMN_THREADS 128
@@ -50,15 +51,24 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
  * The same sums of dy (no list, no x) while dy is rounded to BF16 into out
  * [rows, width]: a linear_backward's bias gradient and its products' operand
  * dy from one read of dy (each thread rounds the elements it sums). The same
- * partials, in the same order, as uform_column_partials. */
-__global__ static void uform_column_partials_bf16(const float *dy, size_t rows, size_t width, size_t chunk_rows,
-                                                  uint16_t *out, float *partial_b) {
+ * partials, in the same order, as uform_column_partials.
+ * With `pre` (2026-12-05, not yet run on a GPU either): dy is the gradient
+ * of GELU's output and pre its input [rows, width], and the values summed
+ * and rounded are the gradient of pre, 0 + dy gelu'(pre) as gelu_backward
+ * adds it into zeros (pointwise.cu: the same expression, so the same FMA):
+ * the up projection's backward without that gradient's FP32 rows. */
+__global__ static void uform_column_partials_bf16(const float *dy, const float *pre, size_t rows, size_t width,
+                                                  size_t chunk_rows, uint16_t *out, float *partial_b) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (c >= width) return;
     size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
     float sum_b = 0.0f;
     for (size_t r = first; r < last; r++) {
         float g = dy[r * width + c];
+        if (pre) {
+            const float zero = 0.0f;
+            g = zero + g * uform_gelu_derivative(pre[r * width + c]);
+        }
         sum_b += g;
         out[r * width + c] = uform_bf16_bits(g);
     }
@@ -76,11 +86,13 @@ __global__ static void uform_column_totals(const float *partials, size_t chunks,
 
 /* dbias += column sums of dy; with x, dweight += column sums of dy xhat (a
  * layer norm's, mean and rstd per row). dweight or dbias may be NULL. With
- * `rounded` (no list, no x, dbias set), dy is also rounded to BF16 into it. */
+ * `rounded` (no list, no x), dy is also rounded to BF16 into it (dbias may
+ * be NULL then: the rounding alone), or with `pre` too, GELU's backward of
+ * dy (uform_column_partials_bf16). */
 static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t *list, const float *x,
                                const float *mean, const float *rstd, size_t rows, size_t width, float *dweight,
-                               float *dbias, uint16_t *rounded = NULL) {
-    if (!rows || !width || (!dweight && !dbias)) return;
+                               float *dbias, uint16_t *rounded = NULL, const float *pre = NULL) {
+    if (!rows || !width || (!dweight && !dbias && !rounded)) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t chunk_rows = UFORM_COLUMN_CHUNK;
     if ((rows + chunk_rows - 1) / chunk_rows > 65535) chunk_rows = (rows + 65534) / 65535;
@@ -92,9 +104,8 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t
     bool weights = x && dweight;
     dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
     if (rounded)
-        UFORM_LAUNCH(uform_column_partials_bf16, grid, UFORM_COLUMN_THREADS, context->stream)(dy, rows, width,
-                                                                                             chunk_rows, rounded,
-                                                                                             partial_b);
+        UFORM_LAUNCH(uform_column_partials_bf16, grid, UFORM_COLUMN_THREADS, context->stream)(
+            dy, pre, rows, width, chunk_rows, rounded, partial_b);
     else
         UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
             dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
@@ -117,10 +128,10 @@ void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, si
 }
 
 const uint16_t *uform_cuda_bf16_column_sums(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *dy,
-                                            size_t rows, size_t width, float *sums) {
+                                            const float *pre, size_t rows, size_t width, float *sums) {
     uint16_t *rounded = (uint16_t *)uform_cuda_grow(b, buffer, rows * width * sizeof(uint16_t), "BF16 operands");
     if (!rounded) return NULL;   /* recorded */
-    uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums, rounded);
+    uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums, rounded, pre);
     return rounded;
 }
 

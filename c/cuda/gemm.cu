@@ -539,22 +539,26 @@ static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const 
 }
 
 /* linear_backward and linear_backward_bf16: x FP32 (rounded here) or, x16
- * set, BF16 already (the trainer's operands kept in BF16: the same product). */
+ * set, BF16 already (the trainer's operands kept in BF16: the same product).
+ * With pre (gelu_linear_backward_bf16), the products' dy is GELU's backward
+ * of dy at pre, made with its rounding and bias sums in one pass. */
 static void uform_cuda_linear_backward_operand(uform_backend_t *b, const uform_weight_t *w, const float *x,
-                                               const __nv_bfloat16 *x16, const float *dy, size_t rows,
-                                               float *dweight, float *dbias, float *dx, bool accumulate_dx) {
+                                               const __nv_bfloat16 *x16, const float *pre, const float *dy,
+                                               size_t rows, float *dweight, float *dbias, float *dx,
+                                               bool accumulate_dx) {
     if (!uform_cuda_dense(b, w, "linear_backward")) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
     if (!rows) return;
-    if (!dweight && !dx) {
+    if (!dweight && !dx && !pre) {
         if (dbias) uform_cuda_column_sums(b, dy, rows, n, dbias);
         return;
     }
     /* the bias gradient's sums and the products' dy from one read of dy */
     const __nv_bfloat16 *dy16 =
-        dbias ? (const __nv_bfloat16 *)uform_cuda_bf16_column_sums(b, &context->bf16_gradients, dy, rows, n, dbias)
-              : uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
+        dbias || pre ? (const __nv_bfloat16 *)uform_cuda_bf16_column_sums(b, &context->bf16_gradients, dy, pre, rows,
+                                                                          n, dbias)
+                     : uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
     if (!dy16) return;
     if (dweight) {   /* dW [n, k] += dy^T [n, rows] x [rows, k] */
         if (!x16) x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, k, rows, k);
@@ -570,12 +574,19 @@ static void uform_cuda_linear_backward_operand(uform_backend_t *b, const uform_w
 
 void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x, const float *dy,
                                 size_t rows, float *dweight, float *dbias, float *dx, bool accumulate_dx) {
-    uform_cuda_linear_backward_operand(b, w, x, NULL, dy, rows, dweight, dbias, dx, accumulate_dx);
+    uform_cuda_linear_backward_operand(b, w, x, NULL, NULL, dy, rows, dweight, dbias, dx, accumulate_dx);
 }
 
 void uform_cuda_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                                      const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
                                      bool accumulate_dx) {
-    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, dy, rows, dweight, dbias, dx,
+    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, NULL, dy, rows, dweight, dbias, dx,
                                        accumulate_dx);
+}
+
+void uform_cuda_gelu_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                          const float *pre, const float *dy, size_t rows, float *dweight,
+                                          float *dbias, float *dx) {
+    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, pre, dy, rows, dweight, dbias, dx,
+                                       false);
 }

@@ -51,16 +51,6 @@ void uform_cuda_gelu_bf16(uform_backend_t *b, const float *x, size_t count, uint
     uform_cuda_launched(b, "gelu (BF16 out)");
 }
 
-__device__ static inline float uform_gelu_derivative(float v) {
-    float t = -2.0f * UFORM_CUDA_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v);
-    float e = expf(t);
-    float s = 1.0f / (1.0f + e);
-    float du = UFORM_CUDA_SQRT_2_OVER_PI * (1.0f + 0.134145f * v * v);
-    float derivative = s + 2.0f * v * du * s * (e * s);
-    derivative = t < -88.0f ? 1.0f : derivative;
-    return t > 88.0f ? 0.0f : derivative;
-}
-
 __global__ static void uform_gelu_backward_kernel(const float *x, const float *dy, size_t count, float *dx) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         dx[i] += dy[i] * uform_gelu_derivative(x[i]);

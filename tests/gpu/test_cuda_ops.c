@@ -203,6 +203,31 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k,
         free(want);
         b->gpu.ops->free(&b->gpu, gy16);
     }
+    {   /* gelu_linear_backward_bf16 (the up projection's backward through
+         * GELU, its dy never stored in FP32): gelu_backward into zeros, then
+         * linear_backward_bf16 (dx overwritten), on the same GPU, bit for bit
+         * (bound 0); dy is gelu's output gradient, pre its input */
+        uint16_t *gx16 = bf16_on_gpu(b, x16, rows * k);
+        float *gd = on_gpu(b, NULL, rows * n * 4);
+        float *start_dw = malloc(n * k * 4), *start_dbias = malloc(n * 4), *noise = random_floats(rows * k, 1);
+        float *want_dw = malloc(n * k * 4), *want_dbias = malloc(n * 4), *want_dx = malloc(rows * k * 4);
+        op_download3(b, gdw, start_dw, n * k, gdbias, start_dbias, n, gdx, want_dx, rows * k);
+        b->gpu.ops->zero(&b->gpu, gd, rows * n * 4);
+        b->gpu.ops->gelu_backward(&b->gpu, gpre, gdy, rows * n, gd);
+        b->gpu.ops->linear_backward_bf16(&b->gpu, &gwt, gx16, gd, rows, gdw, gdbias, gdx, false);
+        op_download3(b, gdw, want_dw, n * k, gdbias, want_dbias, n, gdx, want_dx, rows * k);
+        sync(b, gdw, start_dw, n * k), sync(b, gdbias, start_dbias, n), sync(b, gdx, noise, rows * k);
+        if (b->gpu.ops->gelu_linear_backward_bf16)
+            b->gpu.ops->gelu_linear_backward_bf16(&b->gpu, &gwt, gx16, gpre, gdy, rows, gdw, gdbias, gdx);
+        else
+            printf("| gelu_linear_backward_bf16: not set by the CUDA backend | FAIL |\n"), failed++;
+        compare(b, "gelu_linear_backward dW (= 2 ops)", want_dw, gdw, n * k, 0);
+        compare(b, "gelu_linear_backward db (= 2 ops)", want_dbias, gdbias, n, 0);
+        compare(b, "gelu_linear_backward dx (= 2 ops)", want_dx, gdx, rows * k, 0);
+        sync(b, gdbias, dbias, n);
+        b->gpu.ops->free(&b->gpu, gx16), b->gpu.ops->free(&b->gpu, gd);
+        free(start_dw), free(start_dbias), free(noise), free(want_dw), free(want_dbias), free(want_dx);
+    }
     sync(b, gy, y, rows * n);
     b->cpu.ops->linear(&b->cpu, &cw, x16, k, rows, NULL, true, y, n);
     b->gpu.ops->linear(&b->gpu, &gwt, gx, k, rows, NULL, true, gy, n);

@@ -208,6 +208,14 @@ typedef struct {
     void (*linear_backward_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                                  const float *dy, size_t rows, float *dweight, float *dbias,
                                  float *dx, bool accumulate_dx);
+    /* The MLP's up projection backward through GELU (optional, only with the
+     * two above): dpre = gelu'(pre) dy [rows, n] as gelu_backward adds it
+     * into zeros, then linear_backward_bf16(w, x, dpre, rows, dweight, dbias,
+     * dx, false), without dpre's FP32 rows (the CUDA backend makes dpre's
+     * BF16 rows and bias sums in one pass over pre and dy): the same bits. */
+    void (*gelu_linear_backward_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                      const float *pre, const float *dy, size_t rows,
+                                      float *dweight, float *dbias, float *dx);
 
     /* -- row-wise layers -- */
     /* y = (x - mean) rstd weight + bias per row, biased variance, eps 1e-5; y may

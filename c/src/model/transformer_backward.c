@@ -7,6 +7,7 @@
  *   d_normed   dLoss/d(normed1 or normed2)                           [rows, H]
  *   d_wide     dLoss/d(activated)                                    [rows, 4H]
  *   d_wide2    dLoss/d(up)                                           [rows, 4H]
+ *              (not kept where the backend has gelu_linear_backward_bf16)
  *   d_attended dLoss/d(attended)                                     [rows, H]
  *   d_qkv      dLoss/d(qkv)                                          [rows, 3H] */
 #include "model/transformer.h"
@@ -39,10 +40,15 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         /* next = middle + down(gelu(up(norm2(middle)))) */
         uform_product_backward(b, &w->down, s->activated, s->activated_bf16, d->d_x, rows, g->down,
                                g->down_bias, d->d_wide);
-        op->zero(b, d->d_wide2, 4 * bytes);
-        op->gelu_backward(b, s->up, d->d_wide, rows * 4 * h, d->d_wide2);
-        uform_product_backward(b, &w->up, s->normed2, s->normed2_bf16, d->d_wide2, rows, g->up, g->up_bias,
-                               d->d_normed);
+        if (op->gelu_linear_backward_bf16 && s->normed2_bf16) {   /* d_wide2 never stored (backend.h) */
+            op->gelu_linear_backward_bf16(b, &w->up, s->normed2_bf16, s->up, d->d_wide, rows, g->up, g->up_bias,
+                                          d->d_normed);
+        } else {
+            op->zero(b, d->d_wide2, 4 * bytes);
+            op->gelu_backward(b, s->up, d->d_wide, rows * 4 * h, d->d_wide2);
+            uform_product_backward(b, &w->up, s->normed2, s->normed2_bf16, d->d_wide2, rows, g->up, g->up_bias,
+                                   d->d_normed);
+        }
         op->copy(b, d->d_middle, d->d_x, bytes);
         op->layer_norm_backward(b, d->d_normed, s->middle, w->mlp_norm_weight, s->mean2, s->rstd2,
                                 rows, h, d->d_middle, g->mlp_norm_weight, g->mlp_norm_bias);

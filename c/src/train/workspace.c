@@ -76,7 +76,10 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
     UFORM_TAKE(w->d_middle, rows * h);
     UFORM_TAKE(w->d_normed, rows * h);
     UFORM_TAKE(w->d_wide, rows * 4 * h);
-    UFORM_TAKE(w->d_wide2, rows * 4 * h);
+    if (bf16 && op->gelu_linear_backward_bf16)   /* the up projection's dy never stored (backend.h) */
+        w->d_wide2 = NULL;
+    else
+        UFORM_TAKE(w->d_wide2, rows * 4 * h);
     UFORM_TAKE(w->d_attended, rows * h);
     UFORM_TAKE(w->d_qkv, rows * 3 * h);
     UFORM_TAKE(w->d_pooled, items * h);
