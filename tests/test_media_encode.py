@@ -1,5 +1,5 @@
-"""image_encode_pixels, audio_encode_samples and the video encoder (through the probe, until
-the decoders land) against the float64 reference (tests/reference/media.py), their own
+"""image_encode_pixels, audio_encode_samples and the video encoder (on decoded frames, through
+the probe: the public API reaches it only through the decoders) against the float64 reference (tests/reference/media.py), their own
 invariants, and their refusals. The file verbs' tests skip when this build lacks the format.
 
 Tolerances, as tests/test_text_encode.py derives them: FP32 classes (SERIAL, HASWELL,
@@ -242,7 +242,7 @@ def test_resize_keeps_a_constant_image_constant():
     np.testing.assert_allclose(produced, np.broadcast_to([10, 128, 250], produced.shape), atol=1e-4)
 
 
-# ---- video (through the probe until the decoders land) ----------------------------------
+# ---- video (the encoder on decoded frames, through the probe) ---------------------------
 
 def sample_clips(patch: int, tube: int, context: int) -> list:
     rng = np.random.default_rng(patch * 100 + tube)

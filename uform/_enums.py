@@ -82,7 +82,8 @@ class CPUClass(IntEnum):
 
 
 class GPUClass(IntEnum):
-    """Kernels a VRAM model runs (no GPU backend is built yet)."""
+    """The GPU class a VRAM model's kernels run as: describe().gpu_class, and the gpu_class pin
+    of Model.load_vram (a class the GPU cannot run raises UnsupportedError)."""
 
     AMPERE = 1
     ADA = 2

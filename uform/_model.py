@@ -252,9 +252,9 @@ class Model:
         without a GPU DeviceError. quantization=Scalar.E4M3 keeps the block matrices as FP8
         codes; on Ada, Hopper and Blackwell they multiply on the FP8 tensor cores with the
         activations quantized per row (outputs within cosine 0.995 of the CPU's E4M3 model),
-        on Ampere they are decoded to BF16 at each product. E4M3's FP8 path is not yet run on a
-        GPU (on an H200 cuBLASLt refused its first design and the products were decoded to BF16;
-        reworked since); the rest ran on one H200 (docs/gpu.md)."""
+        on Ampere they are decoded to BF16 at each product. Run on one H200, the FP8 products
+        included (docs/gpu.md; docs/benchmarks-gpu.md lists the later changes not yet run on a
+        GPU)."""
         encoded = path_bytes(path)
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)
@@ -494,10 +494,6 @@ def _encoded(encoded: Any, arena: Arena) -> Encoded:
     return Encoded(embeddings, tokens, scalar)
 
 
-_VERBS = ("text_encode", "image_encode", "image_encode_pixels", "video_encode", "audio_encode",
-          "audio_encode_samples")
-
-
 class On(Generic[T]):
     """A receiver whose verbs block on one executor."""
 
@@ -537,11 +533,6 @@ class On(Generic[T]):
                              **keywords: Any) -> Encoded:
         return _media.audio_encode_samples(self._target, self._executor, samples, sample_rate, arena,
                                            **_media.media_keywords("audio_encode_samples", keywords))
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _VERBS:
-            return getattr(self._target, name)  # not built yet: they raise UnsupportedError
-        raise AttributeError(name)
 
 
 class DeferredOn(Generic[T]):
@@ -598,11 +589,6 @@ class DeferredOn(Generic[T]):
 
     def save(self, path: _PathLike, /, **keywords: Any) -> Deferred[None]:
         return self._target._save_deferred(self._executor, path, **keywords)  # type: ignore[attr-defined]
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _VERBS:
-            return getattr(self._target, name)
-        raise AttributeError(name)
 
 
 def _text_defaults(keywords: dict) -> dict:

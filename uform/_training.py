@@ -412,7 +412,8 @@ class Trainer:
 
         On several GPUs each step splits the items among them by token count, in order, each
         GPU steps its share on a thread of its own, the pairing terms see every GPU's items, the
-        gradients are summed in GPU order through host memory, and every GPU applies the same
+        gradients are summed block by block during the backward (by NCCL on the GPUs where it
+        loads, else in GPU order through host memory), and every GPU applies the same
         update (docs/gpu.md, "Several GPUs"); save and the tensor reads use GPU 0's copy, which
         every GPU holds bit for bit. On a mesh (mesh=, bootstrapped on this executor) each
         step's gradient sum and the pairing terms' gathers run on the GPUs through NCCL when

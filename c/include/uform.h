@@ -162,8 +162,10 @@ typedef struct uform_executor uform_executor_t;
 UFORM_API uform_status_t uform_executor_for_ram(size_t threads, const uint32_t *memory_domains,
                                                 size_t memory_domains_count,
                                                 uform_executor_t **executor);
-/* A set of GPUs: not built yet (UFORM_UNSUPPORTED; UFORM_DEVICE "no GPU found" from a
- * build with the CUDA backend on a machine without a GPU). */
+/* The listed GPUs (NULL/0: every visible one), a CUDA stream each, with host
+ * threads for the work around them (docs/gpu.md). UFORM_UNSUPPORTED from a
+ * build without the CUDA backend; UFORM_DEVICE "no GPU found" from a build
+ * with it on a machine without a GPU. */
 UFORM_API uform_status_t uform_executor_for_vram(const uint32_t *devices, size_t devices_count,
                                                  uform_executor_t **executor);
 UFORM_API uform_status_t uform_executor_threads(const uform_executor_t *executor, size_t *threads);
@@ -588,7 +590,7 @@ typedef struct {
     float bias;
     uform_negatives_t negatives;
     float ambient_repulsion_weight;
-    size_t max_edges_per_device;
+    size_t max_edges_per_device;          /* accepted, not enforced (docs/training.md) */
     uform_pair_loss_form_t pair_loss;
 } uform_contrastive_t;
 
@@ -681,7 +683,9 @@ typedef struct uform_trainer uform_trainer_t;
 UFORM_API uform_status_t uform_trainer_init_ram(uform_executor_t *executor,
                                                 const uform_trainer_options_t *options,
                                                 uform_trainer_t **trainer);
-/* Trains on GPUs: not built yet (UFORM_UNSUPPORTED, or UFORM_DEVICE as the loads). */
+/* Trains on the GPUs of a VRAM executor, a replica per GPU, or as ranks of
+ * options->mesh (docs/gpu.md, docs/distributed.md); UFORM_UNSUPPORTED or
+ * UFORM_DEVICE as uform_executor_for_vram. */
 UFORM_API uform_status_t uform_trainer_init_vram(uform_executor_t *executor,
                                                  const uform_trainer_options_t *options,
                                                  uform_trainer_t **trainer);
@@ -829,9 +833,10 @@ typedef struct {
                                         model loads pinned to: built for this target and run
                                         by this CPU and OS; SERIAL always, AUTO (bit 0) never */
     uform_cpu_class_t best_cpu_class;/* the class AUTO loads; one of cpu_classes */
-    uint32_t gpu_backend_built;      /* 1 when built with the CUDA backend (its operations;
-                                        no VRAM verb yet: they answer UFORM_UNSUPPORTED, or
-                                        UFORM_DEVICE "no GPU found" without a GPU) */
+    uint32_t gpu_backend_built;      /* 1 when built with the CUDA backend: VRAM executors,
+                                        models and trainers run where a GPU is present
+                                        (UFORM_DEVICE "no GPU found" without one); 0: they
+                                        answer UFORM_UNSUPPORTED */
     size_t gpus;                     /* GPUs that backend sees; 0 without one */
     uint32_t mesh_engine_built;      /* 1 when uform_mesh_bootstrap can connect hosts on CPUs
                                         (built with Gloo); 0: it answers UFORM_UNSUPPORTED */

@@ -1,7 +1,7 @@
 /* media_probe.c: reaches two internal entry points of libuform that the public
  * API only reaches through the media decoders, so tests/test_media_encode.py
  * and tests/test_resample.py can compare them with the float64 reference
- * before the decoders exist. Built by those tests against c/build/libuform.a
+ * directly, without a decoder in between. Built by those tests against c/build/libuform.a
  * (hidden symbols link statically); not a test_*.c, so `make test-c` skips it.
  *
  *   media_probe resample FROM TO IN OUT
