@@ -18,6 +18,7 @@
  * Run on an H200 (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the
  * emulation (emulation.h). */
 #include "cuda_internal.h"
+#include "bf16.cuh"
 
 #define UFORM_ATTENTION_WARPS 8
 
@@ -113,7 +114,50 @@ void uform_cuda_attention_forward_bf16(uform_backend_t *b, const float *qkv, siz
     uform_cuda_round_bf16(b, rows_f32, hidden, rows, hidden, out);
 }
 
-/* dq of query row i: warp per (row, head). */
+/* BF16 rows widened to FP32 (exact): the simple kernels' view of the q, k, v
+ * the training forward keeps in BF16. */
+__global__ static void uform_attention_widen(const uint16_t *x, size_t count, float *y) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = uform_bf16_float(x[i]);
+}
+
+static float *uform_attention_widened(uform_backend_t *b, const uint16_t *qkv16, size_t rows, size_t hidden) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t count = rows * 3 * hidden;
+    float *rows_f32 = (float *)uform_cuda_grow(b, &context->rotated_qkv, count * sizeof(float), "attention's FP32 qkv");
+    if (!rows_f32) return NULL;   /* recorded */
+    UFORM_LAUNCH(uform_attention_widen, uform_cuda_blocks(count, 256), 256, context->stream)(qkv16, count, rows_f32);
+    uform_cuda_launched(b, "attention's FP32 qkv (widened)");
+    return rows_f32;
+}
+
+/* Training's forward with q, k, v kept in BF16 (backend.h,
+ * attention_forward_train_bf16; not yet run on a GPU): the tensor-core kernel
+ * from inference's staging (rotated and rounded into qkv16, the same bits as
+ * rope_forward then the kernel's own rounding); the simple kernels (a test's
+ * choice, or operands not 16-byte aligned) rotate a copy, round it into
+ * qkv16 and run on qkv16 widened, so both read q, k, v as kept. */
+void uform_cuda_attention_forward_train_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
+                                             const uform_segment_t *segments, size_t count, size_t rows,
+                                             size_t longest, const float *cosines, const float *sines,
+                                             uint16_t *qkv16, float *out, float *logsumexp) {
+    if (!rows || hidden < UFORM_HEAD_WIDTH) return;
+    if (uform_attention_on_tensor_cores(b, qkv, out, cosines, sines) && (uintptr_t)qkv16 % 16 == 0) {
+        uform_cuda_attention_forward_mma_train(b, qkv, hidden, segments, count, rows, longest, cosines, sines,
+                                               qkv16, out, logsumexp);
+        return;
+    }
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    float *rotated = (float *)uform_cuda_grow(b, &context->rotated_qkv, rows * 3 * hidden * sizeof(float),
+                                              "attention's rotated qkv");
+    if (!rotated) return;   /* recorded */
+    uform_cuda_copy(b, rotated, qkv, rows * 3 * hidden * sizeof(float));
+    uform_cuda_rope_forward(b, rotated, rows, hidden, cosines, sines);
+    uform_cuda_round_bf16(b, rotated, 3 * hidden, rows, 3 * hidden, qkv16);
+    float *widened = uform_attention_widened(b, qkv16, rows, hidden);   /* the same buffer: rotated is done */
+    if (widened && count) uform_cuda_attention_forward(b, widened, hidden, segments, count, rows, longest, out,
+                                                       logsumexp, NULL);
+}
 __global__ static void uform_attention_dq_kernel(const float *qkv, const float *out, const float *dout,
                                                  const float *logsumexp, size_t hidden,
                                                  const uform_segment_t *segments, float *dqkv) {
@@ -171,6 +215,22 @@ __global__ static void uform_attention_dkv_kernel(const float *qkv, const float 
         target[hidden + lane] += dv0;
         target[hidden + lane + 32] += dv1;
     }
+}
+
+/* The backward from the kept BF16 q, k, v (attention_forward_train_bf16). */
+void uform_cuda_attention_backward_bf16(uform_backend_t *b, const uint16_t *qkv16, const float *out,
+                                        const float *dout, const float *logsumexp, size_t hidden,
+                                        const uform_segment_t *segments, size_t count, size_t rows,
+                                        size_t longest, float *dqkv) {
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;
+    if (uform_attention_on_tensor_cores(b, qkv16, out, dout, dqkv)) {
+        uform_cuda_attention_backward_mma_bf16(b, qkv16, out, dout, logsumexp, hidden, segments, count, rows,
+                                               longest, dqkv);
+        return;
+    }
+    float *widened = uform_attention_widened(b, qkv16, rows, hidden);
+    if (widened) uform_cuda_attention_backward(b, widened, out, dout, logsumexp, hidden, segments, count, rows,
+                                               longest, dqkv);
 }
 
 void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const float *out, const float *dout,

@@ -141,6 +141,24 @@ void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv,
     uform_cuda_launched(b, "attention_forward (tensor cores, BF16 out)");
 }
 
+/* Training's forward with q, k, v kept in BF16 (attention_forward_train_bf16,
+ * not yet run on a GPU): inference's staging (rotation and rounding, the same
+ * bits as rope_forward then the BF16 copy below) into qkv16, which the
+ * backward reads too, then the forward from it. */
+void uform_cuda_attention_forward_mma_train(uform_backend_t *b, const float *qkv, size_t hidden,
+                                            const uform_segment_t *segments, size_t count, size_t rows,
+                                            size_t longest, const float *cosines, const float *sines,
+                                            uint16_t *qkv16, float *out, float *logsumexp) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    UFORM_LAUNCH(uform_rope_stage_bf16, uform_cuda_blocks(rows * 32 * (hidden / UFORM_HEAD_WIDTH), 256), 256,
+                 context->stream)(qkv, rows, hidden, cosines, sines, qkv16);
+    uform_cuda_launched(b, "attention's BF16 qkv (rotated, kept)");
+    if (!count) return;
+    uform_attention_forward_launch(context, (const uint16_t *)qkv16, hidden, segments, count, longest, out,
+                                   logsumexp);
+    uform_cuda_launched(b, "attention_forward (tensor cores, from kept BF16 qkv)");
+}
+
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
                                       float *out, float *logsumexp) {
@@ -161,31 +179,54 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
  * otherwise recomputes it for each key tile: half of its loads). A segment
  * longer than one tile has its tiles fetched many times: then qkv and dout
  * are rounded to BF16 once, as in the forward. */
+template <typename T>
+static void uform_attention_backward_launch(uform_backend_t *b, const T *qkv_rows, const T *dout_rows,
+                                            const float *out, const float *dout, const float *logsumexp,
+                                            size_t hidden, const uform_segment_t *segments, size_t count,
+                                            size_t longest, float *dqkv, float *deltas) {
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
+    UFORM_LAUNCH(uform_attention_dq_mma<T>, grid, UFORM_MMA_THREADS, stream)(
+        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    uform_cuda_launched(b, "attention_backward dq (tensor cores)");
+    UFORM_LAUNCH(uform_attention_dkv_mma<T>, grid, UFORM_MMA_THREADS, stream)(
+        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
+}
+
+static float *uform_attention_deltas(uform_backend_t *b, size_t rows, size_t hidden) {
+    return (float *)uform_cuda_grow(b, &uform_cuda_context(b)->attention_deltas,
+                                    rows * (hidden / UFORM_HEAD_WIDTH) * sizeof(float) + 1, "attention's D");
+}
+
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                        size_t count, size_t rows, size_t longest, float *dqkv) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    size_t heads = hidden / UFORM_HEAD_WIDTH;
-    float *deltas = (float *)uform_cuda_grow(b, &context->attention_deltas, rows * heads * sizeof(float) + 1,
-                                             "attention's D");
+    float *deltas = uform_attention_deltas(b, rows, hidden);
     if (!deltas) return;   /* recorded */
-    cudaStream_t stream = context->stream;
-    dim3 grid = uform_attention_mma_grid(count, heads, longest);
     if (longest > UFORM_MMA_TILE) {
         const uint16_t *qkv16 = uform_cuda_bf16_copy(b, &context->attention_bf16, qkv, 3 * hidden, rows, 3 * hidden);
         const uint16_t *dout16 = uform_cuda_bf16_copy(b, &context->attention_dout_bf16, dout, hidden, rows, hidden);
         if (!qkv16 || !dout16) return;   /* recorded */
-        UFORM_LAUNCH(uform_attention_dq_mma<uint16_t>, grid, UFORM_MMA_THREADS, stream)(
-            qkv16, dout16, out, dout, logsumexp, hidden, segments, dqkv, deltas);
-        uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-        UFORM_LAUNCH(uform_attention_dkv_mma<uint16_t>, grid, UFORM_MMA_THREADS, stream)(
-            qkv16, dout16, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+        uform_attention_backward_launch(b, qkv16, dout16, out, dout, logsumexp, hidden, segments, count, longest,
+                                        dqkv, deltas);
     } else {
-        UFORM_LAUNCH(uform_attention_dq_mma<float>, grid, UFORM_MMA_THREADS, stream)(
-            qkv, dout, out, dout, logsumexp, hidden, segments, dqkv, deltas);
-        uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-        UFORM_LAUNCH(uform_attention_dkv_mma<float>, grid, UFORM_MMA_THREADS, stream)(
-            qkv, dout, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+        uform_attention_backward_launch(b, qkv, dout, out, dout, logsumexp, hidden, segments, count, longest, dqkv,
+                                        deltas);
     }
-    uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
+}
+
+/* The backward from the BF16 q, k, v the training forward kept (not yet run
+ * on a GPU): dout rounded once (the kernels read BF16 rows of both). */
+void uform_cuda_attention_backward_mma_bf16(uform_backend_t *b, const uint16_t *qkv16, const float *out,
+                                            const float *dout, const float *logsumexp, size_t hidden,
+                                            const uform_segment_t *segments, size_t count, size_t rows,
+                                            size_t longest, float *dqkv) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    float *deltas = uform_attention_deltas(b, rows, hidden);
+    const uint16_t *dout16 = uform_cuda_bf16_copy(b, &context->attention_dout_bf16, dout, hidden, rows, hidden);
+    if (!deltas || !dout16) return;   /* recorded */
+    uform_attention_backward_launch(b, qkv16, dout16, out, dout, logsumexp, hidden, segments, count, longest, dqkv,
+                                    deltas);
 }

@@ -361,6 +361,14 @@ void uform_cuda_attention_backward(uform_backend_t *b, const float *qkv, const f
 void uform_cuda_attention_forward_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
                                        const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
                                        const float *cosines, const float *sines, uint16_t *out, void *scratch);
+void uform_cuda_attention_forward_train_bf16(uform_backend_t *b, const float *qkv, size_t hidden,
+                                             const uform_segment_t *segments, size_t count, size_t rows,
+                                             size_t longest, const float *cosines, const float *sines,
+                                             uint16_t *qkv16, float *out, float *logsumexp);
+void uform_cuda_attention_backward_bf16(uform_backend_t *b, const uint16_t *qkv16, const float *out,
+                                        const float *dout, const float *logsumexp, size_t hidden,
+                                        const uform_segment_t *segments, size_t count, size_t rows,
+                                        size_t longest, float *dqkv);
 /* attention_mma.cu: the tensor-core kernels (16-byte aligned operands) */
 void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size_t hidden,
                                       const uform_segment_t *segments, size_t count, size_t rows, size_t longest,
@@ -372,6 +380,14 @@ void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv,
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                        size_t count, size_t rows, size_t longest, float *dqkv);
+void uform_cuda_attention_forward_mma_train(uform_backend_t *b, const float *qkv, size_t hidden,
+                                            const uform_segment_t *segments, size_t count, size_t rows,
+                                            size_t longest, const float *cosines, const float *sines,
+                                            uint16_t *qkv16, float *out, float *logsumexp);
+void uform_cuda_attention_backward_mma_bf16(uform_backend_t *b, const uint16_t *qkv16, const float *out,
+                                            const float *dout, const float *logsumexp, size_t hidden,
+                                            const uform_segment_t *segments, size_t count, size_t rows,
+                                            size_t longest, float *dqkv);
 /* adamw.cu */
 double uform_cuda_sum_squares(uform_backend_t *b, const float *values, size_t count);
 void uform_cuda_adamw(uform_backend_t *b, float *parameters, const float *gradients, float gradient_scale,

@@ -612,6 +612,67 @@ static void test_attention_bf16(backends_t *b, size_t hidden, bool simple) {
     free(want), free(qkv), free(cosines), free(sines), free(after);
 }
 
+/* attention_forward_train_bf16 and attention_backward_bf16 (training's q, k,
+ * v kept in BF16) against rope_forward, the rotated rows rounded to BF16 (the
+ * rounding the kernels make as they load them, made beforehand: exact for
+ * them), then attention_forward and attention_backward, on the same GPU: bit
+ * for bit (bound 0), and the kept rows against the rounded rotated ones; on
+ * the tensor cores and on the simple kernels. */
+static void test_attention_train_bf16(backends_t *b, size_t hidden, bool simple) {
+    uform_segment_t segments[] = {{0, 1, 1}, {1, 45, 1}, {46, 0, 2}, {46, 9, 3}, {55, 64, 1}, {119, 100, 1}};
+    size_t rows = 219, count = sizeof(segments) / sizeof(segments[0]), longest = 100;
+    size_t heads = hidden / UFORM_HEAD_WIDTH, width = 3 * hidden;
+    float *qkv = random_floats(rows * width, 2), *cosines = random_floats(rows * UFORM_PAIRS, 1);
+    float *sines = random_floats(rows * UFORM_PAIRS, 1), *dout = random_floats(rows * hidden, 1);
+    float *dqkv = random_floats(rows * width, 1), *rotated = malloc(rows * width * 4);
+    float *want_out = malloc(rows * hidden * 4), *want_lse = malloc(rows * heads * 4);
+    float *want_dqkv = malloc(rows * width * 4);
+    uform_cuda_attention_simple(&b->gpu, simple);
+    uform_segment_t *gsegments = on_gpu(b, segments, sizeof(segments));
+    float *gqkv = on_gpu(b, qkv, rows * width * 4), *grotated = on_gpu(b, qkv, rows * width * 4);
+    float *gcosines = on_gpu(b, cosines, rows * UFORM_PAIRS * 4), *gsines = on_gpu(b, sines, rows * UFORM_PAIRS * 4);
+    float *gdout = on_gpu(b, dout, rows * hidden * 4), *gdqkv = on_gpu(b, dqkv, rows * width * 4);
+    float *gout = on_gpu(b, NULL, rows * hidden * 4), *glse = on_gpu(b, NULL, rows * heads * 4);
+    uint16_t *gqkv16 = on_gpu(b, NULL, rows * width * 2);
+    /* the reference: the FP32 ops on the rotated rows, rounded */
+    b->gpu.ops->rope_forward(&b->gpu, grotated, rows, hidden, gcosines, gsines);
+    b->gpu.ops->download(&b->gpu, rotated, grotated, rows * width * 4);
+    b->gpu.ops->synchronize(&b->gpu);
+    round_to_bf16(rotated, rows * width);
+    sync(b, grotated, rotated, rows * width);
+    b->gpu.ops->attention_forward(&b->gpu, grotated, hidden, gsegments, count, rows, longest, gout, glse, NULL);
+    b->gpu.ops->attention_backward(&b->gpu, grotated, gout, gdout, glse, hidden, gsegments, count, rows, longest,
+                                   gdqkv);
+    op_download3(b, gout, want_out, rows * hidden, glse, want_lse, rows * heads, gdqkv, want_dqkv, rows * width);
+    /* the pair under test, from the unrotated rows and the same starting dqkv */
+    b->gpu.ops->zero(&b->gpu, gout, rows * hidden * 4);
+    b->gpu.ops->zero(&b->gpu, glse, rows * heads * 4);
+    sync(b, gdqkv, dqkv, rows * width);
+    const char *kind = simple ? "simple" : "tensor cores";
+    char what[96];
+    if (b->gpu.ops->attention_forward_train_bf16 && b->gpu.ops->attention_backward_bf16) {
+        b->gpu.ops->attention_forward_train_bf16(&b->gpu, gqkv, hidden, gsegments, count, rows, longest, gcosines,
+                                                 gsines, gqkv16, gout, glse);
+        b->gpu.ops->attention_backward_bf16(&b->gpu, gqkv16, gout, gdout, glse, hidden, gsegments, count, rows,
+                                            longest, gdqkv);
+    } else {
+        printf("| attention_*_bf16 (training): not set by the CUDA backend | FAIL |\n"), failed++;
+    }
+    snprintf(what, sizeof(what), "train attention qkv16 (%s)", kind);
+    compare_bf16(b, what, rotated, gqkv16, rows * width, 0, 0);
+    snprintf(what, sizeof(what), "train attention out (%s)", kind);
+    compare(b, what, want_out, gout, rows * hidden, 0);
+    snprintf(what, sizeof(what), "train attention lse (%s)", kind);
+    compare(b, what, want_lse, glse, rows * heads, 0);
+    snprintf(what, sizeof(what), "train attention dqkv (%s)", kind);
+    compare(b, what, want_dqkv, gdqkv, rows * width, 0);
+    uform_cuda_attention_simple(&b->gpu, false);
+    void *all[] = {gsegments, gqkv, grotated, gcosines, gsines, gdout, gdqkv, gout, glse, gqkv16};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(qkv), free(cosines), free(sines), free(dout), free(dqkv), free(rotated), free(want_out), free(want_lse),
+        free(want_dqkv);
+}
+
 /* download_rows and convert_rows (into the GPU's memory, then copied down
  * as bytes): the same bytes as the CPU's download_rows for every scalar,
  * exactly (both call core/output_scalars.h; on a GPU its double arithmetic
@@ -1334,6 +1395,8 @@ int main(void) {
     test_attention(&b, 128, false);
     test_attention_bf16(&b, 128, true);
     test_attention_bf16(&b, 128, false);
+    test_attention_train_bf16(&b, 128, true);
+    test_attention_train_bf16(&b, 128, false);
     test_embedding_backward(&b, 700, 64);
     test_choices_loss(&b, 96);
     test_contrastive_loss(&b);

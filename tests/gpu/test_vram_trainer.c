@@ -150,7 +150,7 @@ int main(void) {
     uform_executor_for_ram(0, NULL, 0, &cpu);
     uint32_t device = 0;
     uform_status_t status = uform_executor_for_vram(&device, 1, &gpu);
-    row("Executor.for_vram([0])", status == UFORM_OK, uform_last_error());
+    row("Executor.for_vram([0])", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
     if (!gpu) return 1;
 
     size_t widths[2] = {16, 64};
@@ -162,7 +162,7 @@ int main(void) {
     uform_trainer_options_t options = options_for(UFORM_OBJECTIVE_MASKED, &contrastive);
     uform_trainer_t *ram = NULL, *vram = NULL;
     status = uform_trainer_init_ram(cpu, &options, &ram);
-    row("init_ram (MASKED)", status == UFORM_OK, uform_last_error());
+    row("init_ram (MASKED)", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
     status = uform_trainer_init_vram(gpu, &options, &vram);
     row("init_vram (MASKED)", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
     if (!ram || !vram) {
@@ -190,14 +190,14 @@ int main(void) {
         first[s] = lv;
     }
     status = uform_trainer_save(vram, path, NULL);
-    row("save (VRAM)", status == UFORM_OK, uform_last_error());
+    row("save (VRAM)", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
     for (unsigned s = 3; s < 5; s++) step(vram, s, &first[s]);
     a = trainer_weights(vram, "blocks.1.mlp.up.weight", &n);
 
     uform_trainer_t *again = NULL;
     options.resume = path;
     status = uform_trainer_init_vram(gpu, &options, &again);
-    row("resume (VRAM)", status == UFORM_OK, uform_last_error());
+    row("resume (VRAM)", status == UFORM_OK, status == UFORM_OK ? "" : uform_last_error());
     bool same = again != NULL;
     for (unsigned s = 3; s < 5 && same; s++) same = step(again, s, &resumed[s]) && resumed[s] == first[s];
     b = again ? trainer_weights(again, "blocks.1.mlp.up.weight", &m) : NULL;

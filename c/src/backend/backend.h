@@ -216,6 +216,23 @@ typedef struct {
     void (*gelu_linear_backward_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                                       const float *pre, const float *dy, size_t rows,
                                       float *dweight, float *dbias, float *dx);
+    /* Training's attention with q, k, v kept in BF16 (optional: both or
+     * none, only with the ops above): the forward takes qkv [rows, 3H] as the
+     * product wrote it (not rotated; left as it is), writes q and k rotated as
+     * rope_forward rotates them and all three rounded to BF16 into qkv16
+     * [rows, 3H], then out and logsumexp from those; the backward reads
+     * qkv16 instead of qkv. The attention kernels round q, k, v to BF16 as
+     * they load them anyway, so the same bits as rope_forward, then
+     * attention_forward and attention_backward, without qkv's FP32 rows kept
+     * between the two or rounded by each. */
+    void (*attention_forward_train_bf16)(uform_backend_t *b, const float *qkv, size_t hidden,
+                                         const uform_segment_t *segments, size_t count, size_t rows,
+                                         size_t longest, const float *cosines, const float *sines,
+                                         uint16_t *qkv16, float *out, float *logsumexp);
+    void (*attention_backward_bf16)(uform_backend_t *b, const uint16_t *qkv16, const float *out,
+                                    const float *dout, const float *logsumexp, size_t hidden,
+                                    const uform_segment_t *segments, size_t count, size_t rows,
+                                    size_t longest, float *dqkv);
 
     /* -- row-wise layers -- */
     /* y = (x - mean) rstd weight + bias per row, biased variance, eps 1e-5; y may

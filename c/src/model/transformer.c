@@ -58,9 +58,15 @@ void uform_transformer_forward(uform_backend_t *b, const uform_transformer_t *mo
                                    w->attention_norm_bias, s->normed1, s->mean1, s->rstd1);
             op->linear(b, &w->qkv, s->normed1, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
         }
-        op->rope_forward(b, s->qkv, rows, h, a->cosines, a->sines);
-        op->attention_forward(b, s->qkv, h, batch->segments, batch->segments_count, rows, batch->longest, s->attended,
-                              s->logsumexp, a->attention_scratch);
+        if (s->qkv_bf16) {   /* rotated and rounded into qkv_bf16, kept for the backward */
+            op->attention_forward_train_bf16(b, s->qkv, h, batch->segments, batch->segments_count, rows,
+                                             batch->longest, a->cosines, a->sines, s->qkv_bf16, s->attended,
+                                             s->logsumexp);
+        } else {
+            op->rope_forward(b, s->qkv, rows, h, a->cosines, a->sines);
+            op->attention_forward(b, s->qkv, h, batch->segments, batch->segments_count, rows, batch->longest,
+                                  s->attended, s->logsumexp, a->attention_scratch);
+        }
         if (s->middle != s->input) op->copy(b, s->middle, s->input, bytes);
         op->linear(b, &w->out, s->attended, h, rows, w->out_bias, true, s->middle, h);
         /* next = middle + down(gelu(up(norm2(middle)))) */

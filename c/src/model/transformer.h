@@ -48,8 +48,11 @@ typedef struct {
      * norm2's, activated_bf16 GELU's [rows, 4H], kept for the backward's
      * products, and then normed1, normed2 and activated are NULL (attended
      * and up stay FP32: attention's and GELU's backwards read them). NULL
-     * otherwise. */
-    uint16_t *normed_bf16, *attended_bf16, *activated_bf16, *normed2_bf16;
+     * otherwise. qkv_bf16: training on a backend with BF16 attention
+     * operands (backend.h: attention_forward_train_bf16) keeps q, k, v so,
+     * rotated, [rows, 3H], and then qkv is one FP32 buffer every layer's
+     * product writes in turn. */
+    uint16_t *normed_bf16, *attended_bf16, *activated_bf16, *normed2_bf16, *qkv_bf16;
 } uform_layer_activations_t;
 
 /* A forward's buffers. layers has depth entries when `saved`, else one that

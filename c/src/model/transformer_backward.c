@@ -56,8 +56,12 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         op->linear_backward(b, &w->out, s->attended, d->d_middle, rows, g->out, g->out_bias,
                             d->d_attended, false);
         op->zero(b, d->d_qkv, 3 * bytes);
-        op->attention_backward(b, s->qkv, s->attended, d->d_attended, s->logsumexp, h,
-                               batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
+        if (s->qkv_bf16)
+            op->attention_backward_bf16(b, s->qkv_bf16, s->attended, d->d_attended, s->logsumexp, h,
+                                        batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
+        else
+            op->attention_backward(b, s->qkv, s->attended, d->d_attended, s->logsumexp, h,
+                                   batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
         op->rope_backward(b, d->d_qkv, rows, h, a->cosines, a->sines);
         uform_product_backward(b, &w->qkv, s->normed1, s->normed_bf16, d->d_qkv, rows, g->qkv, g->qkv_bias,
                                d->d_normed);

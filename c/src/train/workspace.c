@@ -28,6 +28,11 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
     const uform_backend_ops_t *op = t->backend.ops;
     bool bf16 = op->linear_backward_bf16 && op->gelu_forward_bf16 && op->layer_norm_forward_bf16 &&
                 op->linear_bf16;
+    /* and q, k, v kept in BF16 by the attention (transformer.h): then the
+     * product's FP32 qkv is one buffer all layers write in turn */
+    bool bf16_attention = bf16 && op->attention_forward_train_bf16 && op->attention_backward_bf16;
+    float *shared_qkv = NULL;
+    if (bf16_attention) UFORM_TAKE(shared_qkv, rows * 3 * h);
     w->layers = layers;
     for (size_t l = 0; l < depth; l++) {
         uform_layer_activations_t *s = base ? &w->layers[l] : &measuring;
@@ -38,7 +43,12 @@ static size_t uform_workspace_layout(uform_workspace_t *w, const uform_trainer_t
             UFORM_TAKE(s->normed1, rows * h);
         UFORM_TAKE(s->mean1, rows);
         UFORM_TAKE(s->rstd1, rows);
-        UFORM_TAKE(s->qkv, rows * 3 * h);
+        if (bf16_attention) {
+            s->qkv = shared_qkv;
+            UFORM_TAKE(s->qkv_bf16, rows * 3 * h);
+        } else {
+            UFORM_TAKE(s->qkv, rows * 3 * h);
+        }
         UFORM_TAKE(s->attended, rows * h);
         UFORM_TAKE(s->logsumexp, rows * heads);
         UFORM_TAKE(s->middle, rows * h);
