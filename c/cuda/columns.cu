@@ -55,7 +55,7 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
  * With `pre` (2026-12-05, not yet run on a GPU either): dy is the gradient
  * of GELU's output and pre its input [rows, width], and the values summed
  * and rounded are the gradient of pre, 0 + dy gelu'(pre) as gelu_backward
- * adds it into zeros (pointwise.cu: the same expression, so the same FMA):
+ * adds it into zeros (gelu.cuh's uform_gelu_backward_term, so the same bits):
  * the up projection's backward without that gradient's FP32 rows. */
 __global__ static void uform_column_partials_bf16(const float *dy, const float *pre, size_t rows, size_t width,
                                                   size_t chunk_rows, uint16_t *out, float *partial_b) {
@@ -65,10 +65,7 @@ __global__ static void uform_column_partials_bf16(const float *dy, const float *
     float sum_b = 0.0f;
     for (size_t r = first; r < last; r++) {
         float g = dy[r * width + c];
-        if (pre) {
-            const float zero = 0.0f;
-            g = zero + g * uform_gelu_derivative(pre[r * width + c]);
-        }
+        if (pre) g = uform_gelu_backward_term(0.0f, g, pre[r * width + c]);
         sum_b += g;
         out[r * width + c] = uform_bf16_bits(g);
     }

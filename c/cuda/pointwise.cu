@@ -53,7 +53,7 @@ void uform_cuda_gelu_bf16(uform_backend_t *b, const float *x, size_t count, uint
 
 __global__ static void uform_gelu_backward_kernel(const float *x, const float *dy, size_t count, float *dx) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
-        dx[i] += dy[i] * uform_gelu_derivative(x[i]);
+        dx[i] = uform_gelu_backward_term(dx[i], dy[i], x[i]);
 }
 
 /* Four to a thread (x, dy, dx 16-byte aligned): the scalar kernel was 6.5% of
@@ -61,8 +61,8 @@ __global__ static void uform_gelu_backward_kernel(const float *x, const float *d
 __global__ static void uform_gelu_backward_x4(const float4 *x, const float4 *dy, size_t quads, float4 *dx) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += (size_t)gridDim.x * blockDim.x) {
         float4 v = x[i], g = dy[i], d = dx[i];
-        dx[i] = make_float4(d.x + g.x * uform_gelu_derivative(v.x), d.y + g.y * uform_gelu_derivative(v.y),
-                            d.z + g.z * uform_gelu_derivative(v.z), d.w + g.w * uform_gelu_derivative(v.w));
+        dx[i] = make_float4(uform_gelu_backward_term(d.x, g.x, v.x), uform_gelu_backward_term(d.y, g.y, v.y),
+                            uform_gelu_backward_term(d.z, g.z, v.z), uform_gelu_backward_term(d.w, g.w, v.w));
     }
 }
 
