@@ -22,6 +22,7 @@
 #include "cuda_internal.h"
 #include "bf16.cuh"
 #include "gelu.cuh"
+#include "rope.cuh"
 
 #define UFORM_COLUMN_CHUNK 256
 #define UFORM_COLUMN_THREADS 128
@@ -56,16 +57,33 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
  * of GELU's output and pre its input [rows, width], and the values summed
  * and rounded are the gradient of pre, 0 + dy gelu'(pre) as gelu_backward
  * adds it into zeros (gelu.cuh's uform_gelu_backward_term, so the same bits):
- * the up projection's backward without that gradient's FP32 rows. */
-__global__ static void uform_column_partials_bf16(const float *dy, const float *pre, size_t rows, size_t width,
+ * the up projection's backward without that gradient's FP32 rows.
+ * With `cosines` (and sines; 2026-12-05, not yet run on a GPU): dy is qkv's
+ * gradient [rows, 3H] as the attention left it, and the values summed and
+ * rounded are those rope_backward makes of it, q's and k's columns turned
+ * back with their pair's other half (rope.cuh's uform_rope_turn_back, the
+ * same bits; the other half's loads are the neighbouring threads' and hit
+ * in cache): the qkv projection's backward without the rotation's pass. */
+__global__ static void uform_column_partials_bf16(const float *dy, const float *pre, const float *cosines,
+                                                  const float *sines, size_t rows, size_t width,
                                                   size_t chunk_rows, uint16_t *out, float *partial_b) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
     if (c >= width) return;
     size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
+    /* q and k: columns below 2H of qkv's 3H; a column's pair and half in its head */
+    bool turned = cosines && c < 2 * (width / 3);
+    size_t pair = c % UFORM_PAIRS;
+    bool low = c % UFORM_HEAD_WIDTH < UFORM_PAIRS;
     float sum_b = 0.0f;
     for (size_t r = first; r < last; r++) {
         float g = dy[r * width + c];
         if (pre) g = uform_gelu_backward_term(0.0f, g, pre[r * width + c]);
+        if (turned) {
+            float other = dy[r * width + (low ? c + UFORM_PAIRS : c - UFORM_PAIRS)];
+            float cosine = cosines[r * UFORM_PAIRS + pair], sine = sines[r * UFORM_PAIRS + pair];
+            float2 back = low ? uform_rope_turn_back(g, other, cosine, sine) : uform_rope_turn_back(other, g, cosine, sine);
+            g = low ? back.x : back.y;
+        }
         sum_b += g;
         out[r * width + c] = uform_bf16_bits(g);
     }
@@ -88,7 +106,7 @@ __global__ static void uform_column_totals(const float *partials, size_t chunks,
  * dy (uform_column_partials_bf16). */
 static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t *list, const float *x,
                                const float *mean, const float *rstd, size_t rows, size_t width, float *dweight,
-                               float *dbias, uint16_t *rounded = NULL, const float *pre = NULL) {
+                               float *dbias, uint16_t *rounded = NULL, const uform_cuda_dy_form_t *form = NULL) {
     if (!rows || !width || (!dweight && !dbias && !rounded)) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t chunk_rows = UFORM_COLUMN_CHUNK;
@@ -102,7 +120,8 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t
     dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
     if (rounded)
         UFORM_LAUNCH(uform_column_partials_bf16, grid, UFORM_COLUMN_THREADS, context->stream)(
-            dy, pre, rows, width, chunk_rows, rounded, partial_b);
+            dy, form ? form->gelu_pre : NULL, form ? form->cosines : NULL, form ? form->sines : NULL, rows, width,
+            chunk_rows, rounded, partial_b);
     else
         UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
             dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
@@ -125,10 +144,11 @@ void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, si
 }
 
 const uint16_t *uform_cuda_bf16_column_sums(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *dy,
-                                            const float *pre, size_t rows, size_t width, float *sums) {
+                                            const uform_cuda_dy_form_t *form, size_t rows, size_t width,
+                                            float *sums) {
     uint16_t *rounded = (uint16_t *)uform_cuda_grow(b, buffer, rows * width * sizeof(uint16_t), "BF16 operands");
     if (!rounded) return NULL;   /* recorded */
-    uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums, rounded, pre);
+    uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums, rounded, form);
     return rounded;
 }
 

@@ -225,13 +225,21 @@ void uform_cuda_choices_loss(uform_backend_t *b, const uform_choices_batch_t *ba
 /* columns.cu: sums[c] += the column sums of dy [rows, width]; a layer norm's
  * dweight += column sums of dy xhat and dbias += those of dy (either NULL) */
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums);
+/* What a product's backward receives in place of dy (NULL: dy itself): GELU's
+ * backward of dy at its input gelu_pre [rows, width] (gelu_backward's values),
+ * or, with cosines and sines [rows][32], rope_backward's rotation of dy, qkv's
+ * gradient [rows, 3H] (rope_backward's values); the same bits either way. */
+typedef struct {
+    const float *gelu_pre;
+    const float *cosines, *sines;
+} uform_cuda_dy_form_t;
 /* The same while dy [rows, width] is rounded to BF16 into `buffer` (one read of
  * dy for a linear_backward's bias gradient and its products): the rounded rows,
- * NULL on failure (recorded). sums may be NULL (the rounding alone). With pre
- * [rows, width], the rows summed and rounded are GELU's backward of dy at its
- * input pre (gelu_backward's values, the same bits). */
+ * NULL on failure (recorded). sums may be NULL (the rounding alone). form, when
+ * not NULL, says what is summed and rounded instead of dy itself. */
 const uint16_t *uform_cuda_bf16_column_sums(uform_backend_t *b, uform_cuda_buffer_t *buffer, const float *dy,
-                                            const float *pre, size_t rows, size_t width, float *sums);
+                                            const uform_cuda_dy_form_t *form, size_t rows, size_t width,
+                                            float *sums);
 void uform_cuda_layer_norm_columns(uform_backend_t *b, const float *dy, const float *x, const float *mean,
                                    const float *rstd, size_t rows, size_t width, float *dweight, float *dbias);
 /* (and the table entries embedding_backward and sum_rows, declared below with rows.cu's) */
@@ -262,6 +270,9 @@ void uform_cuda_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w
 void uform_cuda_gelu_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                                           const float *pre, const float *dy, size_t rows, float *dweight,
                                           float *dbias, float *dx);
+void uform_cuda_rope_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                          const float *dqkv, const float *cosines, const float *sines, size_t rows,
+                                          float *dweight, float *dbias, float *dx);
 void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
 #ifndef UFORM_CUDA_EMULATION
 /* The cached plan of one product (cuBLASLt's column-major shape m x n x k,

@@ -183,6 +183,7 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.gelu_forward_bf16 = uform_cuda_gelu_bf16;
     ops.linear_backward_bf16 = uform_cuda_linear_backward_bf16;
     ops.gelu_linear_backward_bf16 = uform_cuda_gelu_linear_backward_bf16;
+    ops.rope_linear_backward_bf16 = uform_cuda_rope_linear_backward_bf16;
     ops.attention_forward_train_bf16 = uform_cuda_attention_forward_train_bf16;
     ops.attention_backward_bf16 = uform_cuda_attention_backward_bf16;
     ops.layer_norm_forward = uform_cuda_layer_norm_forward;

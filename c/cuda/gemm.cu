@@ -540,25 +540,26 @@ static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const 
 
 /* linear_backward and linear_backward_bf16: x FP32 (rounded here) or, x16
  * set, BF16 already (the trainer's operands kept in BF16: the same product).
- * With pre (gelu_linear_backward_bf16), the products' dy is GELU's backward
- * of dy at pre, made with its rounding and bias sums in one pass. */
+ * With form (gelu_linear_backward_bf16, rope_linear_backward_bf16), the
+ * products' dy is GELU's backward of dy, or rope_backward's rotation of it,
+ * made with its rounding and bias sums in one pass. */
 static void uform_cuda_linear_backward_operand(uform_backend_t *b, const uform_weight_t *w, const float *x,
-                                               const __nv_bfloat16 *x16, const float *pre, const float *dy,
-                                               size_t rows, float *dweight, float *dbias, float *dx,
-                                               bool accumulate_dx) {
+                                               const __nv_bfloat16 *x16, const uform_cuda_dy_form_t *form,
+                                               const float *dy, size_t rows, float *dweight, float *dbias,
+                                               float *dx, bool accumulate_dx) {
     if (!uform_cuda_dense(b, w, "linear_backward")) return;
     uform_cuda_context_t *context = uform_cuda_context(b);
     size_t n = w->n, k = w->k;
     if (!rows) return;
-    if (!dweight && !dx && !pre) {
+    if (!dweight && !dx && !form) {
         if (dbias) uform_cuda_column_sums(b, dy, rows, n, dbias);
         return;
     }
     /* the bias gradient's sums and the products' dy from one read of dy */
     const __nv_bfloat16 *dy16 =
-        dbias || pre ? (const __nv_bfloat16 *)uform_cuda_bf16_column_sums(b, &context->bf16_gradients, dy, pre, rows,
-                                                                          n, dbias)
-                     : uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
+        dbias || form ? (const __nv_bfloat16 *)uform_cuda_bf16_column_sums(b, &context->bf16_gradients, dy, form,
+                                                                           rows, n, dbias)
+                      : uform_cuda_bf16_rows(b, &context->bf16_gradients, dy, n, rows, n);
     if (!dy16) return;
     if (dweight) {   /* dW [n, k] += dy^T [n, rows] x [rows, k] */
         if (!x16) x16 = uform_cuda_bf16_rows(b, &context->bf16_rows, x, k, rows, k);
@@ -587,6 +588,20 @@ void uform_cuda_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w
 void uform_cuda_gelu_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                                           const float *pre, const float *dy, size_t rows, float *dweight,
                                           float *dbias, float *dx) {
-    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, pre, dy, rows, dweight, dbias, dx,
+    const uform_cuda_dy_form_t form = {pre, NULL, NULL};
+    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, &form, dy, rows, dweight, dbias, dx,
                                        false);
+}
+
+void uform_cuda_rope_linear_backward_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                          const float *dqkv, const float *cosines, const float *sines, size_t rows,
+                                          float *dweight, float *dbias, float *dx) {
+    if (w->n % 3 || (w->n / 3) % UFORM_HEAD_WIDTH) {
+        uform_cuda_record(b, UFORM_INVALID_ARGUMENT, "rope_linear_backward_bf16",
+                          "the product is not a qkv projection (3H outputs, H a multiple of 64)");
+        return;
+    }
+    const uform_cuda_dy_form_t form = {NULL, cosines, sines};
+    uform_cuda_linear_backward_operand(b, w, NULL, (const __nv_bfloat16 *)x, &form, dqkv, rows, dweight, dbias,
+                                       dx, false);
 }

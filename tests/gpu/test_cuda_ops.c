@@ -237,6 +237,46 @@ static void test_linear_backward(backends_t *b, size_t rows, size_t n, size_t k,
     free(w), free(x), free(dy), free(dw), free(dbias), free(dx), free(y), free(pre), free(w16), free(x16), free(dy16);
 }
 
+/* rope_linear_backward_bf16 (the qkv projection's backward through the
+ * rotary positions, the rotation made in the pass that rounds dqkv):
+ * rope_backward of a copy of dqkv, then linear_backward_bf16 (dx
+ * overwritten), on the same GPU, bit for bit (bound 0); dqkv left as it
+ * was. w [3H, H], random cosines and sines (any serve). */
+static void test_rope_linear_backward(backends_t *b, size_t rows, size_t hidden) {
+    size_t n = 3 * hidden, k = hidden;
+    float *w = random_floats(n * k, 0.1f), *x = random_floats(rows * k, 1), *dqkv = random_floats(rows * n, 1);
+    float *cosines = random_floats(rows * UFORM_PAIRS, 1), *sines = random_floats(rows * UFORM_PAIRS, 1);
+    float *dw = random_floats(n * k, 1), *dbias = random_floats(n, 1), *noise = random_floats(rows * k, 1);
+    float *want_dw = malloc(n * k * 4), *want_dbias = malloc(n * 4), *want_dx = malloc(rows * k * 4);
+    float *after = malloc(rows * n * 4);
+    float *x16 = rounded_to_bf16(x, rows * k);
+    uint16_t *gx16 = bf16_on_gpu(b, x16, rows * k);
+    float *gw = on_gpu(b, w, n * k * 4), *gdqkv = on_gpu(b, dqkv, rows * n * 4), *grotated = on_gpu(b, dqkv, rows * n * 4);
+    float *gcosines = on_gpu(b, cosines, rows * UFORM_PAIRS * 4), *gsines = on_gpu(b, sines, rows * UFORM_PAIRS * 4);
+    float *gdw = on_gpu(b, dw, n * k * 4), *gdbias = on_gpu(b, dbias, n * 4), *gdx = on_gpu(b, noise, rows * k * 4);
+    uform_weight_t gwt = {NULL, gw, n, k};
+    b->gpu.ops->rope_backward(&b->gpu, grotated, rows, hidden, gcosines, gsines);
+    b->gpu.ops->linear_backward_bf16(&b->gpu, &gwt, gx16, grotated, rows, gdw, gdbias, gdx, false);
+    op_download3(b, gdw, want_dw, n * k, gdbias, want_dbias, n, gdx, want_dx, rows * k);
+    sync(b, gdw, dw, n * k), sync(b, gdbias, dbias, n), sync(b, gdx, noise, rows * k);
+    if (b->gpu.ops->rope_linear_backward_bf16)
+        b->gpu.ops->rope_linear_backward_bf16(&b->gpu, &gwt, gx16, gdqkv, gcosines, gsines, rows, gdw, gdbias, gdx);
+    else
+        printf("| rope_linear_backward_bf16: not set by the CUDA backend | FAIL |\n"), failed++;
+    compare(b, "rope_linear_backward dW (= 2 ops)", want_dw, gdw, n * k, 0);
+    compare(b, "rope_linear_backward db (= 2 ops)", want_dbias, gdbias, n, 0);
+    compare(b, "rope_linear_backward dx (= 2 ops)", want_dx, gdx, rows * k, 0);
+    b->gpu.ops->download(&b->gpu, after, gdqkv, rows * n * 4);
+    bool kept = b->gpu.ops->synchronize(&b->gpu) == UFORM_OK && memcmp(after, dqkv, rows * n * 4) == 0;
+    printf("| %-34s | %8zu | %10s | %10s | %s |\n", "rope_linear_backward keeps dqkv", rows * n, "", "",
+           kept ? "ok" : "FAIL");
+    kept ? passed++ : failed++;
+    void *all[] = {gx16, gw, gdqkv, grotated, gcosines, gsines, gdw, gdbias, gdx};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
+    free(w), free(x), free(dqkv), free(cosines), free(sines), free(dw), free(dbias), free(noise), free(want_dw),
+        free(want_dbias), free(want_dx), free(after), free(x16);
+}
+
 /* Products on packed (BF16) weights: the GPU rounds the activations to BF16
  * and sums in FP32, so the CPU reference gets activations rounded the same
  * way first; what is left is the order of the sums (1e-4 as for gemm). */
@@ -1376,6 +1416,8 @@ int main(void) {
     test_linear_backward(&b, 37, 48, 64, 0);
     test_linear_backward(&b, 37, 48, 64, 1);   /* 4-byte aligned outputs, bias and x */
     test_linear_backward(&b, 700, 48, 64, 0);   /* the bias gradient's column sums over 3 chunks of rows */
+    test_rope_linear_backward(&b, 37, 128);
+    test_rope_linear_backward(&b, 700, 64);    /* 3 chunks of rows */
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_packed_e4m3(&b, 37, 96, 64);

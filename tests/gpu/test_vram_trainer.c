@@ -40,17 +40,22 @@ int main(void) {
 #else
 
 #define LOSS_TOLERANCE 1e-2
-/* Step 1's gradients, per tensor, the norm of the difference over the RAM
- * gradient's: each product term rounds two BF16 operands (2^-9 relative
- * each), and a gradient carries the error of the ~10 rounded products on its
- * path from the loss at depth 2: a few times 2^-8 x sqrt(10) ~ 1e-2, more
- * where a contrastive term scales cosines by its inverse temperature (up to
- * ~20). Measured under the CUDA emulation: MASKED 4.3e-3, CONTRASTIVE 9.6e-3,
- * JOINT 1.1e-2 (norm.weight), with late interaction and choices 8.0e-3, text
- * and audio 6.6e-3; 5e-2 leaves room for a GPU's own order of the sums. A
- * GELU derivative left out of the up projection's backward puts 25 of the 30
- * MASKED tensors over the bound (blocks.0.mlp.up.bias 1.5). */
+/* Step 1's gradients, per tensor (qkv's q, k and v rows apart), the norm of
+ * the difference over the RAM gradient's: each product term rounds two BF16
+ * operands (2^-9 relative each), and a gradient carries the error of the ~10
+ * rounded products on its path from the loss at depth 2: a few times 2^-8 x
+ * sqrt(10) ~ 1e-2, more where a contrastive term scales cosines by its
+ * inverse temperature (up to ~20). q's and k's gradients come from
+ * ds = p (dp - D), a difference of two near-equal sums, rounded to BF16
+ * before dq and dk: the cancellation multiplies those errors. Measured under
+ * the CUDA emulation: at most 1.1e-2 (JOINT's norm.weight) outside q and k,
+ * 4.3e-2 in them (a qkv bias's q or k third, JOINT with late interaction and
+ * choices); 5e-2 and 2e-1 leave room for a GPU's own order of the sums.
+ * Broken on purpose, each fails: a GELU derivative left out of the up
+ * projection's backward (25 of the 30 MASKED tensors over, up to 1.5), the
+ * halves of rope_backward's pairs swapped (q and k thirds 1.4 to 1.8). */
 #define GRADIENT_TOLERANCE 5e-2
+#define QK_GRADIENT_TOLERANCE 2e-1
 
 static void row(const char *what, bool ok, const char *detail) {
     printf("| %-48s | %-4s | %s\n", what, ok ? "ok" : "FAIL", detail);
@@ -86,7 +91,7 @@ static void compare_gradients(const char *label, const uform_trainer_t *ram, con
         "audio.modality", "audio.chunk.weight", "audio.chunk.bias", "audio.mask", "heads.audio.weight",
         "heads.audio.bias"};
     size_t names = sizeof(others) / sizeof(others[0]) + depth * 12, compared = 0;
-    double worst = 0.0;
+    double worst = 0.0, worst_bound = GRADIENT_TOLERANCE;
     char worst_name[64] = "", name[64], detail[160];
     for (size_t i = 0; i < names; i++) {
         if (i < sizeof(others) / sizeof(others[0]))
@@ -98,17 +103,26 @@ static void compare_gradients(const char *label, const uform_trainer_t *ram, con
         size_t n = 0, m = 0;
         float *r = trainer_gradients(ram, name, &n), *v = trainer_gradients(vram, name, &m);
         if (!r && !v) continue;   /* not a tensor of this run */
-        double difference = 0.0, norm = 0.0;
         bool same_size = r && v && n == m;
-        for (size_t k = 0; same_size && k < n; k++) {
-            double d = (double)v[k] - r[k];
-            difference += d * d, norm += (double)r[k] * r[k];
+        /* qkv's q, k and v rows apart: at initialization q's and k's gradients
+         * are far smaller than v's, whose norm would hide theirs */
+        size_t parts = strstr(name, ".qkv.") ? 3 : 1;
+        double relative = INFINITY, bound = GRADIENT_TOLERANCE;
+        for (size_t part = 0; same_size && part < parts; part++) {
+            double difference = 0.0, norm = 0.0;
+            for (size_t k = part * n / parts; k < (part + 1) * n / parts; k++) {
+                double d = (double)v[k] - r[k];
+                difference += d * d, norm += (double)r[k] * r[k];
+            }
+            double part_relative = sqrt(difference) / fmax(sqrt(norm), 1e-30);
+            double part_bound = parts == 3 && part < 2 ? QK_GRADIENT_TOLERANCE : GRADIENT_TOLERANCE;
+            if (part == 0 || part_relative / part_bound > relative / bound) relative = part_relative, bound = part_bound;
         }
-        double relative = same_size ? sqrt(difference) / fmax(sqrt(norm), 1e-30) : INFINITY;
         compared++;
-        if (!(relative <= worst)) worst = relative, snprintf(worst_name, sizeof(worst_name), "%s", name);
-        if (!(relative <= GRADIENT_TOLERANCE)) {
-            snprintf(detail, sizeof(detail), "relative %.1e (> %.0e)%s", relative, GRADIENT_TOLERANCE,
+        if (!(relative / bound <= worst / worst_bound))
+            worst = relative, worst_bound = bound, snprintf(worst_name, sizeof(worst_name), "%s", name);
+        if (!(relative <= bound)) {
+            snprintf(detail, sizeof(detail), "relative %.1e (> %.0e)%s", relative, bound,
                      same_size ? "" : ": missing on one side, or of another size");
             char what[160];
             snprintf(what, sizeof(what), "%s: step 1 gradient %s", label, name);
@@ -116,11 +130,11 @@ static void compare_gradients(const char *label, const uform_trainer_t *ram, con
         }
         free(r), free(v);
     }
-    snprintf(detail, sizeof(detail), "%zu tensors; the worst %s, relative %.1e (<= %.0e)", compared, worst_name,
-             worst, GRADIENT_TOLERANCE);
+    snprintf(detail, sizeof(detail), "%zu tensors; the nearest its bound: %s, relative %.1e (bound %.0e)", compared,
+             worst_name, worst, worst_bound);
     char what[128];
     snprintf(what, sizeof(what), "%s: step 1, every gradient VRAM against RAM", label);
-    row(what, compared > 0 && worst <= GRADIENT_TOLERANCE, detail);
+    row(what, compared > 0 && worst <= worst_bound, detail);
 }
 
 /* Whether batches carry the shared choices "abcd" (runs with choices). */

@@ -216,6 +216,14 @@ typedef struct {
     void (*gelu_linear_backward_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                                       const float *pre, const float *dy, size_t rows,
                                       float *dweight, float *dbias, float *dx);
+    /* The qkv projection's backward through the rotary positions (optional,
+     * only with the two above): rope_backward of dqkv [rows, 3H] (left as it
+     * is), then linear_backward_bf16(w, x, that, rows, dweight, dbias, dx,
+     * false), the rotation made in the pass that rounds dqkv and sums its
+     * columns: the same bits. w must be [3H, H], H a multiple of 64. */
+    void (*rope_linear_backward_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                                      const float *dqkv, const float *cosines, const float *sines,
+                                      size_t rows, float *dweight, float *dbias, float *dx);
     /* Training's attention with q, k, v kept in BF16 (optional: both or
      * none, only with the ops above): the forward takes qkv [rows, 3H] as the
      * product wrote it (not rotated; left as it is), writes q and k rotated as

@@ -62,9 +62,14 @@ void uform_transformer_backward(uform_backend_t *b, const uform_transformer_t *m
         else
             op->attention_backward(b, s->qkv, s->attended, d->d_attended, s->logsumexp, h,
                                    batch->segments, batch->segments_count, rows, batch->longest, d->d_qkv);
-        op->rope_backward(b, d->d_qkv, rows, h, a->cosines, a->sines);
-        uform_product_backward(b, &w->qkv, s->normed1, s->normed_bf16, d->d_qkv, rows, g->qkv, g->qkv_bias,
-                               d->d_normed);
+        if (op->rope_linear_backward_bf16 && s->normed_bf16) {   /* the rotation in the product's pass */
+            op->rope_linear_backward_bf16(b, &w->qkv, s->normed_bf16, d->d_qkv, a->cosines, a->sines, rows, g->qkv,
+                                          g->qkv_bias, d->d_normed);
+        } else {
+            op->rope_backward(b, d->d_qkv, rows, h, a->cosines, a->sines);
+            uform_product_backward(b, &w->qkv, s->normed1, s->normed_bf16, d->d_qkv, rows, g->qkv, g->qkv_bias,
+                                   d->d_normed);
+        }
         op->copy(b, d->d_x, d->d_middle, bytes);
         op->layer_norm_backward(b, d->d_normed, s->input, w->attention_norm_weight, s->mean1,
                                 s->rstd1, rows, h, d->d_x, g->attention_norm_weight,
