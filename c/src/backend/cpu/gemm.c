@@ -548,10 +548,11 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
      * pass: the tasks then block and sweep exactly as BF16 ones, the decoding
      * done once per product rather than once per task's rows. Where not even
      * one panel's buffer can be had, each task decodes small tiles instead;
-     * so does a product of fewer rows than a kernel call takes, where each
-     * weight is decoded once either way and the tiles spare the buffer's
-     * round trip through L2 and a second wake of the pool (gemm_bench,
-     * SAPPHIRE, m = 1 to 7: up to 1.7x faster on tiles; equal at m = 14). */
+     * so does a product of fewer rows than a kernel call takes when the L2
+     * tiles below cannot be had, where each weight is decoded once either
+     * way and the tiles spare the buffer's round trip through L2 and a
+     * second wake of the pool (gemm_bench, SAPPHIRE, m = 1 to 7: up to 1.7x
+     * faster on tiles; equal at m = 14). */
     size_t pass_panels = panels;
     uform_range_fn_t task = uform_gemm_task;
     if (e4m3) {
@@ -563,8 +564,13 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
          * them: each weight is still decoded once, and the decoded panels
          * are written where they are read, not through a shared buffer
          * (2 MiB for 2048 x 512) whose lines the other core may hold
-         * (AMX, m = 288: the decoding took 10% of the product). */
-        if (m >= mr && m <= uform_gemm_e4m3_local_rows &&
+         * (AMX, m = 288: the decoding took 10% of the product). Fewer rows
+         * than a kernel call takes too: against the small stack tiles (k
+         * blocks of 128, partial sums stored and reloaded four times as
+         * often), gemm_bench on the Xeon with AMX, m = 4 to 12, two
+         * threads: AMX +30-50%, HASWELL +30-60%, SKYLAKE +5-40%, SAPPHIRE
+         * +5-10%, one row unchanged within noise. */
+        if (m <= uform_gemm_e4m3_local_rows &&
             uform_gemm_local_panel_bytes(gemm_class, w, job.codes.size) <= UFORM_GEMM_E4M3_LOCAL_TILE_BYTES)
             job.tiles = uform_scratch_take(executor, threads * UFORM_GEMM_E4M3_LOCAL_TILE_BYTES);
         pass_panels = m < mr || job.tiles ? 0 : uform_min(panels, uform_gemm_decoded_max / panel_bytes);

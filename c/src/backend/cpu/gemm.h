@@ -14,7 +14,7 @@
  *
  * E4M3 matrices (packed by uform_gemm_pack_e4m3) keep one byte per weight,
  * PLAIN for the FP32 classes and PAIRS for the BF16 ones, and per panel the
- * scale of each slot. A product of up to a text's rows (mr to
+ * scale of each slot. A product of up to a text's rows (1 to
  * uform_gemm_e4m3_local_rows) takes all its rows in one block: each task
  * decodes its panels, a k block at a time, into its thread's L2 tile, and
  * every row sweeps them. A larger one decodes its panels once, before its tasks,
@@ -62,7 +62,7 @@ UFORM_INTERNAL extern size_t uform_gemm_decoded_max;
  * within noise of these (docs/benchmarks.md, "E4M3"). */
 #define UFORM_GEMM_E4M3_KC 128
 #define UFORM_GEMM_E4M3_MC 192
-/* Products of mr to this many rows of E4M3 weights (one text of up to 512
+/* Products of 1 to this many rows of E4M3 weights (one text of up to 512
  * tokens) decode per task instead, into a tile of this many bytes per
  * thread (L2-sized: whole k blocks of several panels), with all rows in one
  * block (gemm.c). */
