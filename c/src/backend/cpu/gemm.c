@@ -567,9 +567,10 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
          * (AMX, m = 288: the decoding took 10% of the product). Fewer rows
          * than a kernel call takes too: against the small stack tiles (k
          * blocks of 128, partial sums stored and reloaded four times as
-         * often), gemm_bench on the Xeon with AMX, m = 4 to 12, two
-         * threads: AMX +30-50%, HASWELL +30-60%, SKYLAKE +5-40%, SAPPHIRE
-         * +5-10%, one row unchanged within noise. */
+         * often), gemm_bench on the Xeon with AMX, two threads, m = 8
+         * and 12: AMX +30-60%, HASWELL +30-65%, SKYLAKE +5-40%, SAPPHIRE
+         * +5-15%; m = 1 and 4 unchanged to +35% (AMX at 4;
+         * docs/benchmarks-e4m3.md). */
         if (m <= uform_gemm_e4m3_local_rows &&
             uform_gemm_local_panel_bytes(gemm_class, w, job.codes.size) <= UFORM_GEMM_E4M3_LOCAL_TILE_BYTES)
             job.tiles = uform_scratch_take(executor, threads * UFORM_GEMM_E4M3_LOCAL_TILE_BYTES);
