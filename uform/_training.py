@@ -7,18 +7,21 @@ of their fields in order.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._buffers import (Arena, ArenaBuffer, Buffer, _PathLike, _Texts, arena_rows, path_bytes, texts_tape,
-                       words_buffer)
+from ._buffers import (Arena, ArenaBuffer, Buffer, _PathLike, _Tape, _Texts, arena_rows, path_bytes,
+                       texts_tape, words_buffer)
 from ._choices import choice_targets_buffer, step_choices
 from ._enums import CPUClass, LateInteractionSide, Modality, Negatives, Objective, PairLossForm, Scalar
 from ._errors import InvalidArgumentError, UnsupportedError
 from ._executor import Executor
 from ._mesh import Mesh
 from ._native import Progress, ProgressBridge, as_count, check, cpu_class_value, ffi, lib
+
+if TYPE_CHECKING:   # the receiver's class lives beside Model's (imported at call time: no cycle)
+    from ._model import DeferredOn
 
 _Words = Union[Buffer, Sequence[int]]
 
@@ -90,9 +93,9 @@ class BatchShape:
     max_columns_per_row: int = 0
     max_bags_per_device: int = 0
     max_choices_per_item: int = 0
-    image: Optional[ImageShape] = None
-    video: Optional[VideoShape] = None
-    audio: Optional[AudioShape] = None
+    image: Union[ImageShape, Tuple[int, ...], None] = None
+    video: Union[VideoShape, Tuple[int, ...], None] = None
+    audio: Union[AudioShape, Tuple[int, ...], None] = None
 
     def __post_init__(self) -> None:
         _check_counts(self, "max_rows_per_device", "max_segments_per_device", "max_columns_per_row",
@@ -435,7 +438,7 @@ class Trainer:
             raise UnsupportedError("Trainer.on: a trainer runs on the executor it was created on")
         return self
 
-    def deferred(self, executor: Executor, /) -> Any:
+    def deferred(self, executor: Executor, /) -> DeferredOn[Trainer]:
         """A receiver (uform.DeferredOn[Trainer]) whose step and save are queued on executor's
         submission thread by the C library (uform_trainer_step_submit, uform_trainer_save_submit)
         and answer a uform.Deferred: step's embeddings (or None), save's None. The call takes
@@ -469,7 +472,7 @@ class Trainer:
     def step(self, modalities: Sequence[Modality], contents: _Texts, /, *, bags: Optional[_Words] = None,
              temperature_groups: Optional[_Words] = None,
              sides: Optional[Sequence[LateInteractionSide]] = None, choices: Optional[_Texts] = None,
-             choice_targets: Any = None, relations: Optional[Relations] = None,
+             choice_targets: Union[Sequence[Buffer], _Tape, None] = None, relations: Optional[Relations] = None,
              arena: Optional[Arena] = None, outputs_scalar: Scalar = Scalar.F32,
              stats: Optional[TrainerStepStats] = None) -> Optional[ArenaBuffer]:
         """Applies one optimizer step over the items; answers their pooled embeddings when given an arena."""
