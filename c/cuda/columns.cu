@@ -102,8 +102,8 @@ __global__ static void uform_column_totals(const float *partials, size_t chunks,
 /* dbias += column sums of dy; with x, dweight += column sums of dy xhat (a
  * layer norm's, mean and rstd per row). dweight or dbias may be NULL. With
  * `rounded` (no list, no x), dy is also rounded to BF16 into it (dbias may
- * be NULL then: the rounding alone), or with `pre` too, GELU's backward of
- * dy (uform_column_partials_bf16). */
+ * be NULL then: the rounding alone), or with `form`, what form says is made
+ * of dy: GELU's backward or rope_backward's rotation (uform_column_partials_bf16). */
 static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t *list, const float *x,
                                const float *mean, const float *rstd, size_t rows, size_t width, float *dweight,
                                float *dbias, uint16_t *rounded = NULL, const uform_cuda_dy_form_t *form = NULL) {
