@@ -413,7 +413,9 @@ static uint8_t random_code(void) {
  * rows of `width` codes (a multiple of 8, at most 64). Scales are powers of
  * two, down to 2^-110; with `odd_scale` one is 3 x 2^-4, which no
  * quantization makes (the AVX-512 decoder's integer path then takes its FP
- * path: both run). */
+ * path: both run). The AVX-512 decoders: the classes' one (VBMI where the
+ * CPU has it), the 32-lane one, and the VBMI one (64-code rows only; other
+ * widths and odd scales go to the 32-lane one). */
 static void test_e4m3_decoders_at(size_t width, bool odd_scale) {
     enum { WIDTH = 64, ROWS = 9 };
     uint8_t codes[ROWS * WIDTH];
@@ -440,6 +442,10 @@ static void test_e4m3_decoders_at(size_t width, bool odd_scale) {
          uform_cpu_class_supported(UFORM_CPU_CLASS_HASWELL)},
         {"avx512", NULL, uform_e4m3_decode_bf16_avx512,
          uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)},
+        {"avx512bw", NULL, uform_e4m3_decode_bf16_avx512bw,
+         uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)},
+        {"avx512 vbmi", NULL, uform_e4m3_decode_bf16_vbmi,
+         uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE) && __builtin_cpu_supports("avx512vbmi")},
 #endif
 #if defined(__aarch64__)
         {"neon", uform_e4m3_decode_f32_neon, uform_e4m3_decode_bf16_neon, true},

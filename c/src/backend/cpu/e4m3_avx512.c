@@ -1,5 +1,6 @@
 /* e4m3_avx512.c: the E4M3 tile decoder of the AVX-512 BF16 classes, SAPPHIRE
- * and AMX (e4m3_decode.h), BF16 out, 32 codes at a time.
+ * and AMX (e4m3_decode.h), BF16 out: 64 codes at a time from two byte tables
+ * where the CPU has AVX-512 VBMI (below), else 32 at a time.
  *
  * Two paths, the same bits as the AVX2 and portable decoders. Where every
  * scale is a power of two whose products with the codes are normal numbers
@@ -79,9 +80,9 @@ uform_e4m3_to_bf16x32(const uint8_t *codes, __mmask32 live, __m512i shift, __m51
 }
 
 /* 32 codes at a time, a masked last group. */
-UFORM_E4M3_AVX512_BF16 void uform_e4m3_decode_bf16_avx512(const uint8_t *codes, size_t rows,
-                                                          size_t width, const float *scales,
-                                                          void *out) {
+UFORM_E4M3_AVX512_BF16 void uform_e4m3_decode_bf16_avx512bw(const uint8_t *codes, size_t rows,
+                                                            size_t width, const float *scales,
+                                                            void *out) {
     uint16_t *dst = out;
     int16_t shifts[UFORM_E4M3_WIDTH_MAX + 32];
     if (uform_e4m3_scale_shifts(scales, width, shifts)) {
@@ -110,6 +111,91 @@ UFORM_E4M3_AVX512_BF16 void uform_e4m3_decode_bf16_avx512(const uint8_t *codes, 
                                         _mm512_loadu_ps(scaled + i + 16));
             _mm512_mask_storeu_epi16(dst + i, live, (__m512i)_mm512_cvtne2ps_pbh(high, low));
         }
+}
+
+/* ---- AVX-512 VBMI: 64 codes at a time, from two byte tables ----------------
+ *
+ * The integer path's BF16 bits of each magnitude (0 to 127) are fixed, so
+ * two 128-byte tables hold them, low bytes and high bytes, and VPERMI2B looks
+ * up 64 codes in each at once (it reads the low 7 bits of each index: the
+ * sign is left out). The sign goes into the high bytes, the bytes are
+ * interleaved into 16-bit lanes, and the scale's exponent is added to each
+ * nonzero one as above. About half the instructions per code of the 32-lane
+ * path (E4M3 queries on AMX: docs/benchmarks-e4m3.md). VPUNPCKLBW and
+ * VPUNPCKHBW interleave within 128-bit lanes, so the codes are first
+ * reordered (VPERMB) for the words to come out in order. */
+
+#define UFORM_E4M3_VBMI                                                                       \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c")))
+
+/* The integer path's bits of magnitude m: 0x3C00 + (m << 4) from 8 up, the
+ * normalized subnormals (uform_e4m3_subnormal_bf16) below. */
+#define UFORM_E4M3_SUB_LOW(m)                                                                 \
+    ((m) == 2 ? 0x80 : (m) == 3 ? 0xc0 : (m) == 5 ? 0x20 : (m) == 6 ? 0x40 : (m) == 7 ? 0x60 : 0)
+#define UFORM_E4M3_SUB_HIGH(m) ((m) == 0 ? 0 : (m) < 4 ? 0x3b : 0x3c)
+#define UFORM_E4M3_LOW(m) ((m) < 8 ? UFORM_E4M3_SUB_LOW(m) : ((m) & 15) << 4)
+#define UFORM_E4M3_HIGH(m) ((m) < 8 ? UFORM_E4M3_SUB_HIGH(m) : 0x3c + ((m) >> 4))
+#define UFORM_E4M3_ROW(F, b)                                                                  \
+    F(b), F(b + 1), F(b + 2), F(b + 3), F(b + 4), F(b + 5), F(b + 6), F(b + 7), F(b + 8),     \
+        F(b + 9), F(b + 10), F(b + 11), F(b + 12), F(b + 13), F(b + 14), F(b + 15)
+#define UFORM_E4M3_TABLE(F)                                                                   \
+    {UFORM_E4M3_ROW(F, 0),  UFORM_E4M3_ROW(F, 16), UFORM_E4M3_ROW(F, 32),                     \
+     UFORM_E4M3_ROW(F, 48), UFORM_E4M3_ROW(F, 64), UFORM_E4M3_ROW(F, 80),                     \
+     UFORM_E4M3_ROW(F, 96), UFORM_E4M3_ROW(F, 112)}
+static const uint8_t uform_e4m3_low_bytes[128] = UFORM_E4M3_TABLE(UFORM_E4M3_LOW);
+static const uint8_t uform_e4m3_high_bytes[128] = UFORM_E4M3_TABLE(UFORM_E4M3_HIGH);
+
+/* Byte 16 L + j of the reordered codes is code 8 L + j, byte 16 L + 8 + j
+ * code 32 + 8 L + j (L the 128-bit lane, j < 8): the low unpack then yields
+ * codes 0 to 31 in order, the high one 32 to 63. */
+static const uint8_t uform_e4m3_vbmi_order[64] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,
+    8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,
+    16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
+    24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+
+/* Rows of a multiple of 64 codes with power-of-two scales (every AMX and
+ * SAPPHIRE panel of a quantized model); anything else as the 32-lane path. */
+UFORM_E4M3_VBMI void uform_e4m3_decode_bf16_vbmi(const uint8_t *codes, size_t rows, size_t width,
+                                                 const float *scales, void *out) {
+    int16_t shifts[UFORM_E4M3_WIDTH_MAX + 32];
+    if (width % 64 != 0 || !uform_e4m3_scale_shifts(scales, width, shifts)) {
+        uform_e4m3_decode_bf16_avx512bw(codes, rows, width, scales, out);
+        return;
+    }
+    uint16_t *dst = out;
+    const __m512i low0 = _mm512_loadu_si512(uform_e4m3_low_bytes);
+    const __m512i low1 = _mm512_loadu_si512(uform_e4m3_low_bytes + 64);
+    const __m512i high0 = _mm512_loadu_si512(uform_e4m3_high_bytes);
+    const __m512i high1 = _mm512_loadu_si512(uform_e4m3_high_bytes + 64);
+    const __m512i order = _mm512_loadu_si512(uform_e4m3_vbmi_order);
+    const __m512i sign = _mm512_set1_epi8((char)0x80), magnitude = _mm512_set1_epi16(0x7fff);
+    for (size_t r = 0; r < rows; r++, codes += width, dst += width)
+        for (size_t i = 0; i < width; i += 64) {
+            __m512i c = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(codes + i));
+            __m512i low = _mm512_permutex2var_epi8(low0, c, low1);
+            /* high | (c & 0x80): the sign */
+            __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, c, high1), c,
+                                                     sign, 0xF8);
+            __m512i first = _mm512_unpacklo_epi8(low, high), second = _mm512_unpackhi_epi8(low, high);
+            first = _mm512_mask_add_epi16(first, _mm512_test_epi16_mask(first, magnitude), first,
+                                          _mm512_loadu_si512(shifts + i));
+            second = _mm512_mask_add_epi16(second, _mm512_test_epi16_mask(second, magnitude), second,
+                                           _mm512_loadu_si512(shifts + i + 32));
+            _mm512_storeu_si512(dst + i, first);
+            _mm512_storeu_si512(dst + i + 32, second);
+        }
+}
+
+/* The classes' decoder: VBMI where the CPU has it (every AMX CPU does, as
+ * Zen 4 and 5 do; Cooper Lake, a SAPPHIRE CPU, does not). GCC's and Clang's
+ * __builtin_cpu_supports reads what libgcc asked cpuid once. */
+void uform_e4m3_decode_bf16_avx512(const uint8_t *codes, size_t rows, size_t width,
+                                   const float *scales, void *out) {
+    if (width % 64 == 0 && __builtin_cpu_supports("avx512vbmi"))
+        uform_e4m3_decode_bf16_vbmi(codes, rows, width, scales, out);
+    else
+        uform_e4m3_decode_bf16_avx512bw(codes, rows, width, scales, out);
 }
 
 #endif /* __x86_64__ */

@@ -27,9 +27,15 @@ UFORM_INTERNAL void uform_e4m3_decode_f32_avx2(const uint8_t *codes, size_t rows
                                                const float *scales, void *out);
 UFORM_INTERNAL void uform_e4m3_decode_bf16_avx2(const uint8_t *codes, size_t rows, size_t width,
                                                 const float *scales, void *out);
-/* e4m3_avx512.c: BF16 for SAPPHIRE and AMX (AVX-512 BF16). */
+/* e4m3_avx512.c: BF16 for SAPPHIRE and AMX (AVX-512 BF16): _avx512 takes
+ * _vbmi where the CPU has AVX-512 VBMI, _avx512bw (32 codes a step) where
+ * not; _vbmi runs only where the CPU has it. */
 UFORM_INTERNAL void uform_e4m3_decode_bf16_avx512(const uint8_t *codes, size_t rows, size_t width,
                                                   const float *scales, void *out);
+UFORM_INTERNAL void uform_e4m3_decode_bf16_avx512bw(const uint8_t *codes, size_t rows, size_t width,
+                                                    const float *scales, void *out);
+UFORM_INTERNAL void uform_e4m3_decode_bf16_vbmi(const uint8_t *codes, size_t rows, size_t width,
+                                                const float *scales, void *out);
 #endif
 #if defined(__aarch64__)
 /* e4m3_neon.c: for every aarch64 class (NEON is baseline). */
