@@ -388,8 +388,13 @@ void uform_sgemm_path(uform_sgemm_path_t path, bool small_blocks, uform_executor
      * least 16 row groups and 8 panels per task, then below that only while
      * some thread would have no task. Each task packs its own blocks, so
      * smaller tiles pack more: op(a) once per task column, op(b) once per
-     * task row (in dW += dy^T x at 2 threads, 4 tasks per thread cost ~10%). */
-    size_t want = threads > 1 ? 2 * threads : 1;
+     * task row (in dW += dy^T x at 2 threads, 4 tasks per thread cost ~10%).
+     * Where k is long against both m and n (the weight gradient: k the
+     * tokens), those copies are most of the packing: one task per thread
+     * (bench/sgemm_bench.c, 2 threads: the four weight gradients ~10% faster
+     * than with two tasks per thread; docs/profiles.md). */
+    bool long_k = k >= 4 * (m > n ? m : n);
+    size_t want = threads > 1 ? (long_k ? threads : 2 * threads) : 1;
     size_t mc_min = 16 * mr, nc_min = 8 * nr;
     job.mc = uform_sgemm_round_up(m, mr);
     job.nc = uform_sgemm_min(uform_sgemm_round_up(n, nr), UFORM_SGEMM_NC);
