@@ -241,10 +241,11 @@ static void test_empty(void) {
  * agree. */
 static void test_determinism(uform_executor_t *executors[3]) {
     /* 37 rows: partial row groups; 600 columns: more than one B block; 130
-     * rows: more than one packed A block per task. Each has over 2^20
-     * multiply-adds, so the pool is used, and 2 and 3 threads split it into
-     * different tiles. */
-    static const size_t shapes[][3] = {{37, 100, 300}, {30, 600, 60}, {130, 40, 300}};
+     * rows: more than one packed A block per task; k = 300 against m = 60
+     * and n = 70: a long k, cut one task per thread (the weight gradient's
+     * case). Each has over 2^20 multiply-adds, so the pool is used, and 2
+     * and 3 threads split it into different tiles. */
+    static const size_t shapes[][3] = {{37, 100, 300}, {30, 600, 60}, {130, 40, 300}, {60, 70, 300}};
     for (size_t shape = 0; shape < sizeof(shapes) / sizeof(shapes[0]); shape++) {
         size_t m = shapes[shape][0], n = shapes[shape][1], k = shapes[shape][2];
         for (unsigned flags = 0; flags < 8; flags++) {
