@@ -192,7 +192,7 @@ UFORM_E4M3_VBMI void uform_e4m3_decode_bf16_vbmi(const uint8_t *codes, size_t ro
  * __builtin_cpu_supports reads what libgcc asked cpuid once. */
 void uform_e4m3_decode_bf16_avx512(const uint8_t *codes, size_t rows, size_t width,
                                    const float *scales, void *out) {
-    if (width % 64 == 0 && __builtin_cpu_supports("avx512vbmi"))
+    if (__builtin_cpu_supports("avx512vbmi")) /* it takes other widths to the 32-code path */
         uform_e4m3_decode_bf16_vbmi(codes, rows, width, scales, out);
     else
         uform_e4m3_decode_bf16_avx512bw(codes, rows, width, scales, out);
