@@ -38,32 +38,56 @@ static void uform_product(const uform_attention_job_t *job, size_t m, size_t n, 
     uform_sgemm_path(job->path, false, NULL, m, n, k, a, b, NULL, false, c, c_stride);
 }
 
-/* S = Q K^T / 8 for one item and head, into scores [n x n]. */
+/* Q K^T for one item and head, into scores [n x n]; the row functions below
+ * scale by 1/8 as they read (exact: a power of two), which saves a pass. */
 static void uform_scores(const uform_attention_job_t *job, const float *q, const float *k,
                          size_t stride, size_t n, float *scores) {
     uform_product(job, n, n, UFORM_HEAD_WIDTH, uform_view(q, stride, false), uform_view(k, stride, true),
                   scores, n);
-    for (size_t i = 0; i < n * n; i++) scores[i] *= 0.125f;
 }
 
-/* Row i of scores [n x n] becomes its softmax; lse[i * lse_stride] = its
- * log-sum-exp. The max and the sum are chains in j order; the exponentials
- * and the scaling are elementwise, so the AVX2 and AVX-512 clones give the
- * same bits as the baseline. */
+/* Row i of scores [n x n] (Q K^T) becomes the softmax of scores / 8;
+ * lse[i * lse_stride] = its log-sum-exp. The max and the sum run in
+ * UFORM_LANES partial lanes (element j in lane j % UFORM_LANES), combined in
+ * lane order, as rows.c's reductions do: the order depends on n alone, and
+ * every clone does the same elementwise steps, so all give the same bits. One
+ * chain in j order instead was latency-bound: about 8 cycles an element, 5%
+ * of a training step (docs/profiles.md). Whole groups of lanes, then the
+ * tail: a bound inside the lane loop keeps the compiler from vectorising it. */
 static UFORM_VECTOR_CLONES void uform_softmax_rows(float *scores, size_t n, float *lse,
                                                    size_t lse_stride) {
+    size_t whole = n - n % UFORM_LANES;
     for (size_t i = 0; i < n; i++) {
-        float *row = scores + i * n, top = -INFINITY, sum = 0;
-        for (size_t j = 0; j < n; j++) top = row[j] > top ? row[j] : top;
-        for (size_t j = 0; j < n; j++) row[j] = uform_fast_exp(row[j] - top);
-        for (size_t j = 0; j < n; j++) sum += row[j];
+        float *row = scores + i * n, tops[UFORM_LANES], sums[UFORM_LANES] = {0};
+        for (size_t l = 0; l < UFORM_LANES; l++) tops[l] = -INFINITY;
+        for (size_t j = 0; j < whole; j += UFORM_LANES)
+            for (size_t l = 0; l < UFORM_LANES; l++) {
+                float x = row[j + l] * 0.125f;
+                tops[l] = x > tops[l] ? x : tops[l];
+            }
+        for (size_t j = whole; j < n; j++) {
+            float x = row[j] * 0.125f;
+            tops[j - whole] = x > tops[j - whole] ? x : tops[j - whole];
+        }
+        float top = -INFINITY, sum = 0;
+        for (size_t l = 0; l < UFORM_LANES; l++) top = tops[l] > top ? tops[l] : top;
+        for (size_t j = 0; j < whole; j += UFORM_LANES)
+            for (size_t l = 0; l < UFORM_LANES; l++) {
+                row[j + l] = uform_fast_exp(row[j + l] * 0.125f - top);
+                sums[l] += row[j + l];
+            }
+        for (size_t j = whole; j < n; j++) {
+            row[j] = uform_fast_exp(row[j] * 0.125f - top);
+            sums[j - whole] += row[j];
+        }
+        for (size_t l = 0; l < UFORM_LANES; l++) sum += sums[l];
         float inverse = 1.0f / sum;
         for (size_t j = 0; j < n; j++) row[j] *= inverse;
         lse[i * lse_stride] = top + logf(sum);
     }
 }
 
-/* p [n x n] holds scores: p = exp(scores - lse_i), ds = p (ds - D_i) / 8 with
+/* p [n x n] holds Q K^T: p = exp(p / 8 - lse_i), ds = p (ds - D_i) / 8 with
  * D_i = dO_i . O_i (a chain over d in order); elementwise otherwise. */
 static UFORM_VECTOR_CLONES void uform_softmax_backward_rows(float *p, float *ds, size_t n,
                                                             const float *lse, size_t lse_stride,
@@ -74,7 +98,7 @@ static UFORM_VECTOR_CLONES void uform_softmax_backward_rows(float *p, float *ds,
         for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) delta += dout[i * stride + d] * o[i * stride + d];
         float *p_row = p + i * n, *ds_row = ds + i * n;
         for (size_t j = 0; j < n; j++) {
-            p_row[j] = uform_fast_exp(p_row[j] - row_lse);
+            p_row[j] = uform_fast_exp(p_row[j] * 0.125f - row_lse);
             ds_row[j] = p_row[j] * (ds_row[j] - delta) * 0.125f;
         }
     }
