@@ -246,11 +246,17 @@ static inline void uform_sgemm_copy_panel_row(float *dst, const float *src, size
 
 /* Panels of nr columns: dst[q * kb * nr + p * nr + col] = op(b)[k0 + p, j + q * nr + col],
  * zero for columns at or past j + jb. */
-static void uform_sgemm_pack_b(uform_matrix_t b, size_t k0, size_t kb, size_t j, size_t jb,
-                               size_t nr, float *dst) {
+static void uform_sgemm_pack_b(const uform_sgemm_kernels_t *ks, uform_matrix_t b, size_t k0,
+                               size_t kb, size_t j, size_t jb, float *dst) {
+    size_t nr = ks->nr;
     for (size_t q = 0; q * nr < jb; q++, dst += kb * nr) {
         size_t j1 = j + q * nr, cols = uform_sgemm_min(nr, jb - q * nr);
-        if (b.transposed) {
+        if (b.transposed && cols == nr && ks->pack_rows) {
+            /* a full panel of op(b) is nr rows of b turned into columns: the
+             * path's register transposes (attention's K^T and V^T, 3% of a
+             * training step in the scalar loop below) */
+            ks->pack_rows(b.data + j1 * b.stride + k0, b.stride, nr, kb, dst);
+        } else if (b.transposed) {
             /* op(b)[p, col] = b.data[col * stride + p]: transpose 8 steps of k
              * at a time, so each source row is read in runs and each
              * destination line is written by consecutive stores. */
@@ -308,7 +314,7 @@ static void uform_sgemm_block(const uform_sgemm_job_t *job, size_t i0, size_t i1
             size_t kb = uform_sgemm_min(kc, k - k0);
             bool load = job->accumulate || k0 > 0;
             const float *bias = k0 + kb == k ? job->bias : NULL;
-            uform_sgemm_pack_b(job->b, k0, kb, j, jb, nr, b_block);
+            uform_sgemm_pack_b(ks, job->b, k0, kb, j, jb, b_block);
             for (size_t ib = i0; ib < i1; ib += mb) {
                 size_t ie = uform_sgemm_min(ib + mb, i1);
                 uform_sgemm_pack_a(ks, job->a, ib, ie, k0, kb, a_block);

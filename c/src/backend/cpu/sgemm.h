@@ -74,7 +74,8 @@ typedef void (*uform_sgemm_kernel_fn_t)(size_t kc, const float *a, const float *
                                         size_t c_stride, bool load, const float *bias);
 
 /* dst[p * rows + r] = src[r * stride + p] for r < rows, p < kb: packs A when
- * op(a) is not transposed. */
+ * op(a) is not transposed (rows <= mr), and a full panel of B when op(b) is
+ * transposed (rows = nr). */
 typedef void (*uform_sgemm_pack_rows_fn_t)(const float *src, size_t stride, size_t rows,
                                            size_t kb, float *dst);
 

@@ -77,7 +77,9 @@ UFORM_SGEMM_AVX512_KERNEL(14)
 /* dst[p * rows + r] = src[r * stride + p]: for a full group of 14 rows, 16
  * steps of k at a time go through a 16 x 16 register transpose (rows 14 and
  * 15 zero) instead of 224 scalar moves; packing op(a) when it is not
- * transposed (the forward pass and the input gradient) otherwise costs ~7%. */
+ * transposed (the forward pass and the input gradient) otherwise costs ~7%.
+ * A multiple of 16 rows (a transposed B's panel of 32 columns: attention's
+ * K^T and V^T) goes 16 rows at a time through the same transpose. */
 static UFORM_SGEMM_AVX512 void uform_sgemm_avx512_pack_rows(const float *src, size_t stride,
                                                             size_t rows, size_t kb, float *dst) {
     size_t p0 = 0;
@@ -92,6 +94,17 @@ static UFORM_SGEMM_AVX512 void uform_sgemm_avx512_pack_rows(const float *src, si
             for (size_t p = 0; p < 16; p++)
                 _mm512_mask_storeu_epi32(dst + (p0 + p) * 14, 0x3fff, r[p]);
         }
+    else if (rows % 16 == 0)
+        for (; p0 + 16 <= kb; p0 += 16)
+            for (size_t i0 = 0; i0 < rows; i0 += 16) {
+                __m512i r[16];
+#pragma GCC unroll 16
+                for (size_t i = 0; i < 16; i++)
+                    r[i] = _mm512_loadu_si512(src + (i0 + i) * stride + p0);
+                uform_transpose16x16(r);
+#pragma GCC unroll 16
+                for (size_t p = 0; p < 16; p++) _mm512_storeu_si512(dst + (p0 + p) * rows + i0, r[p]);
+            }
     for (size_t i = 0; i < rows; i++)
         for (size_t p = p0; p < kb; p++) dst[p * rows + i] = src[i * stride + p];
 }
@@ -159,15 +172,26 @@ UFORM_SGEMM_AVX2_KERNEL(6)
 /* dst[p * rows + r] = src[r * stride + p]: full groups of 6 rows through
  * the 8 x 8 register transpose (avx2_transpose.h), as the HASWELL class packs
  * its activations; the portable copy of the forward pass's and the input
- * gradient's A was ~6% of the GEMMs' time. */
+ * gradient's A was ~6% of the GEMMs' time. A multiple of 8 rows (a transposed
+ * B's panel of 16 columns: attention's K^T and V^T) goes 8 rows at a time
+ * through the same transpose. */
 static UFORM_SGEMM_AVX2 void uform_sgemm_avx2_pack_rows(const float *src, size_t stride,
                                                         size_t rows, size_t kb, float *dst) {
     if (rows == 6) {
         uform_avx2_pack6(src, stride, kb, dst);
         return;
     }
+    size_t p0 = 0;
+    if (rows % 8 == 0)
+        for (; p0 + 8 <= kb; p0 += 8)
+            for (size_t i0 = 0; i0 < rows; i0 += 8) {
+                __m256 m[8];
+                for (size_t i = 0; i < 8; i++) m[i] = _mm256_loadu_ps(src + (i0 + i) * stride + p0);
+                uform_avx2_transpose8(m);
+                for (size_t p = 0; p < 8; p++) _mm256_storeu_ps(dst + (p0 + p) * rows + i0, m[p]);
+            }
     for (size_t i = 0; i < rows; i++)
-        for (size_t p = 0; p < kb; p++) dst[p * rows + i] = src[i * stride + p];
+        for (size_t p = p0; p < kb; p++) dst[p * rows + i] = src[i * stride + p];
 }
 
 const uform_sgemm_kernels_t uform_sgemm_kernels_avx2 = {
