@@ -160,9 +160,12 @@ uform_status_t uform_workspace_init(uform_workspace_t *w, uform_trainer_t *t, si
          * every step, packing varies): a block that grows takes 1/8 more than
          * asked, so wobbling steps reuse it. A new block is faulted in and
          * zeroed page by page by the OS on first touch: at depth 4, hidden 256,
-         * 16,384 rows it is 1.4 GB, about 15% of a step's time. */
+         * 16,384 rows it is 1.4 GB, about 15% of a step's time. In host memory
+         * the first block takes the 1/8 too: pages never touched cost nothing,
+         * and the second step no longer faults the whole block in again (it
+         * did whenever its masks selected more positions than the first's). */
         size_t capacity = bytes;
-        if (store->block) capacity = bytes + bytes / 8 > bytes ? bytes + bytes / 8 : bytes;
+        if (store->block || host) capacity = bytes + bytes / 8 > bytes ? bytes + bytes / 8 : bytes;
         if (store->block) b->ops->free(b, store->block);
         store->bytes = 0;
         char saved[512];   /* a failed headroom is no failure: its message goes if the exact size fits */
