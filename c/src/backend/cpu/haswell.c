@@ -18,6 +18,34 @@
 #define UFORM_HASWELL_NR 16
 #define UFORM_HASWELL_WIDE 4 /* panels per wide kernel call */
 
+/* One step p of k: the panels' 16 weights of row p (BF16 widened to FP32, or
+ * a decoded FP32 tile's) times each row's a[p * rows + r] into acc. */
+static inline __attribute__((always_inline)) UFORM_HASWELL void
+uform_haswell_step(size_t rows, size_t panels, bool f32, size_t p, const float *a, const void *b,
+                   size_t b_stride, __m256 acc[UFORM_HASWELL_MR][2 * UFORM_HASWELL_WIDE]) {
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    __m256 w[2 * UFORM_HASWELL_WIDE];
+#pragma GCC unroll 8
+    for (size_t q = 0; q < panels; q++) {
+        if (f32) { /* a decoded tile, PLAIN order */
+            const float *src = (const float *)b + q * b_stride + p * UFORM_HASWELL_NR;
+            w[2 * q] = _mm256_loadu_ps(src);
+            w[2 * q + 1] = _mm256_loadu_ps(src + 8);
+            continue;
+        }
+        __m256i raw = _mm256_loadu_si256(
+            (const __m256i *)((const uint16_t *)b + q * b_stride + p * UFORM_HASWELL_NR));
+        w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+        w[2 * q + 1] = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+    }
+#pragma GCC unroll 8
+    for (size_t r = 0; r < rows; r++) {
+        __m256 x = _mm256_broadcast_ss(a + p * rows + r);
+#pragma GCC unroll 8
+        for (size_t v = 0; v < 2 * panels; v++) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
+    }
+}
+
 /* rows x (panels x 16) outputs; panels > 1 gives one row enough sums. */
 static inline __attribute__((always_inline)) UFORM_HASWELL void
 uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const float *a, const void *b,
@@ -29,33 +57,21 @@ uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const floa
 #pragma GCC unroll 8
         for (size_t v = 0; v < vectors; v++)
             acc[r][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * c_stride + 8 * v);
-    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
-    for (size_t p = 0; p < kc; p++) {
+    if (panels == 1 && b_stride) {
         /* One panel: the sweep's next one (gemm.h) into L2, a 64-byte line per
          * line of this one read (as sapphire.c; there 3-4.5% less time a text
-         * at one text per call) */
-        if (panels == 1 && b_stride && (f32 || p % 2 == 0))
-            _mm_prefetch((const char *)b + (b_stride + p * UFORM_HASWELL_NR) * (f32 ? 4 : 2), _MM_HINT_T1);
-        __m256 w[2 * UFORM_HASWELL_WIDE];
-#pragma GCC unroll 8
-        for (size_t q = 0; q < panels; q++) {
-            if (f32) { /* a decoded tile, PLAIN order */
-                const float *src = (const float *)b + q * b_stride + p * UFORM_HASWELL_NR;
-                w[2 * q] = _mm256_loadu_ps(src);
-                w[2 * q + 1] = _mm256_loadu_ps(src + 8);
-                continue;
-            }
-            __m256i raw = _mm256_loadu_si256(
-                (const __m256i *)((const uint16_t *)b + q * b_stride + p * UFORM_HASWELL_NR));
-            w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-            w[2 * q + 1] = _mm256_castsi256_ps(_mm256_and_si256(raw, high));
+         * at one text per call). A prefetch every step, so each line of BF16
+         * weights twice (an FP32 step reads a whole line): testing for the
+         * even steps took 5 more instructions a step, beside 12 FMAs, than
+         * the second prefetch does, and unrolling two steps made the
+         * compiler spill accumulators. */
+        for (size_t p = 0; p < kc; p++) {
+            const char *next = (const char *)b + (b_stride + p * UFORM_HASWELL_NR) * (f32 ? 4 : 2);
+            _mm_prefetch(next, _MM_HINT_T1);
+            uform_haswell_step(rows, panels, f32, p, a, b, b_stride, acc);
         }
-#pragma GCC unroll 8
-        for (size_t r = 0; r < rows; r++) {
-            __m256 x = _mm256_broadcast_ss(a + p * rows + r);
-#pragma GCC unroll 8
-            for (size_t v = 0; v < vectors; v++) acc[r][v] = _mm256_fmadd_ps(x, w[v], acc[r][v]);
-        }
+    } else {
+        for (size_t p = 0; p < kc; p++) uform_haswell_step(rows, panels, f32, p, a, b, b_stride, acc);
     }
 #pragma GCC unroll 8
     for (size_t v = 0; v < vectors && bias; v++) {
