@@ -151,7 +151,7 @@ $(CUDA_FLAGGED_OBJECTS): MEDIA_OBJECT_CFLAGS := $(CUDA_CFLAGS)
 
 .SECONDARY:
 
-.PHONY: all lib python test test-c test-cuda-emulated test-fuzz test-example test-python test-arm test-gpu arm-binaries demo bench bench-pytest bench-training bench-e4m3 bench-fp8-accuracy bench-fp8-recall install clean deps fuzz
+.PHONY: all lib python test test-c test-cuda-emulated test-fuzz test-example test-python test-arm test-gpu gpu-fp8-probe arm-binaries demo bench bench-pytest bench-training bench-e4m3 bench-fp8-accuracy bench-fp8-recall install clean deps fuzz
 
 all: lib python
 
@@ -286,6 +286,17 @@ $(BUILD)/gpu/%: tests/gpu/%.c $(TEST_HEADERS) $(BUILD)/libuform.a $(MEDIA_FILE)
 $(BUILD)/gpu/gpu_attention_bench: bench/gpu_attention_bench.c $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
+
+# Which FP8 products cuBLASLt accepts (scale modes, epilogues, output types), their
+# errors against the host and their speed: cuBLASLt alone, no libuform; a GPU
+# machine's diagnostic (bench/gpu_fp8_probe.cu), not part of test-gpu.
+$(BUILD)/gpu/gpu_fp8_probe: bench/gpu_fp8_probe.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O2 $(CUDA_ARCHITECTURES) -I$(CUBLAS_ROOT)/include $< -o $@ \
+	  -L$(CUBLAS_ROOT)/lib -l:libcublasLt.so.13 -Xlinker -rpath -Xlinker $(CUBLAS_ROOT)/lib
+
+gpu-fp8-probe: $(BUILD)/gpu/gpu_fp8_probe
+	$(BUILD)/gpu/gpu_fp8_probe
 
 test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS)) $(BUILD)/gpu/gpu_attention_bench
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"

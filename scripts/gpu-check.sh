@@ -15,7 +15,8 @@
 #
 # Steps: the machine (nvidia-smi, nvcc), the library built with the CUDA backend for
 # every GPU class (one fat binary, -gencode sm_80 ... sm_100a), `make test-gpu` (the
-# GPU tests, then the benchmarks; a failed test once more under compute-sanitizer), then
+# GPU tests, then the benchmarks; a failed test once more under compute-sanitizer),
+# `make gpu-fp8-probe` (cuBLASLt's FP8 products, into $OUT/fp8_probe.md), then
 # bench/gpu_profile.py (uform's kernels beside PyTorch's, into $OUT/profile.md).
 # Where $OUT is set (the device tool's folder
 # of files to bring back) the whole log, the summary and docs/benchmarks-gpu.md are
@@ -88,6 +89,8 @@ step "machine" 60 "nvidia-smi --query-gpu=name,memory.total,driver_version,clock
 JOBS=$(nproc 2>/dev/null || echo 4)
 step "build (library, CUDA backend)" 240 "make -j$JOBS lib && grep -E '^(cuda|mesh)=' c/build/media.txt"
 step "make test-gpu" 300 "make --no-print-directory -j$JOBS test-gpu"
+# which FP8 products cuBLASLt accepts, their errors and speed (bench/gpu_fp8_probe.cu)
+step "FP8 probe (bench/gpu_fp8_probe.cu)" 60 "make --no-print-directory gpu-fp8-probe | tee $LOG_DIR/fp8_probe.md"
 # where the GPU's time goes, uform's kernels beside PyTorch's (torch.profiler)
 step "profile (bench/gpu_profile.py)" 120 "python3 bench/gpu_profile.py --output $LOG_DIR/profile.md"
 # A GPU test that failed runs once more under compute-sanitizer's memcheck, whose first

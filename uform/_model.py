@@ -252,9 +252,8 @@ class Model:
         without a GPU DeviceError. quantization=Scalar.E4M3 keeps the block matrices as FP8
         codes; on Ada, Hopper and Blackwell they multiply on the FP8 tensor cores with the
         activations quantized per row (outputs within cosine 0.995 of the CPU's E4M3 model),
-        on Ampere they are decoded to BF16 at each product. Run on one H200, the FP8 products
-        included (docs/gpu.md; docs/benchmarks-gpu.md lists the later changes not yet run on a
-        GPU)."""
+        on Ampere they are decoded to BF16 at each product. Run on one H200 and one H100, the
+        FP8 products included (docs/gpu.md, docs/benchmarks-gpu.md)."""
         encoded = path_bytes(path)
         listed, listed_count, _keep = _words(devices, "devices")
         bridge = ProgressBridge(progress, progress_steps)

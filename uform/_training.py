@@ -423,8 +423,8 @@ class Trainer:
         every host can load it and no GPU is shared, else through host memory over Gloo
         (docs/distributed.md, "NCCL"), whether this process holds one GPU or several (its GPUs
         are then ranks of the mesh's world). A build without the CUDA backend raises
-        UnsupportedError, a machine without a GPU DeviceError. Run on one H200 (2026-12-04),
-        alone and as two mesh hosts sharing it over Gloo; several GPUs, and NCCL over several
+        UnsupportedError, a machine without a GPU DeviceError. Run on one H200 (2026-12-04)
+        and one H100 (2026-12-05), alone and as two mesh hosts sharing it over Gloo; several GPUs, and NCCL over several
         ranks, not yet run on GPUs, only on the CPU under the CUDA emulation (docs/gpu.md)."""
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(f"executor: expected uform.Executor, got {type(executor).__name__}")

@@ -132,7 +132,7 @@ static float *uform_attention_widened(uform_backend_t *b, const uint16_t *qkv16,
 }
 
 /* Training's forward with q, k, v kept in BF16 (backend.h,
- * attention_forward_train_bf16; not yet run on a GPU): the tensor-core kernel
+ * attention_forward_train_bf16; first run on an H100, 2026-12-05): the tensor-core kernel
  * from inference's staging (rotated and rounded into qkv16, the same bits as
  * rope_forward then the kernel's own rounding); the simple kernels (a test's
  * choice, or operands not 16-byte aligned) rotate a copy, round it into

@@ -142,7 +142,7 @@ void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv,
 }
 
 /* Training's forward with q, k, v kept in BF16 (attention_forward_train_bf16,
- * not yet run on a GPU): inference's staging (rotation and rounding, the same
+ * first run on an H100 (2026-12-05, the third session with a GPU: tests/gpu/, every check passing)): inference's staging (rotation and rounding, the same
  * bits as rope_forward then the BF16 copy below) into qkv16, which the
  * backward reads too, then the forward from it. */
 void uform_cuda_attention_forward_mma_train(uform_backend_t *b, const float *qkv, size_t hidden,
@@ -217,8 +217,8 @@ void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, con
     }
 }
 
-/* The backward from the BF16 q, k, v the training forward kept (not yet run
- * on a GPU): dout rounded once (the kernels read BF16 rows of both). */
+/* The backward from the BF16 q, k, v the training forward kept (first run on
+ * an H100, 2026-12-05): dout rounded once (the kernels read BF16 rows of both). */
 void uform_cuda_attention_backward_mma_bf16(uform_backend_t *b, const uint16_t *qkv16, const float *out,
                                             const float *dout, const float *logsumexp, size_t hidden,
                                             const uform_segment_t *segments, size_t count, size_t rows,

@@ -47,18 +47,18 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
     if (x) partial_w[chunk * width + c] = sum_w;
 }
 
-/* NOT YET RUN ON A GPU (written after the last call of 2026-12-04; the same
- * partials as below under the emulation).
+/* Written after the last call of 2026-12-04 (the same partials as below under
+ * the emulation); run on an H100 (2026-12-05, the third session with a GPU: tests/gpu/, every check passing).
  * The same sums of dy (no list, no x) while dy is rounded to BF16 into out
  * [rows, width]: a linear_backward's bias gradient and its products' operand
  * dy from one read of dy (each thread rounds the elements it sums). The same
  * partials, in the same order, as uform_column_partials.
- * With `pre` (2026-12-05, not yet run on a GPU either): dy is the gradient
+ * With `pre` (2026-12-05, first run on the H100 the same day): dy is the gradient
  * of GELU's output and pre its input [rows, width], and the values summed
  * and rounded are the gradient of pre, 0 + dy gelu'(pre) as gelu_backward
  * adds it into zeros (gelu.cuh's uform_gelu_backward_term, so the same bits):
  * the up projection's backward without that gradient's FP32 rows.
- * With `cosines` (and sines; 2026-12-05, not yet run on a GPU): dy is qkv's
+ * With `cosines` (and sines; 2026-12-05, first run on the H100 the same day): dy is qkv's
  * gradient [rows, 3H] as the attention left it, and the values summed and
  * rounded are those rope_backward makes of it, q's and k's columns turned
  * back with their pair's other half (rope.cuh's uform_rope_turn_back, the

@@ -277,11 +277,13 @@ void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
 #ifndef UFORM_CUDA_EMULATION
 /* The cached plan of one product (cuBLASLt's column-major shape m x n x k,
  * its leading dimensions and transposes, operands, alignments): found or made;
- * NULL on failure, recorded unless quiet. */
+ * NULL on failure, recorded unless quiet. scales: UFORM_OPERANDS_E4M3_SCALED's
+ * two scale vectors (A's, B's), which the heuristic must see set (every scale
+ * vector is 256-byte aligned, so a plan fits any later pair). */
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                    size_t ldc, bool transpose_a, bool transpose_b, const void *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
-                                   uint32_t align_c, bool quiet, bool gelu_bf16);
+                                   uint32_t align_c, bool quiet, bool gelu_bf16, const float *const *scales = NULL);
 /* cuBLASLt's status: true on success, else recorded as the backend's failure. */
 bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what);
 /* The alignment of an address in bytes, at most 256. */
@@ -311,7 +313,7 @@ __host__ __device__ static inline float uform_e4m3_float(uint8_t code) {
     return code & 0x80u ? -magnitude : magnitude;
 }
 /* A packed E4M3 matrix: codes [n, k], then the row scales from this offset (16-byte aligned). */
-static inline size_t uform_cuda_e4m3_scales_at(size_t n, size_t k) { return (n * k + 15) & ~(size_t)15; }
+static inline size_t uform_cuda_e4m3_scales_at(size_t n, size_t k) { return (n * k + 255) & ~(size_t)255; }
 /* layer_norm.cu */
 void uform_cuda_layer_norm_forward(uform_backend_t *b, const float *x, size_t rows, size_t width,
                                    const float *weight, const float *bias, float *y, float *mean,

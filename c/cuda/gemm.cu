@@ -97,7 +97,7 @@ uint32_t uform_cuda_alignment(const void *pointer) {
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                    size_t ldc, bool transpose_a, bool transpose_b, const void *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
-                                   uint32_t align_c, bool quiet, bool gelu_bf16) {
+                                   uint32_t align_c, bool quiet, bool gelu_bf16, const float *const *scales) {
     /* quiet: a failure to make the plan is not recorded as an error (the caller
      * has another way), only in the context's plan_refusal; gelu_bf16: the GELU
      * epilogue after the bias, C and D BF16 */
@@ -163,6 +163,13 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
                                                              &scale_mode, sizeof(scale_mode)), "A_SCALE_MODE")) &&
          (!scaled || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
                                                              &scale_mode, sizeof(scale_mode)), "B_SCALE_MODE")) &&
+         /* without the scale vectors' pointers the heuristic answers "an
+          * unsupported value or parameter" (an H100, cuBLASLt 13.1: the
+          * library's calls refused, bench/gpu_fp8_probe.cu's accepted) */
+         (!scaled || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                             &scales[0], sizeof(scales[0])), "A_SCALE_POINTER")) &&
+         (!scaled || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                             &scales[1], sizeof(scales[1])), "B_SCALE_POINTER")) &&
          (!bias || lt_ok(uform_cublaslt()->matmul_desc_set(plan->operation,
                                                                  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                                  sizeof(bias_type)), "BIAS_DATA_TYPE")) &&
@@ -345,7 +352,7 @@ uform_status_t uform_cuda_pack(uform_backend_t *b, const uint16_t *weights, size
     return uform_cuda_packed_upload(b, n, k, UFORM_SCALAR_BF16, bytes, weights, bytes, NULL, 0, 0, packed);
 }
 
-/* ---- E4M3 weights: codes [n, k], then the row scales (16-byte aligned) ---- */
+/* ---- E4M3 weights: codes [n, k], then the row scales (256-byte aligned: uform_cuda_plan) ---- */
 
 
 uform_status_t uform_cuda_pack_e4m3(uform_backend_t *b, const uint8_t *codes, const float *scales, size_t n,

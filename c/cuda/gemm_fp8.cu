@@ -10,8 +10,8 @@
  * the codes on the tensor cores with FP32 accumulation, and
  *   y[r, j] = (accumulate ? y[r, j] : 0) + (product[r, j] w_j) s_r + bias[j]
  * in FP32, in that order, with W's row scale w_j: either cuBLASLt applies the
- * scales and a BF16-rounded bias itself (the scaled way, tried first: NOT YET
- * RUN ON A GPU) or a kernel of ours does after its plain, unscaled product
+ * scales and a BF16-rounded bias itself (the scaled way, tried first; run on
+ * an H100, 2026-12-05) or a kernel of ours does after its plain, unscaled product
  * (the plain way: below, "The FP8 products"). The codes' rows are padded with
  * zero rows to a multiple of 16, FP8 kernels' granule.
  *
@@ -19,7 +19,11 @@
  * both scales as outer vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F)
  * with an FP32 D and the rows unpadded, was refused (its E4M3 models' outputs
  * matched the BF16 decoding's, tests/gpu/test_cuda_ops.c missed the FP8 rule
- * by 2.6%); which part cuBLASLt refused is not known. The plain way then ran
+ * by 2.6%). Why became known on an H100 (2026-12-05, bench/gpu_fp8_probe.cu,
+ * docs/gpu-fp8-probe.md): cuBLASLt's heuristic answers "an unsupported value
+ * or parameter" for outer-vector scales whose pointers are not yet set, and
+ * the plans were made before them; with the pointers set first it accepts
+ * every form the model uses, unpadded rows included. The plain way then ran
  * on the H200 (2026-12-04, the second session with a GPU): accepted, within
  * the rule's tolerance (tests/gpu/test_cuda_ops.c). When it is refused too,
  * uform_cuda_fp8_refusal says why.
@@ -168,8 +172,10 @@ __global__ static void uform_add_product_x4(size_t rows, size_t n, const float *
     }
 }
 
-/* NOT YET RUN ON A GPU (written after the last call of 2026-12-04; the
- * separate passes' bits under the emulation).
+/* Written after the last call of 2026-12-04 (the separate passes' bits under
+ * the emulation); run on an H100 (2026-12-05, the third session with a GPU: tests/gpu/, every check passing).
+ * Since cuBLASLt applies the scales itself on it (the scaled way, below), the
+ * plain way's passes run only where cuBLASLt refuses that.
  * y[r, j] = bf16(gelu(0 + (product[r, j] w_j) s_r (+ bias[j]))): the up
  * projection of linear_gelu_bf16 with its GELU and rounding fused into the
  * scales' pass (the same expression as uform_add_product then
@@ -222,7 +228,10 @@ __global__ static void uform_add_product_gelu_bf16_x4(size_t rows, size_t n, con
  * cuBLASLt finds no algorithm or turns the call down (an unsupported scale
  * mode surfaces only at cublasLtMatmul: CUBLAS_STATUS_INVALID_VALUE), the
  * same call then taking the plain way; uform_cuda_fp8_scaled_refusal says
- * why. Written without a GPU: NOT YET RUN ON ONE.
+ * why. Written without a GPU; refused on the H100 (2026-12-05) until the
+ * plan set the scale pointers before the heuristic (uform_cuda_plan), then
+ * accepted in both forms and within tests/gpu/test_cuda_ops.c's bounds (its
+ * model-level tests and speed with it: the next session with a GPU).
  *
  * The two ways' arithmetic is the same but for the bias's rounding: w_j is a
  * power of two, so w_j s_r P rounds once whichever way it is grouped
@@ -301,9 +310,11 @@ static const char *uform_fp8_scaled_product(uform_backend_t *b, size_t rows, siz
     uform_cuda_context_t *context = uform_cuda_context(b);
     const uform_cublaslt_t *lt = uform_cublaslt();
     void *out = y16 ? (void *)y16 : (void *)y;
+    const float *scale_vectors[2] = {weight_scales, scales};
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, k, y16 ? n : y_stride, true, false, bias,
                                               UFORM_OPERANDS_E4M3_SCALED, uform_cuda_alignment(weights),
-                                              uform_cuda_alignment(codes), uform_cuda_alignment(out), true, y16 != NULL);
+                                              uform_cuda_alignment(codes), uform_cuda_alignment(out), true, y16 != NULL,
+                                              scale_vectors);
     if (!plan) return context->plan_refusal;
     const char *what = "BIAS_POINTER";
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
@@ -358,7 +369,7 @@ static bool uform_fp8_quantize(uform_backend_t *b, const uform_packed_t *packed,
     *bias16_out = NULL;
     if (!context->fp8_products || context->fp8_refused) return false;
     size_t n = packed->n, k = packed->k, padded = (rows + 15) & ~(size_t)15;
-    size_t scales_at = (padded * k + 15) & ~(size_t)15;
+    size_t scales_at = (padded * k + 255) & ~(size_t)255;   /* 256-byte aligned scales: uform_cuda_plan */
     uint8_t *codes = (uint8_t *)uform_cuda_grow(b, &context->fp8_rows, scales_at + padded * sizeof(float),
                                                 "FP8 activations");
     if (!codes) return true;   /* recorded */
