@@ -115,7 +115,7 @@ void uform_cuda_attention_forward_bf16(uform_backend_t *b, const float *qkv, siz
 }
 
 /* BF16 rows widened to FP32 (exact): the simple kernels' view of the q, k, v
- * the training forward keeps in BF16. */
+ * the training forward keeps in BF16, and of linear_qkv_bf16's rows. */
 __global__ static void uform_attention_widen(const uint16_t *x, size_t count, float *y) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
         y[i] = uform_bf16_float(x[i]);
@@ -129,6 +129,27 @@ static float *uform_attention_widened(uform_backend_t *b, const uint16_t *qkv16,
     UFORM_LAUNCH(uform_attention_widen, uform_cuda_blocks(count, 256), 256, context->stream)(qkv16, count, rows_f32);
     uform_cuda_launched(b, "attention's FP32 qkv (widened)");
     return rows_f32;
+}
+
+/* attention_forward_staged_bf16 (backend.h; not yet run on a GPU): the
+ * tensor-core kernel reads the staged rows as inference's staging would have
+ * written them; the simple kernels (a test's choice, or operands not 16-byte
+ * aligned) run on them widened, into FP32 rows then rounded. */
+void uform_cuda_attention_forward_staged_bf16(uform_backend_t *b, const uint16_t *qkv16, size_t hidden,
+                                              const uform_segment_t *segments, size_t count, size_t rows,
+                                              size_t longest, uint16_t *out, void *scratch) {
+    if (!count || hidden < UFORM_HEAD_WIDTH) return;
+    if (uform_attention_on_tensor_cores(b, qkv16, out, NULL, NULL)) {
+        uform_cuda_attention_forward_mma_staged(b, qkv16, hidden, segments, count, longest, out);
+        return;
+    }
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    float *rows_f32 = (float *)uform_cuda_grow(b, &context->operand_f32, rows * hidden * sizeof(float),
+                                               "attention's FP32 rows");
+    float *widened = rows_f32 ? uform_attention_widened(b, qkv16, rows, hidden) : NULL;
+    if (!widened) return;   /* recorded */
+    uform_cuda_attention_forward(b, widened, hidden, segments, count, rows, longest, rows_f32, NULL, scratch);
+    uform_cuda_round_bf16(b, rows_f32, hidden, rows, hidden, out);
 }
 
 /* Training's forward with q, k, v kept in BF16 (backend.h,

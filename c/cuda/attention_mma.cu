@@ -141,6 +141,58 @@ void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv,
     uform_cuda_launched(b, "attention_forward (tensor cores, BF16 out)");
 }
 
+/* linear_qkv_bf16's two ways (gemm.cu): qkv16 staged from the FP32 product
+ * as above (the product in the context's scratch, 16-byte aligned), or the
+ * product written in BF16 and its q and k rotated in place: a thread takes
+ * four pairs of a q or k head, as the staging does, and v is not touched
+ * (the pass reads and writes 4 of the 6 bytes a column the staging moved).
+ * Not yet run on a GPU (2026-12-05; the emulation runs it). */
+__global__ static void uform_rope_in_place_bf16(uint16_t *qkv16, size_t rows, size_t hidden, const float *cosines,
+                                                const float *sines) {
+    const size_t rotating = 16 * (hidden / UFORM_HEAD_WIDTH);
+    for (size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x; index < rows * rotating;
+         index += (size_t)gridDim.x * blockDim.x) {
+        size_t r = index / rotating, t = index - r * rotating;
+        size_t column = (t / 8) * UFORM_HEAD_WIDTH + 4 * (t % 8), pair = 4 * (t % 8);
+        uint16_t *row = qkv16 + r * 3 * hidden;
+        uint2 first = *(const uint2 *)(row + column), second = *(const uint2 *)(row + column + UFORM_PAIRS);
+        float4 c = *(const float4 *)(cosines + r * UFORM_PAIRS + pair);
+        float4 s = *(const float4 *)(sines + r * UFORM_PAIRS + pair);
+        float2 a = uform_rope_turn(uform_bf16_float((uint16_t)first.x), uform_bf16_float((uint16_t)second.x), c.x, s.x);
+        float2 e = uform_rope_turn(uform_bf16_float((uint16_t)(first.x >> 16)),
+                                   uform_bf16_float((uint16_t)(second.x >> 16)), c.y, s.y);
+        float2 f = uform_rope_turn(uform_bf16_float((uint16_t)first.y), uform_bf16_float((uint16_t)second.y), c.z, s.z);
+        float2 g = uform_rope_turn(uform_bf16_float((uint16_t)(first.y >> 16)),
+                                   uform_bf16_float((uint16_t)(second.y >> 16)), c.w, s.w);
+        *(uint2 *)(row + column) = make_uint2(uform_bf16_pair(a.x, e.x), uform_bf16_pair(f.x, g.x));
+        *(uint2 *)(row + column + UFORM_PAIRS) = make_uint2(uform_bf16_pair(a.y, e.y), uform_bf16_pair(f.y, g.y));
+    }
+}
+
+void uform_cuda_qkv_stage_bf16(uform_backend_t *b, const float *qkv, size_t rows, size_t hidden,
+                               const float *cosines, const float *sines, uint16_t *qkv16) {
+    UFORM_LAUNCH(uform_rope_stage_bf16, uform_cuda_blocks(rows * 32 * (hidden / UFORM_HEAD_WIDTH), 256), 256,
+                 uform_cuda_context(b)->stream)(qkv, rows, hidden, cosines, sines, qkv16);
+    uform_cuda_launched(b, "qkv staged in BF16 (rotated)");
+}
+
+void uform_cuda_rope_bf16_in_place(uform_backend_t *b, uint16_t *qkv16, size_t rows, size_t hidden,
+                                   const float *cosines, const float *sines) {
+    UFORM_LAUNCH(uform_rope_in_place_bf16, uform_cuda_blocks(rows * 16 * (hidden / UFORM_HEAD_WIDTH), 256), 256,
+                 uform_cuda_context(b)->stream)(qkv16, rows, hidden, cosines, sines);
+    uform_cuda_launched(b, "qkv's BF16 q and k rotated in place");
+}
+
+/* attention_forward_staged_bf16 on the tensor cores: the forward from rows
+ * already rotated and rounded (16-byte aligned), out in BF16. */
+void uform_cuda_attention_forward_mma_staged(uform_backend_t *b, const uint16_t *qkv16, size_t hidden,
+                                             const uform_segment_t *segments, size_t count, size_t longest,
+                                             uint16_t *out) {
+    uform_attention_forward_launch(uform_cuda_context(b), qkv16, hidden, segments, count, longest, out,
+                                   (float *)NULL);
+    uform_cuda_launched(b, "attention_forward (tensor cores, from staged BF16 qkv)");
+}
+
 /* Training's forward with q, k, v kept in BF16 (attention_forward_train_bf16,
  * first run on an H100 (2026-12-05, the third session with a GPU: tests/gpu/, every check passing)): inference's staging (rotation and rounding, the same
  * bits as rope_forward then the BF16 copy below) into qkv16, which the

@@ -82,6 +82,11 @@ UFORM_INTERNAL void uform_cuda_fp8_scaled_off(uform_backend_t *backend, bool off
  * and, once cuBLASLt refused it, why (NULL: not refused). For the tests. */
 UFORM_INTERNAL bool uform_cuda_gelu_epilogue(uform_backend_t *backend);
 UFORM_INTERNAL const char *uform_cuda_gelu_epilogue_refusal(uform_backend_t *backend);
+/* Whether the last linear_qkv_bf16 had cuBLASLt write its product in BF16
+ * (then rotated in place: gemm.cu), and, once cuBLASLt refused that, why
+ * (NULL: not refused). For the tests. */
+UFORM_INTERNAL bool uform_cuda_bf16_out(uform_backend_t *backend);
+UFORM_INTERNAL const char *uform_cuda_bf16_out_refusal(uform_backend_t *backend);
 
 UFORM_INTERNAL extern const uform_backend_ops_t uform_cuda_backend_ops;
 

@@ -45,6 +45,14 @@ typedef enum {
     UFORM_OPERANDS_E4M3_SCALED   /* E4M3, both scales applied by cuBLASLt (outer vectors), a BF16 bias */
 } uform_cuda_operands_t;
 
+/* What a cuBLASLt product writes: FP32 (C and D), or BF16 (C and D, the bias
+ * BF16: cuBLASLt takes a bias of D's type), after GELU or not. */
+typedef enum {
+    UFORM_OUTPUT_F32,
+    UFORM_OUTPUT_BF16,        /* linear_qkv_bf16 */
+    UFORM_OUTPUT_GELU_BF16    /* the GELU epilogue: linear_gelu_bf16 */
+} uform_cuda_output_t;
+
 #ifndef UFORM_CUDA_EMULATION
 /* One cached cuBLASLt plan: a product's shape and the algorithm chosen for it once. */
 typedef struct {
@@ -57,7 +65,7 @@ typedef struct {
      * trainer's parameter slices can be 4-byte aligned. */
     uint32_t align_a, align_b, align_c;
     uint32_t align_bias;   /* of the bias the heuristic saw (0: no bias) */
-    bool gelu_bf16;        /* the GELU epilogue, C and D BF16 (linear_gelu_bf16) */
+    uform_cuda_output_t output;
     cublasLtMatmulDesc_t operation;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algorithm;
@@ -99,18 +107,23 @@ typedef struct {
     char fp8_refusal[256], plan_refusal[128];
     uform_cuda_buffer_t fp8_rows, fp8_product;
     /* FP8 products whose scales and bias cuBLASLt applies itself (outer-vector
-     * scaling), the FP32 form [0] (y (+)= ...) and the GELU form [1] (BF16
-     * out): refused for the backend's life once cuBLASLt had no algorithm or
+     * scaling), by output (uform_cuda_output_t): the FP32 form (y (+)= ...),
+     * BF16 out (linear_qkv_bf16) and the GELU form (BF16 out): refused for the backend's life once cuBLASLt had no algorithm or
      * turned the call down, and why; fp8_scaled_off, the tests' switch back
      * to our scales' pass; fp8_scaled, whether the last FP8 product ran so */
-    bool fp8_scaled_refused[2], fp8_scaled_off, fp8_scaled;
-    char fp8_scaled_refusal[2][320];
+    bool fp8_scaled_refused[3], fp8_scaled_off, fp8_scaled;
+    char fp8_scaled_refusal[3][320];
     /* BF16 operands (backend.h, inference): gelu_epilogue, whether the last
      * linear_gelu_bf16 ran cuBLASLt's GELU epilogue; refused for the
      * backend's life once cuBLASLt had no algorithm for it, and why; the FP32
      * rows a BF16 operand is rounded from where no kernel writes it directly */
     bool gelu_epilogue, gelu_epilogue_refused;
     char gelu_epilogue_refusal[128];
+    /* linear_qkv_bf16 (gemm.cu): whether cuBLASLt wrote the product in BF16
+     * last time (else the FP32 product and the staging pass ran), whether
+     * and why it refused that (for the backend's life) */
+    bool bf16_out, bf16_out_refused;
+    char bf16_out_refusal[128];
     uform_cuda_buffer_t operand_f32, rotated_qkv, bias_bf16;
     uform_cuda_buffer_t column_partials;   /* columns.cu's per-chunk sums */
     uform_cuda_buffer_t loss_rows;         /* reconstruction_loss.cu's row means and total */
@@ -261,6 +274,9 @@ void uform_cuda_linear_bf16(uform_backend_t *b, const uform_weight_t *w, const u
                             size_t rows, const float *bias, bool accumulate, float *y, size_t y_stride);
 void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
                                  size_t rows, const float *bias, uint16_t *y);
+void uform_cuda_linear_qkv_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
+                                size_t rows, const float *bias, const float *cosines, const float *sines,
+                                uint16_t *qkv16);
 void uform_cuda_linear_backward(uform_backend_t *b, const uform_weight_t *w, const float *x,
                                 const float *dy, size_t rows, float *dweight, float *dbias, float *dx,
                                 bool accumulate_dx);
@@ -283,7 +299,8 @@ void uform_cuda_gemm_plans_free(uform_cuda_context_t *context);
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                    size_t ldc, bool transpose_a, bool transpose_b, const void *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
-                                   uint32_t align_c, bool quiet, bool gelu_bf16, const float *const *scales = NULL);
+                                   uint32_t align_c, bool quiet, uform_cuda_output_t output,
+                                   const float *const *scales = NULL);
 /* cuBLASLt's status: true on success, else recorded as the backend's failure. */
 bool uform_lt_ok(uform_backend_t *b, cublasStatus_t status, const char *what);
 /* The alignment of an address in bytes, at most 256. */
@@ -298,6 +315,11 @@ uint32_t uform_cuda_alignment(const void *pointer);
 bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, const float *x, const uint16_t *x16,
                            size_t x_stride, size_t rows, const float *bias, bool accumulate, float *y,
                            size_t y_stride);
+/* The same with y16 [rows, n] = bf16(x W^T + bias), x BF16 (linear_qkv_bf16):
+ * only where cuBLASLt applies the FP8 scales and writes BF16 itself; false,
+ * nothing written, otherwise (the caller takes the FP32 way). */
+bool uform_cuda_linear_bf16_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
+                                size_t x_stride, size_t rows, const float *bias, uint16_t *y16);
 /* The same for linear_gelu_bf16: y [rows, n] = bf16(gelu(x W^T + bias)), x BF16:
  * cuBLASLt's GELU epilogue where it applies the scales, else the GELU and
  * rounding in our scales' pass (the separate passes' bits). */
@@ -378,6 +400,9 @@ void uform_cuda_attention_forward_train_bf16(uform_backend_t *b, const float *qk
                                              const uform_segment_t *segments, size_t count, size_t rows,
                                              size_t longest, const float *cosines, const float *sines,
                                              uint16_t *qkv16, float *out, float *logsumexp);
+void uform_cuda_attention_forward_staged_bf16(uform_backend_t *b, const uint16_t *qkv16, size_t hidden,
+                                              const uform_segment_t *segments, size_t count, size_t rows,
+                                              size_t longest, uint16_t *out, void *scratch);
 void uform_cuda_attention_backward_bf16(uform_backend_t *b, const uint16_t *qkv16, const float *out,
                                         const float *dout, const float *logsumexp, size_t hidden,
                                         const uform_segment_t *segments, size_t count, size_t rows,
@@ -393,6 +418,15 @@ void uform_cuda_attention_forward_mma_bf16(uform_backend_t *b, const float *qkv,
 void uform_cuda_attention_backward_mma(uform_backend_t *b, const float *qkv, const float *out, const float *dout,
                                        const float *logsumexp, size_t hidden, const uform_segment_t *segments,
                                        size_t count, size_t rows, size_t longest, float *dqkv);
+void uform_cuda_attention_forward_mma_staged(uform_backend_t *b, const uint16_t *qkv16, size_t hidden,
+                                             const uform_segment_t *segments, size_t count, size_t longest,
+                                             uint16_t *out);
+/* linear_qkv_bf16's two ways (gemm.cu): the FP32 product staged (16-byte
+ * aligned operands), or the BF16 product's q and k rotated in place */
+void uform_cuda_qkv_stage_bf16(uform_backend_t *b, const float *qkv, size_t rows, size_t hidden,
+                               const float *cosines, const float *sines, uint16_t *qkv16);
+void uform_cuda_rope_bf16_in_place(uform_backend_t *b, uint16_t *qkv16, size_t rows, size_t hidden,
+                                   const float *cosines, const float *sines);
 void uform_cuda_attention_forward_mma_train(uform_backend_t *b, const float *qkv, size_t hidden,
                                             const uform_segment_t *segments, size_t count, size_t rows,
                                             size_t longest, const float *cosines, const float *sines,

@@ -180,6 +180,8 @@ static uform_backend_ops_t uform_cuda_ops_table(void) {
     ops.attention_forward_bf16 = uform_cuda_attention_forward_bf16;
     ops.linear_bf16 = uform_cuda_linear_bf16;
     ops.linear_gelu_bf16 = uform_cuda_linear_gelu_bf16;
+    ops.linear_qkv_bf16 = uform_cuda_linear_qkv_bf16;
+    ops.attention_forward_staged_bf16 = uform_cuda_attention_forward_staged_bf16;
     ops.gelu_forward_bf16 = uform_cuda_gelu_bf16;
     ops.linear_backward_bf16 = uform_cuda_linear_backward_bf16;
     ops.gelu_linear_backward_bf16 = uform_cuda_gelu_linear_backward_bf16;

@@ -33,6 +33,7 @@
  * elements a thread and the BF16-operand inference ops (backend.h) in the
  * second session with a GPU. The FP8 products: gemm_fp8.cu. */
 #include "cuda_internal.h"
+#include "bf16.cuh"
 
 #ifndef UFORM_CUDA_EMULATION
 #include "cublaslt.h"
@@ -67,6 +68,23 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
             c[i * c_stride + j] = bias ? value + bias[j] : value;
         }
 }
+
+/* cuBLASLt's BF16-out product (below) emulated for linear_qkv_bf16: the FP32
+ * sums in k order plus the bias rounded to BF16, rounded to BF16; the GELU
+ * form is not emulated (linear_gelu_bf16 takes its other way). */
+static bool uform_cuda_product_bf16(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint16_t *x,
+                                    size_t x_stride, const uint16_t *w, const float *bias32, bool gelu, uint16_t *y) {
+    (void)b;
+    if (gelu) return false;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < n; j++) {
+            float sum = 0.0f;
+            for (size_t p = 0; p < k; p++) sum += uform_emulated_float(x[i * x_stride + p]) * uform_emulated_float(w[j * k + p]);
+            float bias = bias32 ? uform_emulated_float(uform_bf16_bits(bias32[j])) : 0.0f;
+            y[i * n + j] = uform_bf16_bits(sum + bias);
+        }
+    return true;
+}
 #else
 static void uform_cuda_plan_release(uform_cuda_plan_t *plan) {
     if (!plan->used) return;
@@ -97,10 +115,11 @@ uint32_t uform_cuda_alignment(const void *pointer) {
 uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_t k, size_t lda, size_t ldb,
                                    size_t ldc, bool transpose_a, bool transpose_b, const void *bias_pointer,
                                    uform_cuda_operands_t operands, uint32_t align_a, uint32_t align_b,
-                                   uint32_t align_c, bool quiet, bool gelu_bf16, const float *const *scales) {
+                                   uint32_t align_c, bool quiet, uform_cuda_output_t output,
+                                   const float *const *scales) {
     /* quiet: a failure to make the plan is not recorded as an error (the caller
-     * has another way), only in the context's plan_refusal; gelu_bf16: the GELU
-     * epilogue after the bias, C and D BF16 */
+     * has another way), only in the context's plan_refusal; output: FP32 or
+     * BF16 C and D, the GELU epilogue after the bias or not */
     uform_cuda_context_t *context = uform_cuda_context(b);
     context->plan_refusal[0] = '\0';
     auto lt_ok = [b, quiet, context](cublasStatus_t status, const char *what) {
@@ -118,7 +137,7 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
         if (p->used && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb && p->ldc == ldc &&
             p->transpose_a == transpose_a && p->transpose_b == transpose_b && p->bias == bias && p->operands == operands &&
             p->align_a == align_a && p->align_b == align_b && p->align_c == align_c && p->align_bias == align_bias &&
-            p->gelu_bf16 == gelu_bf16)
+            p->output == output)
             return p;
     }
     uform_cuda_plan_t *plan = NULL;
@@ -133,7 +152,8 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     plan->m = m, plan->n = n, plan->k = k, plan->lda = lda, plan->ldb = ldb, plan->ldc = ldc;
     plan->transpose_a = transpose_a, plan->transpose_b = transpose_b, plan->bias = bias, plan->operands = operands;
     plan->align_a = align_a, plan->align_b = align_b, plan->align_c = align_c, plan->align_bias = align_bias;
-    plan->gelu_bf16 = gelu_bf16;
+    plan->output = output;
+    bool bf16_out = output != UFORM_OUTPUT_F32, gelu = output == UFORM_OUTPUT_GELU_BF16;
     bool scaled = operands == UFORM_OPERANDS_E4M3_SCALED;
     cudaDataType_t inputs = operands == UFORM_OPERANDS_E4M3 || scaled ? CUDA_R_8F_E4M3
                             : operands == UFORM_OPERANDS_BF16       ? CUDA_R_16BF
@@ -141,13 +161,13 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
     /* cuBLASLt takes a bias of D's type but for FP8 (cublasLt.h,
      * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; BF16 for an FP32 D): BF16 with the
      * GELU epilogue's BF16 out and with FP8 operands */
-    cudaDataType_t bias_type = gelu_bf16 || scaled ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t bias_type = bf16_out || scaled ? CUDA_R_16BF : CUDA_R_32F;
     /* outer-vector scaling (gemm_fp8.cu): D[i, j] = scale_a[i] scale_b[j] (A B)[i, j] + ... */
     cublasLtMatmulMatrixScale_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     /* cuBLASLt's m x n result D = A [m x k] B [k x n], column-major */
     cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = gelu_bf16 ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
+    cublasLtEpilogue_t epilogue = gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
                                   : bias    ? CUBLASLT_EPILOGUE_BIAS
                                             : CUBLASLT_EPILOGUE_DEFAULT;
     bool ok = lt_ok(uform_cublaslt()->matmul_desc_create(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -180,7 +200,7 @@ uform_cuda_plan_t *uform_cuda_plan(uform_backend_t *b, size_t m, size_t n, size_
                                                    transpose_a ? m : k, (int64_t)lda), "layout A") &&
          lt_ok(uform_cublaslt()->layout_create(&plan->b, inputs, transpose_b ? n : k,
                                                    transpose_b ? k : n, (int64_t)ldb), "layout B") &&
-         lt_ok(uform_cublaslt()->layout_create(&plan->c, gelu_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, (int64_t)ldc),
+         lt_ok(uform_cublaslt()->layout_create(&plan->c, bf16_out ? CUDA_R_16BF : CUDA_R_32F, m, n, (int64_t)ldc),
                "layout C");
     plan->used = true;   /* release destroys whatever was made */
     if (!ok) {
@@ -258,7 +278,7 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, m, k, b_stride, a_stride, c_stride, b_transposed,
                                               a_transposed, bias, bf16 ? UFORM_OPERANDS_BF16 : UFORM_OPERANDS_F32,
                                               uform_cuda_alignment(bm), uform_cuda_alignment(a),
-                                              uform_cuda_alignment(c), false, false);
+                                              uform_cuda_alignment(c), false, UFORM_OUTPUT_F32);
     if (!plan) return;
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                &bias, sizeof(bias)), "BIAS_POINTER"))
@@ -275,17 +295,20 @@ static void uform_cuda_product(uform_backend_t *b, size_t m, size_t n, size_t k,
     }
 }
 
-/* y [rows, n] = bf16(gelu(x W^T + bias)) in one cuBLASLt call, x BF16 (row
- * stride x_stride), W BF16 [n, k]: false, nothing recorded, when cuBLASLt has
- * no algorithm for it (kept for the backend's life: the heuristic is not
- * asked again). cuBLASLt adds a bias of D's type, BF16: the bias is rounded
- * to BF16 into the context's scratch first (on the H200 cuBLASLt refused
- * this epilogue with an FP32 bias, 2026-12-04) -- inference's one rounded
- * bias, 2^-9 of it at most, below the output's own BF16 rounding. */
-static bool uform_cuda_product_gelu_bf16(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint16_t *x,
-                                         size_t x_stride, const uint16_t *w, const float *bias32, uint16_t *y) {
+/* y [rows, n] = bf16(gelu(x W^T + bias)) (gelu) or bf16(x W^T + bias) in one
+ * cuBLASLt call, x BF16 (row stride x_stride), W BF16 [n, k]: false, nothing
+ * recorded, when cuBLASLt has no algorithm for it (kept for the backend's
+ * life, form by form: the heuristic is not asked again). cuBLASLt adds a
+ * bias of D's type, BF16: the bias is rounded to BF16 into the context's
+ * scratch first (on the H200 cuBLASLt refused the GELU epilogue with an FP32
+ * bias, 2026-12-04) -- inference's one rounded bias, 2^-9 of it at most,
+ * below the output's own BF16 rounding. */
+static bool uform_cuda_product_bf16(uform_backend_t *b, size_t rows, size_t n, size_t k, const uint16_t *x,
+                                    size_t x_stride, const uint16_t *w, const float *bias32, bool gelu, uint16_t *y) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    if (context->gelu_epilogue_refused) return false;
+    bool *refused = gelu ? &context->gelu_epilogue_refused : &context->bf16_out_refused;
+    char *refusal = gelu ? context->gelu_epilogue_refusal : context->bf16_out_refusal;
+    if (*refused) return false;
     uint16_t *bias = NULL;
     if (bias32) {
         bias = (uint16_t *)uform_cuda_grow(b, &context->bias_bf16, n * sizeof(uint16_t), "BF16 bias");
@@ -296,11 +319,11 @@ static bool uform_cuda_product_gelu_bf16(uform_backend_t *b, size_t rows, size_t
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, x_stride, n, true, false, bias,
                                               UFORM_OPERANDS_BF16,
                                               uform_cuda_alignment(w), uform_cuda_alignment(x),
-                                              uform_cuda_alignment(y), true, true);
+                                              uform_cuda_alignment(y), true,
+                                              gelu ? UFORM_OUTPUT_GELU_BF16 : UFORM_OUTPUT_BF16);
     if (!plan) {
-        context->gelu_epilogue_refused = true;
-        snprintf(context->gelu_epilogue_refusal, sizeof(context->gelu_epilogue_refusal), "%s",
-                 context->plan_refusal);
+        *refused = true;
+        snprintf(refusal, sizeof(context->gelu_epilogue_refusal), "%s", context->plan_refusal);
         return false;
     }
     if (bias && !uform_lt_ok(b, uform_cublaslt()->matmul_desc_set(plan->operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -310,7 +333,7 @@ static bool uform_cuda_product_gelu_bf16(uform_backend_t *b, size_t rows, size_t
     uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, w, plan->a, x, plan->b, &beta, y,
                                             plan->c, y, plan->c, &plan->algorithm, context->workspace,
                                             UFORM_CUDA_WORKSPACE_BYTES, context->stream),
-                "cublasLtMatmul (GELU, BF16 out)");
+                gelu ? "cublasLtMatmul (GELU, BF16 out)" : "cublasLtMatmul (BF16 out)");
     return true;
 }
 #endif /* UFORM_CUDA_EMULATION */
@@ -521,7 +544,7 @@ void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, co
     context->gelu_epilogue = false;
 #ifndef UFORM_CUDA_EMULATION
     if (!w->dense && packed->scalar == UFORM_SCALAR_BF16 && w->k &&
-        uform_cuda_product_gelu_bf16(b, rows, w->n, w->k, x, x_stride, (const uint16_t *)packed->data, bias, y)) {
+        uform_cuda_product_bf16(b, rows, w->n, w->k, x, x_stride, (const uint16_t *)packed->data, bias, true, y)) {
         context->gelu_epilogue = true;
         return;
     }
@@ -537,6 +560,55 @@ void uform_cuda_linear_gelu_bf16(uform_backend_t *b, const uform_weight_t *w, co
     if (!pre) return;   /* recorded */
     uform_cuda_linear_bf16(b, w, x, x_stride, rows, bias, false, pre, w->n);
     uform_cuda_gelu_bf16(b, pre, rows * w->n, y);
+}
+
+bool uform_cuda_bf16_out(uform_backend_t *b) { return uform_cuda_context(b)->bf16_out; }
+
+const char *uform_cuda_bf16_out_refusal(uform_backend_t *b) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    return context->bf16_out_refused ? context->bf16_out_refusal : NULL;
+}
+
+/* linear_qkv_bf16 (backend.h; not yet run on a GPU, 2026-12-05): on BF16
+ * packed weights cuBLASLt writes the product in BF16 (the bias rounded to
+ * BF16, as for the GELU epilogue) straight into qkv16, and on E4M3 weights
+ * its FP8 product with both scales applied does (gemm_fp8.cu); then q and k
+ * are rotated in place (attention_mma.cu): the product's FP32 rows [rows,
+ * 3H] are never written nor read back, 6 of the 9 bytes a column the staging
+ * moved. Otherwise (dense weights, cuBLASLt's refusal, operands not 16-byte
+ * aligned) the FP32 product into the context's scratch, then inference's
+ * staging: rotated, then rounded once. context->bf16_out says
+ * which ran (the tests). */
+void uform_cuda_linear_qkv_bf16(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x, size_t x_stride,
+                                size_t rows, const float *bias, const float *cosines, const float *sines,
+                                uint16_t *qkv16) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    const uform_packed_t *packed = (const uform_packed_t *)w->packed;
+    size_t hidden = w->n / 3;
+    context->bf16_out = false;
+    if (!rows) return;
+    bool aligned = ((uintptr_t)qkv16 | (uintptr_t)cosines | (uintptr_t)sines) % 16 == 0 && w->n % 3 == 0 &&
+                   hidden % UFORM_HEAD_WIDTH == 0;
+    bool bf16_weights = !w->dense && packed->scalar == UFORM_SCALAR_BF16;
+    bool e4m3_weights = !w->dense && packed->scalar == UFORM_SCALAR_E4M3;
+    if (aligned && w->k &&
+        ((bf16_weights && uform_cuda_product_bf16(b, rows, w->n, w->k, x, x_stride, (const uint16_t *)packed->data,
+                                                  bias, false, qkv16)) ||
+         (e4m3_weights && uform_cuda_linear_bf16_fp8(b, packed, x, x_stride, rows, bias, qkv16)))) {
+        context->bf16_out = true;
+        uform_cuda_rope_bf16_in_place(b, qkv16, rows, hidden, cosines, sines);
+        return;
+    }
+    float *product = (float *)uform_cuda_grow(b, &context->operand_f32, rows * w->n * sizeof(float),
+                                              "qkv's FP32 rows");
+    if (!product) return;   /* recorded */
+    uform_cuda_linear_bf16(b, w, x, x_stride, rows, bias, false, product, w->n);
+    if (aligned) {
+        uform_cuda_qkv_stage_bf16(b, product, rows, hidden, cosines, sines, qkv16);
+    } else {   /* rope_forward then the rounding: the staging's bits */
+        uform_cuda_rope_forward(b, product, rows, hidden, cosines, sines);
+        uform_cuda_round_bf16(b, product, w->n, rows, w->n, qkv16);
+    }
 }
 
 static bool uform_cuda_dense(uform_backend_t *b, const uform_weight_t *w, const char *what) {

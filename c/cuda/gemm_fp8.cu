@@ -262,7 +262,7 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
 static const char *uform_fp8_scaled_product(uform_backend_t *b, size_t rows, size_t n, size_t k,
                                             const uint8_t *weights, const uint8_t *codes, const float *weight_scales,
                                             const float *scales, const uint16_t *bias, bool accumulate, float *y,
-                                            size_t y_stride, uint16_t *y16) {
+                                            size_t y_stride, uint16_t *y16, bool gelu) {
     (void)b;
     float value[256];
     for (unsigned code = 0; code < 256; code++) value[code] = uform_e4m3_float((uint8_t)code);
@@ -271,7 +271,8 @@ static const char *uform_fp8_scaled_product(uform_backend_t *b, size_t rows, siz
             float scaled = uform_fp8_sum(value, weights, codes, k, r, j) * weight_scales[j] * scales[r];
             float bias_j = bias ? uform_bf16_float(bias[j]) : 0.0f;
             if (y16) {
-                y16[r * n + j] = uform_bf16_bits(uform_gelu(bias ? scaled + bias_j : scaled));
+                float value = bias ? scaled + bias_j : scaled;
+                y16[r * n + j] = uform_bf16_bits(gelu ? uform_gelu(value) : value);
             } else {
                 float sum = (accumulate ? y[r * y_stride + j] : 0.0f) + scaled;
                 y[r * y_stride + j] = bias ? sum + bias_j : sum;
@@ -289,7 +290,7 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
      * A = W (transposed: FP8 wants A transposed, B not), B = the codes */
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, k, n, true, false, NULL, UFORM_OPERANDS_E4M3,
                                               uform_cuda_alignment(weights), uform_cuda_alignment(codes),
-                                              uform_cuda_alignment(product), true, false);
+                                              uform_cuda_alignment(product), true, UFORM_OUTPUT_F32);
     if (!plan) return false;
     float alpha = 1.0f, beta = 0.0f;
     uform_lt_ok(b, uform_cublaslt()->matmul(context->lt, plan->operation, &alpha, weights, plan->a, codes, plan->b,
@@ -300,20 +301,22 @@ static bool uform_fp8_product(uform_backend_t *b, size_t rows, size_t n, size_t 
 }
 
 /* The scaled way: y (+)= (x W^T) scaled + bias (FP32 y, row stride y_stride),
- * or y16 = bf16(gelu(...)) [rows, n] when y16 is set, in one cuBLASLt call
- * (A = W transposed, B = the codes, as the plain product). NULL: done;
- * otherwise why cuBLASLt would not (nothing recorded, nothing run). */
+ * or y16 = bf16(gelu(...)) (gelu) or bf16(...) [rows, n] when y16 is set, in
+ * one cuBLASLt call (A = W transposed, B = the codes, as the plain product).
+ * NULL: done; otherwise why cuBLASLt would not (nothing recorded, nothing
+ * run). */
 static const char *uform_fp8_scaled_product(uform_backend_t *b, size_t rows, size_t n, size_t k,
                                             const uint8_t *weights, const uint8_t *codes, const float *weight_scales,
                                             const float *scales, const uint16_t *bias, bool accumulate, float *y,
-                                            size_t y_stride, uint16_t *y16) {
+                                            size_t y_stride, uint16_t *y16, bool gelu) {
     uform_cuda_context_t *context = uform_cuda_context(b);
     const uform_cublaslt_t *lt = uform_cublaslt();
     void *out = y16 ? (void *)y16 : (void *)y;
     const float *scale_vectors[2] = {weight_scales, scales};
     uform_cuda_plan_t *plan = uform_cuda_plan(b, n, rows, k, k, k, y16 ? n : y_stride, true, false, bias,
                                               UFORM_OPERANDS_E4M3_SCALED, uform_cuda_alignment(weights),
-                                              uform_cuda_alignment(codes), uform_cuda_alignment(out), true, y16 != NULL,
+                                              uform_cuda_alignment(codes), uform_cuda_alignment(out), true,
+                                              !y16 ? UFORM_OUTPUT_F32 : gelu ? UFORM_OUTPUT_GELU_BF16 : UFORM_OUTPUT_BF16,
                                               scale_vectors);
     if (!plan) return context->plan_refusal;
     const char *what = "BIAS_POINTER";
@@ -350,14 +353,15 @@ bool uform_cuda_fp8_scaled(uform_backend_t *b) { return uform_cuda_context(b)->f
 
 const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *b, bool gelu) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    return context->fp8_scaled_refused[gelu] ? context->fp8_scaled_refusal[gelu] : NULL;
+    int form = gelu ? UFORM_OUTPUT_GELU_BF16 : UFORM_OUTPUT_F32;
+    return context->fp8_scaled_refused[form] ? context->fp8_scaled_refusal[form] : NULL;
 }
 
 void uform_cuda_fp8_scaled_off(uform_backend_t *b, bool off) { uform_cuda_context(b)->fp8_scaled_off = off; }
 
 /* The activations quantized into the context's buffer: *codes_out [rows
  * padded to 16, k] and *scales_out, and where the scaled way will be tried
- * for `form` (0: FP32 out, 1: GELU) the bias rounded to BF16 into
+ * for `form` (a uform_cuda_output_t) the bias rounded to BF16 into
  * *bias16_out (else NULL); false with nothing done when this GPU cannot (the
  * caller decodes to BF16 instead); true with *codes_out NULL when a buffer
  * could not be had (recorded). */
@@ -433,20 +437,21 @@ static const float *uform_fp8_weight_scales(const uform_packed_t *packed) {
  * (NULL without a bias). */
 static bool uform_fp8_try_scaled(uform_backend_t *b, const uform_packed_t *packed, const uint8_t *codes,
                                  const float *scales, size_t rows, const uint16_t *bias16, bool accumulate, float *y,
-                                 size_t y_stride, uint16_t *y16) {
+                                 size_t y_stride, uint16_t *y16, bool gelu) {
     uform_cuda_context_t *context = uform_cuda_context(b);
-    int form = y16 ? 1 : 0;
+    int form = !y16 ? UFORM_OUTPUT_F32 : gelu ? UFORM_OUTPUT_GELU_BF16 : UFORM_OUTPUT_BF16;
+    static const char *const forms[] = {"FP32 out", "BF16 out", "GELU, BF16 out"};
     context->fp8_scaled = false;
     if (context->fp8_scaled_off || context->fp8_scaled_refused[form]) return false;
     size_t n = packed->n;
     const char *refusal =
         uform_fp8_scaled_product(b, rows, n, packed->k, (const uint8_t *)packed->data, codes,
-                                 uform_fp8_weight_scales(packed), scales, bias16, accumulate, y, y_stride, y16);
+                                 uform_fp8_weight_scales(packed), scales, bias16, accumulate, y, y_stride, y16, gelu);
     if (refusal) {
         context->fp8_scaled_refused[form] = true;
         snprintf(context->fp8_scaled_refusal[form], sizeof(context->fp8_scaled_refusal[form]),
                  "cuBLASLt's own FP8 scales (%s) refused for %zu x %zu E4M3 weights and %zu rows: %s",
-                 y16 ? "GELU, BF16 out" : "FP32 out", n, packed->k, rows, refusal);
+                 forms[form], n, packed->k, rows, refusal);
         return false;
     }
     context->fp8_scaled = true;
@@ -460,9 +465,11 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
     float *scales;
     uint16_t *bias16;
     const float *product;
-    if (!uform_fp8_quantize(b, packed, x, x16, x_stride, rows, bias, 0, &codes, &scales, &bias16)) return false;
+    if (!uform_fp8_quantize(b, packed, x, x16, x_stride, rows, bias, UFORM_OUTPUT_F32, &codes, &scales, &bias16))
+        return false;
     if (!codes) return true;   /* recorded */
-    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, accumulate, y, y_stride, NULL)) return true;
+    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, accumulate, y, y_stride, NULL, false))
+        return true;
     if (!uform_fp8_rows_product(b, packed, codes, rows, &product)) return false;
     if (!product) return true;   /* recorded */
     cudaStream_t stream = uform_cuda_context(b)->stream;
@@ -478,15 +485,31 @@ bool uform_cuda_linear_fp8(uform_backend_t *b, const uform_packed_t *packed, con
     return true;
 }
 
+bool uform_cuda_linear_bf16_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
+                                size_t x_stride, size_t rows, const float *bias, uint16_t *y16) {
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    uint8_t *codes;
+    float *scales;
+    uint16_t *bias16;
+    context->fp8_scaled = false;
+    if (context->fp8_scaled_off || context->fp8_scaled_refused[UFORM_OUTPUT_BF16]) return false;
+    if (!uform_fp8_quantize(b, packed, NULL, x16, x_stride, rows, bias, UFORM_OUTPUT_BF16, &codes, &scales, &bias16))
+        return false;
+    if (!codes) return true;   /* recorded */
+    return uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, false, NULL, 0, y16, false);
+}
+
 bool uform_cuda_linear_gelu_fp8(uform_backend_t *b, const uform_packed_t *packed, const uint16_t *x16,
                                 size_t x_stride, size_t rows, const float *bias, uint16_t *y) {
     uint8_t *codes;
     float *scales;
     uint16_t *bias16;
     const float *product;
-    if (!uform_fp8_quantize(b, packed, NULL, x16, x_stride, rows, bias, 1, &codes, &scales, &bias16)) return false;
+    if (!uform_fp8_quantize(b, packed, NULL, x16, x_stride, rows, bias, UFORM_OUTPUT_GELU_BF16, &codes, &scales,
+                            &bias16))
+        return false;
     if (!codes) return true;   /* recorded */
-    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, false, NULL, 0, y)) return true;
+    if (uform_fp8_try_scaled(b, packed, codes, scales, rows, bias16, false, NULL, 0, y, true)) return true;
     if (!uform_fp8_rows_product(b, packed, codes, rows, &product)) return false;
     if (!product) return true;   /* recorded */
     cudaStream_t stream = uform_cuda_context(b)->stream;

@@ -646,10 +646,103 @@ static void test_attention_bf16(backends_t *b, size_t hidden, bool simple) {
     printf("| %-34s | %8zu | %10s | %10s | %s |\n", "attention_forward_bf16 keeps qkv", rows * 3 * hidden, "", "",
            kept ? "ok" : "FAIL");
     kept ? passed++ : failed++;
+    /* attention_forward_staged_bf16 (linear_qkv_bf16's rows) on rope_forward's
+     * rows rounded to BF16 (on the host), against the FP32 forward on the
+     * same values, its out rounded: the same kernel either way, so bit for bit */
+    float *staged = malloc(rows * 3 * hidden * sizeof(float));
+    b->gpu.ops->download(&b->gpu, staged, grotated, rows * 3 * hidden * 4);
+    b->gpu.ops->synchronize(&b->gpu);
+    round_to_bf16(staged, rows * 3 * hidden);
+    sync(b, grotated, staged, rows * 3 * hidden);
+    uint16_t *gstaged = bf16_on_gpu(b, staged, rows * 3 * hidden);
+    b->gpu.ops->zero(&b->gpu, gout, rows * hidden * 4);
+    b->gpu.ops->zero(&b->gpu, gout16, rows * hidden * 2);
+    b->gpu.ops->attention_forward(&b->gpu, grotated, hidden, gsegments, count, rows, longest, gout, NULL, NULL);
+    float *want_staged = downloaded_bf16(b, gout, rows * hidden);
+    if (b->gpu.ops->attention_forward_staged_bf16)
+        b->gpu.ops->attention_forward_staged_bf16(&b->gpu, gstaged, hidden, gsegments, count, rows, longest, gout16,
+                                                  NULL);
+    compare_bf16(b, simple ? "attention_forward_staged_bf16 (simple)" : "attention_forward_staged_bf16 (tensor cores)",
+                 want_staged, gout16, rows * hidden, 0, 0);
+    b->gpu.ops->free(&b->gpu, gstaged);
+    free(staged), free(want_staged);
     uform_cuda_attention_simple(&b->gpu, false);
     void *all[] = {gsegments, gqkv, gout, gout16, gcosines, gsines, grotated};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
     free(want), free(qkv), free(cosines), free(sines), free(after);
+}
+
+/* linear_qkv_bf16 against its FP32 twin on the same GPU: linear_bf16's FP32
+ * rows, rope_forward, rounded to BF16. Where the product is written in BF16
+ * by cuBLASLt (BF16 weights; the emulation emulates it) and rotated in place,
+ * two roundings and the bias's: a product rounded to BF16 (2^-8 of it) with
+ * its bias rounded (2^-8 of |bias|) moves a rotated pair by at most sqrt 2
+ * times those (a rotation keeps an error vector's length), and two values
+ * that far apart round to BF16 values at most one BF16 step (2^-7 of the
+ * largest) further apart: 2^-7 + 1.42 x 2^-8 < 2^-6 of the largest value,
+ * plus 1.42 x 2^-8 < 2^-7 of the largest |bias|. A rotation left out, or a
+ * pair's halves swapped, is off by about the values themselves. E4M3
+ * weights likewise where cuBLASLt applies the FP8 scales and writes BF16
+ * (the twin's FP8 product then takes the same BF16-rounded bias). Where the
+ * FP32 product is staged (dense weights; E4M3 with our scales' pass; a
+ * refusal), the staging's rotation (c/cuda/rope.cuh) is rope_forward's: bit
+ * for bit. */
+static void test_linear_qkv_bf16(backends_t *b, size_t rows, size_t hidden, size_t k) {
+    const uform_backend_ops_t *op = b->gpu.ops;
+    size_t n = 3 * hidden;
+    if (!op->linear_qkv_bf16) {
+        printf("| linear_qkv_bf16: not set by the CUDA backend | FAIL |\n"), failed++;
+        return;
+    }
+    float *x = random_floats(rows * k, 2), *bias = random_floats(n, 1);
+    round_to_bf16(x, rows * k);
+    float *cosines = malloc(rows * UFORM_PAIRS * sizeof(float)), *sines = malloc(rows * UFORM_PAIRS * sizeof(float));
+    for (size_t i = 0; i < rows * UFORM_PAIRS; i++) {
+        float angle = random_float() * 3.14159265f;
+        cosines[i] = cosf(angle), sines[i] = sinf(angle);
+    }
+    uint16_t *w = malloc(n * k * sizeof(uint16_t));
+    for (size_t i = 0; i < n * k; i++) w[i] = uform_f32_to_bf16(random_float() * 0.1f);
+    float *dense = random_floats(n * k, 0.1f);
+    uint8_t *codes = malloc(n * k);
+    float *scales = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n * k; i++) {
+        random_float();
+        codes[i] = (uint8_t)(state >> 24);
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;   /* no NaN */
+    }
+    for (size_t i = 0; i < n; i++) scales[i] = ldexpf(1.0f, -6 - (int)(i % 3));
+    uform_packed_t packed, packed_e4m3;
+    bool ok = op->pack(&b->gpu, w, n, k, &packed) == UFORM_OK &&
+              op->pack_e4m3(&b->gpu, codes, scales, n, k, &packed_e4m3) == UFORM_OK;
+    uint16_t *gx = bf16_on_gpu(b, x, rows * k), *gqkv16 = on_gpu(b, NULL, rows * n * 2);
+    float *gbias = on_gpu(b, bias, n * 4), *gdense = on_gpu(b, dense, n * k * 4), *gy = on_gpu(b, NULL, rows * n * 4);
+    float *gcosines = on_gpu(b, cosines, rows * UFORM_PAIRS * 4), *gsines = on_gpu(b, sines, rows * UFORM_PAIRS * 4);
+    uform_weight_t weights[4] = {{&packed, NULL, n, k}, {NULL, gdense, n, k}, {&packed_e4m3, NULL, n, k},
+                                 {&packed_e4m3, NULL, n, k}};
+    const char *names[4] = {"BF16", "dense", "E4M3", "E4M3 (our scales)"};
+    double bias_largest = 0;
+    for (size_t j = 0; j < n; j++) bias_largest = fmax(bias_largest, fabs((double)bias[j]));
+    char what[96];
+    for (int i = 0; ok && i < 4; i++) {
+        uform_cuda_fp8_scaled_off(&b->gpu, i == 3);
+        op->linear_bf16(&b->gpu, &weights[i], gx, k, rows, gbias, false, gy, n);
+        op->rope_forward(&b->gpu, gy, rows, hidden, gcosines, gsines);
+        float *want = downloaded_bf16(b, gy, rows * n);
+        op->linear_qkv_bf16(&b->gpu, &weights[i], gx, k, rows, gbias, gcosines, gsines, gqkv16);
+        op->synchronize(&b->gpu);
+        bool bf16_out = uform_cuda_bf16_out(&b->gpu);
+        snprintf(what, sizeof(what), "linear_qkv_bf16 %s (%s)", names[i], bf16_out ? "BF16 out" : "= FP32's staged");
+        compare_bf16(b, what, want, gqkv16, rows * n, bf16_out ? 0x1p-6 : 0, bf16_out ? 0x1p-7 * bias_largest : 0);
+        if (i == 0 && !bf16_out && uform_cuda_bf16_out_refusal(&b->gpu))
+            printf("  (cuBLASLt's BF16 out refused: %s)\n", uform_cuda_bf16_out_refusal(&b->gpu));
+        free(want);
+    }
+    uform_cuda_fp8_scaled_off(&b->gpu, false);
+    if (ok) op->packed_free(&b->gpu, &packed), op->packed_free(&b->gpu, &packed_e4m3);
+    void *all[] = {gx, gqkv16, gbias, gdense, gy, gcosines, gsines};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) op->free(&b->gpu, all[i]);
+    free(x), free(bias), free(cosines), free(sines), free(w), free(dense), free(codes), free(scales);
 }
 
 /* attention_forward_train_bf16 and attention_backward_bf16 (training's q, k,
@@ -1424,6 +1517,8 @@ int main(void) {
     test_bf16_operands(&b, 37, 96, 64);
     test_bf16_operands(&b, 300, 256, 192);
     test_bf16_operands(&b, 45, 64, 768);   /* the model's width: layer norm's warp-per-row kernel */
+    test_linear_qkv_bf16(&b, 37, 64, 64);
+    test_linear_qkv_bf16(&b, 45, 128, 192);
     test_download_rows(&b, 13, 40, false);
     test_download_rows(&b, 13, 40, true);
     test_download_rows(&b, 300, 3, true);   /* more rows than a block's threads; a B1 row of one byte */

@@ -196,6 +196,23 @@ typedef struct {
                         size_t y_stride);
     void (*linear_gelu_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
                              size_t x_stride, size_t rows, const float *bias, uint16_t *y);
+    /* The qkv projection written as the attention reads it (optional, both
+     * or none, only with the four above): linear_qkv_bf16's qkv16 [rows, 3H]
+     * holds x W^T + b in BF16 with q's and k's pairs rotated as rope_forward
+     * rotates them, and attention_forward_staged_bf16 is
+     * attention_forward_bf16 on such rows. Where the device's product can
+     * write BF16, qkv16 is that product's rounded output rotated in place
+     * and rounded again (within two BF16 steps of rope_forward then one
+     * rounding, plus the bias's own rounding to BF16); elsewhere the FP32
+     * product, rotated and rounded once. It spares the qkv product's FP32
+     * rows and the pass that reads them to rotate and round (docs/gpu.md,
+     * "BF16 operands in inference"). */
+    void (*linear_qkv_bf16)(uform_backend_t *b, const uform_weight_t *w, const uint16_t *x,
+                            size_t x_stride, size_t rows, const float *bias, const float *cosines,
+                            const float *sines, uint16_t *qkv16);
+    void (*attention_forward_staged_bf16)(uform_backend_t *b, const uint16_t *qkv16, size_t hidden,
+                                          const uform_segment_t *segments, size_t count, size_t rows,
+                                          size_t longest, uint16_t *out, void *scratch);
     /* -- training with BF16 operands (optional: both or none, and only with
      * the four above) --
      * The trainer keeps the operands that only products read (the normed

@@ -20,11 +20,19 @@ static void uform_block_forward_bf16(uform_backend_t *b, const uform_block_weigh
     size_t rows = batch->rows;
     op->layer_norm_forward_bf16(b, x, rows, h, w->attention_norm_weight, w->attention_norm_bias,
                                 s->normed_bf16, NULL, NULL);
-    op->linear_bf16(b, &w->qkv, s->normed_bf16, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
-    /* rotary positions applied inside */
-    op->attention_forward_bf16(b, s->qkv, h, batch->segments, batch->segments_count, rows,
-                               batch->longest, a->cosines, a->sines, s->attended_bf16,
-                               a->attention_scratch);
+    if (op->linear_qkv_bf16) {   /* qkv written in BF16, rotated: in the FP32 rows' buffer */
+        uint16_t *qkv16 = (uint16_t *)s->qkv;
+        op->linear_qkv_bf16(b, &w->qkv, s->normed_bf16, h, rows, w->qkv_bias, a->cosines, a->sines,
+                            qkv16);
+        op->attention_forward_staged_bf16(b, qkv16, h, batch->segments, batch->segments_count, rows,
+                                          batch->longest, s->attended_bf16, a->attention_scratch);
+    } else {
+        op->linear_bf16(b, &w->qkv, s->normed_bf16, h, rows, w->qkv_bias, false, s->qkv, 3 * h);
+        /* rotary positions applied inside */
+        op->attention_forward_bf16(b, s->qkv, h, batch->segments, batch->segments_count, rows,
+                                   batch->longest, a->cosines, a->sines, s->attended_bf16,
+                                   a->attention_scratch);
+    }
     op->linear_bf16(b, &w->out, s->attended_bf16, h, rows, w->out_bias, true, x, h);
     op->layer_norm_forward_bf16(b, x, rows, h, w->mlp_norm_weight, w->mlp_norm_bias,
                                 s->normed_bf16, NULL, NULL);
