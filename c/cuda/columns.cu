@@ -82,7 +82,9 @@ __global__ static void uform_column_partials_bf16(const float *__restrict__ dy, 
     size_t pair = c % UFORM_PAIRS;
     bool low = c % UFORM_HEAD_WIDTH < UFORM_PAIRS;
     float sum_b = 0.0f;
+#ifndef UFORM_CUDA_EMULATION   /* nvcc's pragma; the emulation's g++ has none */
 #pragma unroll 4
+#endif
     for (size_t r = first; r < last; r++) {
         float g = dy[r * width + c];
         if (pre) g = uform_gelu_backward_term(0.0f, g, pre[r * width + c]);

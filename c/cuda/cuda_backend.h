@@ -71,12 +71,12 @@ UFORM_INTERNAL void uform_cuda_attention_query_rows(uform_backend_t *backend, si
 UFORM_INTERNAL const char *uform_cuda_fp8_refusal(uform_backend_t *backend);
 /* Whether the last FP8 product had cuBLASLt apply both scales and the bias
  * (outer-vector scaling, the bias rounded to BF16: gemm_fp8.cu), and why
- * cuBLASLt refused that for the FP32 form (gelu false) or the GELU form
- * (NULL: not refused). uform_cuda_fp8_scaled_off(backend, true) makes FP8
+ * cuBLASLt refused that for a form (0: FP32 out, 1: BF16 out, 2: GELU with
+ * BF16 out; NULL: not refused). uform_cuda_fp8_scaled_off(backend, true) makes FP8
  * products take our scales' pass instead, as where cuBLASLt refuses. For
  * the tests, which check both ways. */
 UFORM_INTERNAL bool uform_cuda_fp8_scaled(uform_backend_t *backend);
-UFORM_INTERNAL const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *backend, bool gelu);
+UFORM_INTERNAL const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *backend, int form);
 UFORM_INTERNAL void uform_cuda_fp8_scaled_off(uform_backend_t *backend, bool off);
 /* Whether the last linear_gelu_bf16 ran cuBLASLt's GELU epilogue (gemm.cu),
  * and, once cuBLASLt refused it, why (NULL: not refused). For the tests. */

@@ -351,9 +351,9 @@ const char *uform_cuda_fp8_refusal(uform_backend_t *b) {
 
 bool uform_cuda_fp8_scaled(uform_backend_t *b) { return uform_cuda_context(b)->fp8_scaled; }
 
-const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *b, bool gelu) {
+const char *uform_cuda_fp8_scaled_refusal(uform_backend_t *b, int form) {   /* a uform_cuda_output_t */
     uform_cuda_context_t *context = uform_cuda_context(b);
-    int form = gelu ? UFORM_OUTPUT_GELU_BF16 : UFORM_OUTPUT_F32;
+    if (form < UFORM_OUTPUT_F32 || form > UFORM_OUTPUT_GELU_BF16) return NULL;
     return context->fp8_scaled_refused[form] ? context->fp8_scaled_refusal[form] : NULL;
 }
 

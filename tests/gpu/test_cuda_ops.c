@@ -428,8 +428,8 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
                 } else {
                     compare(b, what, y, gy, rows * n, tolerance);
                 }
-                if (!plain && !scaled && uform_cuda_fp8_scaled_refusal(&b->gpu, false))
-                    printf("  (%s)\n", uform_cuda_fp8_scaled_refusal(&b->gpu, false));
+                if (!plain && !scaled && uform_cuda_fp8_scaled_refusal(&b->gpu, 0))
+                    printf("  (%s)\n", uform_cuda_fp8_scaled_refusal(&b->gpu, 0));
             }
             uform_cuda_fp8_scaled_off(&b->gpu, false);
             free(y_before), free(bias16);
@@ -456,6 +456,26 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) b->gpu.ops->free(&b->gpu, all[i]);
     }
     free(x), free(bias), free(y), free(codes), free(codes_back), free(scales), free(scales_back), free(x16);
+}
+
+/* cuBLASLt's fused forms (its GELU epilogue, its own FP8 scales, BF16 out)
+ * fall back quietly where cuBLASLt refuses them, which is right on a GPU
+ * class where they never ran, and hid a refusal of our own making for a
+ * session (the FP8 scales' pointers set after the heuristic: docs/gpu-fp8-
+ * probe.md). On HOPPER, where an H100 and cuBLASLt 13.1 accept each of them
+ * (2026-12-05), a fallback is a failure here, with cuBLASLt's words; on
+ * other classes, and under the emulation, the row says which way ran. */
+static void require_fused(const char *what, bool ran, const char *refusal) {
+    uform_gpu_class_t gpu_class = UFORM_GPU_CLASS_NONE;
+    uform_cuda_device_class(0, &gpu_class, NULL, 0);
+#ifdef UFORM_CUDA_EMULATION   /* an emulated HOPPER: cuBLASLt's GELU is not emulated */
+    gpu_class = UFORM_GPU_CLASS_NONE;
+#endif
+    bool ok = ran || gpu_class != UFORM_GPU_CLASS_HOPPER;
+    printf("| %-34s | %8s | %10s | %10s | %s |\n", what, "", ran ? "ran" : "fell back", "",
+           ok ? "ok" : "FAIL");
+    if (!ran && refusal) printf("  (%s)\n", refusal);
+    ok ? passed++ : failed++;
 }
 
 /* ---- BF16 operands (backend.h: inference's layer_norm_forward_bf16,
@@ -569,6 +589,9 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
         op->download(&b->gpu, want_y, gy_f32, rows * n * 4);
         snprintf(what, sizeof(what), "linear_bf16 %s +bias += (= FP32's)", names[i]);
         compare(b, what, want_y, gy_bf16, rows * n, 0);
+        if (i == 1)
+            require_fused("cuBLASLt's FP8 scales, FP32 form", uform_cuda_fp8_scaled(&b->gpu),
+                          uform_cuda_fp8_scaled_refusal(&b->gpu, 0));
         free(want_y);
         /* linear_gelu_bf16 against gelu of the FP32 twin's product, rounded.
          * Without cuBLASLt's epilogue (the emulation; dense weights, and E4M3
@@ -595,10 +618,10 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
         for (size_t j = 0; j < n; j++) bias_largest = fmax(bias_largest, fabs((double)out_bias[j]));
         compare_bf16(b, what, want_act, gact, rows * n, epilogue ? 0x1p-7 : 0,
                      epilogue ? 5e-4 + 1.13 * 0x1p-9 * bias_largest : 0);
-        if (i == 0 && !epilogue && uform_cuda_gelu_epilogue_refusal(&b->gpu))
-            printf("  (cuBLASLt's GELU epilogue refused: %s)\n", uform_cuda_gelu_epilogue_refusal(&b->gpu));
-        if (i == 1 && !epilogue && uform_cuda_fp8_scaled_refusal(&b->gpu, true))
-            printf("  (%s)\n", uform_cuda_fp8_scaled_refusal(&b->gpu, true));
+        if (i == 0)
+            require_fused("cuBLASLt's GELU epilogue (BF16)", epilogue, uform_cuda_gelu_epilogue_refusal(&b->gpu));
+        if (i == 1)
+            require_fused("cuBLASLt's FP8 scales, GELU form", epilogue, uform_cuda_fp8_scaled_refusal(&b->gpu, 2));
         free(want_act);
         op->free(&b->gpu, gact);
     }
@@ -734,8 +757,9 @@ static void test_linear_qkv_bf16(backends_t *b, size_t rows, size_t hidden, size
         bool bf16_out = uform_cuda_bf16_out(&b->gpu);
         snprintf(what, sizeof(what), "linear_qkv_bf16 %s (%s)", names[i], bf16_out ? "BF16 out" : "= FP32's staged");
         compare_bf16(b, what, want, gqkv16, rows * n, bf16_out ? 0x1p-6 : 0, bf16_out ? 0x1p-7 * bias_largest : 0);
-        if (i == 0 && !bf16_out && uform_cuda_bf16_out_refusal(&b->gpu))
-            printf("  (cuBLASLt's BF16 out refused: %s)\n", uform_cuda_bf16_out_refusal(&b->gpu));
+        if (i == 0) require_fused("cuBLASLt's BF16 out (qkv)", bf16_out, uform_cuda_bf16_out_refusal(&b->gpu));
+        if (i == 2)
+            require_fused("cuBLASLt's FP8 scales, BF16 out (qkv)", bf16_out, uform_cuda_fp8_scaled_refusal(&b->gpu, 1));
         free(want);
     }
     uform_cuda_fp8_scaled_off(&b->gpu, false);
