@@ -360,6 +360,15 @@ static void fp8_linear_reference(const float *x, size_t rows, size_t k, const ui
     free(x8);
 }
 
+/* count random E4M3 codes, any byte but the two NaNs (one random_float each) */
+static void random_e4m3_codes(uint8_t *codes, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        random_float();
+        codes[i] = (uint8_t)(state >> 24);
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;
+    }
+}
+
 /* E4M3 weights (codes, and a power-of-two scale per row; NaN codes left
  * out, the quantizer never writes them); unpack gives back the bytes packed.
  * The product takes one of two ways by the GPU's class (gemm_fp8.cu):
@@ -381,11 +390,7 @@ static void test_packed_e4m3(backends_t *b, size_t rows, size_t n, size_t k) {
     float *x = random_floats(rows * k, 1), *bias = random_floats(n, 1), *y = random_floats(rows * n, 1);
     uint8_t *codes = malloc(n * k), *codes_back = malloc(n * k);
     float *scales = malloc(n * sizeof(float)), *scales_back = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n * k; i++) {
-        random_float();
-        codes[i] = (uint8_t)(state >> 24);
-        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;
-    }
+    random_e4m3_codes(codes, n * k);
     for (size_t i = 0; i < n; i++) scales[i] = ldexpf(1.0f, -8 - (int)(i % 5));
     for (size_t i = 0; i < k; i++) x[3 * k + i] = 0.0f;   /* a row of zeros: scale 1, no division by zero */
     uform_gpu_class_t gpu_class = UFORM_GPU_CLASS_NONE;
@@ -564,11 +569,7 @@ static void test_bf16_operands(backends_t *b, size_t rows, size_t n, size_t k) {
     for (size_t i = 0; i < n * k; i++) dense[i] = random_float() * 0.1f;
     uint8_t *codes = malloc(n * k);
     float *scales = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n * k; i++) {
-        random_float();
-        codes[i] = (uint8_t)(state >> 24);
-        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;
-    }
+    random_e4m3_codes(codes, n * k);
     for (size_t i = 0; i < n; i++) scales[i] = ldexpf(1.0f, -6 - (int)(i % 3));
     uform_packed_t packed_bf16, packed_e4m3;
     bool packed = op->pack(&b->gpu, w, n, k, &packed_bf16) == UFORM_OK &&
@@ -729,11 +730,7 @@ static void test_linear_qkv_bf16(backends_t *b, size_t rows, size_t hidden, size
     float *dense = random_floats(n * k, 0.1f);
     uint8_t *codes = malloc(n * k);
     float *scales = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n * k; i++) {
-        random_float();
-        codes[i] = (uint8_t)(state >> 24);
-        if ((codes[i] & 0x7f) == 0x7f) codes[i] ^= 1;   /* no NaN */
-    }
+    random_e4m3_codes(codes, n * k);
     for (size_t i = 0; i < n; i++) scales[i] = ldexpf(1.0f, -6 - (int)(i % 3));
     uform_packed_t packed, packed_e4m3;
     bool ok = op->pack(&b->gpu, w, n, k, &packed) == UFORM_OK &&
