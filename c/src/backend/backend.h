@@ -100,7 +100,7 @@ typedef struct {
      * index arrays and inputs on the host and `upload` them. */
     bool host_memory;
     /* The bytes of activations an encode verb's forward batch aims at
-     * (encode_batches.c, uform_batch_rows); 0: 64 MiB, a CPU's caches' reach. */
+     * (encode_batches.c, uform_batch_rows); 0: 16 MiB, within a CPU's L3. */
     size_t forward_batch_bytes;
 
     /* -- memory of the device -- */

@@ -21,7 +21,7 @@
 UFORM_INTERNAL uform_status_t uform_check_tape(const uform_tape_t *tape, const char *name);
 
 /* Rows per forward batch: enough for efficient GEMMs, bounded so scratch stays
- * near the backend's forward_batch_bytes at any width (64 MiB on a CPU, 1 GiB
+ * near the backend's forward_batch_bytes at any width (16 MiB on a CPU, 1 GiB
  * on a GPU). Not floored at the context (a model of context 2^24
  * would size every call for it): an item longer than a batch is a batch of
  * its own, the buffers grown for it. */

@@ -48,8 +48,9 @@ typedef struct {
     uform_batch_indices_t indices;
 } uform_text_batches_t;
 
-/* Budgets for `count` texts of `total_rows` rows in all: about 64 MiB of
- * activations per batch; a longer text is a batch of its own. */
+/* Budgets for `count` texts of `total_rows` rows in all: about the backend's
+ * forward_batch_bytes of activations per batch (16 MiB on a CPU); a longer
+ * text is a batch of its own. */
 UFORM_INTERNAL uform_status_t uform_text_batches_init(uform_text_batches_t *batches,
                                                       const uform_model_t *model,
                                                       uform_executor_t *executor,
