@@ -828,10 +828,62 @@ static const uform_cpu_kernels_t amx_emulated = {
     .attention = uform_attention_amx,
 };
 
+/* SAPPHIRE's attention (attention_bf16.c) against float64 attention of the
+ * same BF16-rounded queries, keys and values, the scores' 1/8 included: what
+ * is left is the probabilities' BF16 rounding (2^-9 relative each; their
+ * normaliser is the sum of the unrounded FP32 exponentials, so the output
+ * moves by at most about 2^-9 max|v|), the base-2 exponential's 2e-7 and
+ * the FP32 sums' rounding: each output within 2^-8 max|v| (measured: at
+ * most 2^-9.9 max|v|). A scale, layout
+ * or padding error moves outputs by O(max|v|) (a softmax in the wrong base
+ * by about 0.3 max|v| here). */
+static void test_attention_bf16_accuracy(void) {
+    static const size_t lengths[] = {1, 5, 16, 31, 32, 33, 97, 257};
+    for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++) {
+        size_t n = lengths[l], stride = 3 * UFORM_HEAD_WIDTH + 5;
+        float *qkv = xmalloc(n * stride * sizeof(float));
+        for (size_t i = 0; i < n * stride; i++) qkv[i] = 3.0f * rng_float();
+        const float *q = qkv, *k = qkv + UFORM_HEAD_WIDTH, *v = qkv + 2 * UFORM_HEAD_WIDTH;
+        float *scratch = aligned_alloc(64, uform_attention_scratch_floats(n) * sizeof(float));
+        float *got = xmalloc(n * UFORM_HEAD_WIDTH * sizeof(float));
+        double *weights = xmalloc(n * sizeof(double));
+        uform_attention_bf16(q, k, v, stride, n, 0, n, got, UFORM_HEAD_WIDTH, scratch);
+        double largest = 0, worst = 0;
+        for (size_t j = 0; j < n; j++)
+            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++)
+                largest = fmax(largest, fabs(uform_bf16_to_f32(uform_f32_to_bf16(v[j * stride + d]))));
+        for (size_t i = 0; i < n; i++) {
+            double top = -INFINITY, total = 0;
+            for (size_t j = 0; j < n; j++) {
+                double score = 0;
+                for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++)
+                    score += (double)uform_bf16_to_f32(uform_f32_to_bf16(q[i * stride + d])) *
+                             (double)uform_bf16_to_f32(uform_f32_to_bf16(k[j * stride + d]));
+                weights[j] = score / 8.0;
+                top = fmax(top, weights[j]);
+            }
+            for (size_t j = 0; j < n; j++) total += weights[j] = exp(weights[j] - top);
+            for (size_t d = 0; d < UFORM_HEAD_WIDTH; d++) {
+                double out = 0;
+                for (size_t j = 0; j < n; j++)
+                    out += weights[j] / total * (double)uform_bf16_to_f32(uform_f32_to_bf16(v[j * stride + d]));
+                worst = fmax(worst, fabs(out - (double)got[i * UFORM_HEAD_WIDTH + d]));
+            }
+        }
+        CHECK(worst <= 0x1p-8 * largest, "SAPPHIRE attention n=%zu: %.3g from float64 (bound %.3g)", n,
+              worst, 0x1p-8 * largest);
+        free(qkv);
+        free(scratch);
+        free(got);
+        free(weights);
+    }
+}
+
 /* The AMX attention (attention_amx.h) over the emulated tiles against
  * SAPPHIRE's (attention_bf16.c): the same BF16 queries (the 1/8 folded in
  * before rounding is exact), keys, values and softmax; only the FP32 sums'
- * order and rounding differ. A score moves by a few FP32 ulps of its
+ * order and rounding differ, and where the softmax's base-2 scale log2 e is
+ * applied (SAPPHIRE's products end with it, AMX's softmax applies it). A score moves by a few FP32 ulps of its
  * magnitude, so a probability's BF16 rounding may flip one step (2^-8
  * relative): each output within 2^-7 max|v| of SAPPHIRE's. A layout or
  * padding error moves outputs by O(max|v|). Then a query block's rows alone
@@ -943,6 +995,7 @@ int main(int argc, char **argv) {
     test_amx_table();
     bool wanted_amx = argc < 2;
     for (int a = 1; a < argc; a++) wanted_amx |= strcmp(argv[a], "amx") == 0;
+    if (uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)) test_attention_bf16_accuracy();
     if (wanted_amx && !uform_cpu_class_supported(UFORM_CPU_CLASS_SAPPHIRE)) {
         printf("skip amx (emulated tiles): its packing needs AVX-512 BF16\n");
     } else if (wanted_amx) {

@@ -8,7 +8,7 @@
  * both zero-padded to a multiple of 16 tokens. Each score is one chain of 32
  * dot-pair steps in d order, each output one chain over token pairs in order,
  * whatever the query's slot in a tile: results never depend on the batch
- * around an item. The softmax runs in FP32. */
+ * around an item. The softmax runs in FP32, in base 2 (attention_bf16.h). */
 #include "backend/cpu/attention_bf16.h"
 
 #if defined(__x86_64__)
@@ -17,7 +17,7 @@
 #define UFORM_QUERY_TILE 8
 #define UFORM_VALUE_TILE 4
 
-/* scores[r][j] = (q_r . k_j) / 8 for 8 queries (pairs in `queries`) and j in
+/* scores[r][j] = (q_r . k_j) log2(e) / 8 for 8 queries (pairs in `queries`) and j in
  * [j0, j0 + 16 * vectors). */
 static inline __attribute__((always_inline)) UFORM_BF16_TARGET void
 uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded, size_t j0,
@@ -34,7 +34,8 @@ uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded
             for (size_t c = 0; c < vectors; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], query, key[c]);
         }
     }
-    const __m512 scale = _mm512_set1_ps(0.125f); /* 1/sqrt(head width) */
+    /* 1/sqrt(head width), and log2 e: the softmax's base-2 units */
+    const __m512 scale = _mm512_set1_ps(0.125f * UFORM_EXP_LOG2E);
     for (size_t r = 0; r < UFORM_QUERY_TILE; r++)
         for (size_t c = 0; c < vectors; c++)
             _mm512_store_ps(scores + r * padded + j0 + 16 * c, _mm512_mul_ps(acc[r][c], scale));
@@ -97,7 +98,7 @@ UFORM_BF16_TARGET void uform_attention_bf16(const float *q, const float *k, cons
         size_t j0 = 0;
         for (; j0 + 32 <= padded; j0 += 32) uform_bf16_score_tile(queries, kp, padded, j0, 2, scores);
         if (j0 < padded) uform_bf16_score_tile(queries, kp, padded, j0, 1, scores);
-        uform_bf16_softmax_tile(scores, rows, n, padded, probabilities, inverse);
+        uform_bf16_softmax_tile(scores, rows, n, padded, 1.0f, probabilities, inverse);
         for (size_t r = 0; r < rows; r += UFORM_VALUE_TILE) {
             size_t tile = rows - r < UFORM_VALUE_TILE ? rows - r : UFORM_VALUE_TILE;
             uform_bf16_value_tile(probabilities + r * half, half, tile, vp, inverse + r,
