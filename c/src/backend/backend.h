@@ -32,6 +32,14 @@
 
 #include "backend/losses.h"
 
+/* Activations per encode forward batch on a CPU (and for a backend naming
+ * none): 16 MiB, about 800 token rows at hidden 512, so each product's inputs
+ * and outputs stay in a 32 MiB L3 between the operations. 64 MiB (3,200
+ * rows) spilled them to memory: batch-256 text_encode on a 2-core Zen 4, one
+ * thread, ran 5% slower (SAPPHIRE; HASWELL 7%, SKYLAKE 2%); 4 to 16 MiB
+ * measured alike (docs/profiles.md). */
+#define UFORM_FORWARD_BATCH_BYTES ((size_t)16 << 20)
+
 /* ---- operands ------------------------------------------------------------ */
 
 /* A matrix operand of `gemm`: element (i, p) at data[i * stride + p], or at
@@ -100,7 +108,7 @@ typedef struct {
      * index arrays and inputs on the host and `upload` them. */
     bool host_memory;
     /* The bytes of activations an encode verb's forward batch aims at
-     * (encode_batches.c, uform_batch_rows); 0: 16 MiB, within a CPU's L3. */
+     * (encode_batches.c, uform_batch_rows); 0: UFORM_FORWARD_BATCH_BYTES. */
     size_t forward_batch_bytes;
 
     /* -- memory of the device -- */

@@ -53,10 +53,9 @@ static inline float uform_fast_exp(float x) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* e^x = p 2^n for an x already clamped to [LOW, HIGH]: the reduction and the
- * polynomial of uform_fast_exp512, n returned as a float. */
-static inline __attribute__((always_inline, target("avx512f"))) __m512
-uform_fast_exp512_parts(__m512 x, __m512 *n_out) {
+static inline __attribute__((always_inline, target("avx512f"))) __m512 uform_fast_exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(UFORM_EXP_LOW));
+    x = _mm512_min_ps(x, _mm512_set1_ps(UFORM_EXP_HIGH));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(UFORM_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(UFORM_EXP_LN2_HIGH), x);
@@ -67,15 +66,7 @@ uform_fast_exp512_parts(__m512 x, __m512 *n_out) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P3));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P4));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(UFORM_EXP_P5));
-    *n_out = n;
-    return _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-}
-
-static inline __attribute__((always_inline, target("avx512f"))) __m512 uform_fast_exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(UFORM_EXP_LOW));
-    x = _mm512_min_ps(x, _mm512_set1_ps(UFORM_EXP_HIGH));
-    __m512 n;
-    __m512 p = uform_fast_exp512_parts(x, &n);
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i exponent = _mm512_slli_epi32(
         _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));

@@ -60,11 +60,11 @@ uform_status_t uform_check_encode_options(const uform_model_t *model,
 
 /* A forward's token rows: per_row is about a row's activations in floats,
  * the budget the backend's (backend.h, forward_batch_bytes): 16 MiB on a CPU,
- * 1 GiB on a GPU; 16 MiB for a backend that names none. */
+ * 1 GiB on a GPU; UFORM_FORWARD_BATCH_BYTES for a backend that names none. */
 size_t uform_batch_rows(const uform_model_t *model) {
     size_t per_row = 10 * model->hidden + 64;
     size_t budget = model->device.ops && model->device.ops->forward_batch_bytes
-                        ? model->device.ops->forward_batch_bytes : (size_t)16 << 20;
+                        ? model->device.ops->forward_batch_bytes : UFORM_FORWARD_BATCH_BYTES;
     size_t rows = budget / (per_row * sizeof(float));
     return rows < 256 ? 256 : rows;
 }

@@ -413,12 +413,7 @@ static size_t uform_cpu_adamw_first_non_finite(uform_backend_t *b, const float *
 const uform_backend_ops_t uform_cpu_backend_ops = {
     .name = "cpu",
     .host_memory = true,
-    /* 16 MiB of activations per forward batch (about 800 token rows at
-     * hidden 512): each product's inputs and outputs stay in a 32 MiB L3
-     * between the operations. 64 MiB (3,200 rows) spilled them to memory:
-     * batch-256 text_encode on a 2-core Zen 4, one thread, ran 5% slower
-     * (SAPPHIRE; HASWELL 7%, SKYLAKE 2%); 4 to 16 MiB measured alike. */
-    .forward_batch_bytes = (size_t)16 << 20,
+    .forward_batch_bytes = UFORM_FORWARD_BATCH_BYTES,
     .alloc = uform_cpu_alloc,
     .free = uform_cpu_free,
     .upload = uform_cpu_copy,
