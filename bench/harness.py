@@ -8,8 +8,8 @@ UFORM_BENCH_ISA=avx2 runs an AVX-512 machine as an AVX2 one, both sides limited 
 torch through ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2
 (set here, before torch is imported), uform by pinning the HASWELL class (Model.load_ram and
 Trainer.init_ram's cpu_class), torch BF16 autocast off. A proxy, not an AVX2 machine: the core,
-its caches and memory stay what they are, and uform's row functions (layer norm, GELU's
-backward, rotary) choose their vectors by the CPU, not by the pin. It covers text_encode
+its caches and memory stay what they are, and uform's row functions (layer norm, GELU
+and its backward, rotary) choose their vectors by the CPU, not by the pin. It covers text_encode
 (bench/report.py runs only that section under it) and the training step (bench/train_report.py).
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def proxy_note() -> str:
     return ("- **AVX2 proxy** (`UFORM_BENCH_ISA=avx2`): this CPU's AVX-512 left unused by both sides: "
             f"torch with {limits}, BF16 autocast off; uform pinned to HASWELL (AVX2 + FMA). The core, "
             "its caches and memory are this machine's, not an AVX2 server's, and uform's layer norm, "
-            "GELU backward and rotary still pick AVX-512 by the CPU (a few percent of the work).")
+            "GELU (forward and backward) and rotary still pick AVX-512 by the CPU (a few percent of the work).")
 
 
 class Workload(NamedTuple):

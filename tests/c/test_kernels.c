@@ -660,15 +660,17 @@ static void test_gelu_epilogue(const uform_cpu_kernels_t *kernels, uform_executo
     }
 }
 
-/* gelu.c's vector loops (AVX-512, AVX2, whichever this CPU runs) give
- * uform_gelu_value's bits on every input: zeros, subnormals, infinities,
- * NaN, the clamp at x ~ -9.9, tails of every length. */
+/* gelu.c's loops (the widest through uform_gelu_rows, then each of AVX-512,
+ * AVX2 and scalar that this CPU runs) give uform_gelu_value's bits on every
+ * input: zeros, subnormals, infinities, NaN, the clamp at x ~ -10.001 (t = 126),
+ * tails of every length. */
 static void test_gelu_vectors(void) {
     enum { COUNT = 4099 };
     float *x = xmalloc(COUNT * sizeof(float)), *y = xmalloc(COUNT * sizeof(float));
     static const float special[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-40f, 1.1754944e-38f, INFINITY,
-                                    -INFINITY, NAN, -9.9f, -9.92f, -9.95f, -10.0f, 3.0e38f,
-                                    -3.0e38f, 88.0f, -88.0f, 1.0f, -1.0f};
+                                    -INFINITY, NAN, -9.9f, -9.95f, -10.0f, -10.001f, -10.0011f,
+                                    -10.002f, -10.03f, -10.04f, 10.0f, 10.03f, 3.0e38f, -3.0e38f, 88.0f, -88.0f,
+                                    1.0f, -1.0f, 0.2f, -0.2f, 0.3f, -0.3f};
     size_t specials = sizeof(special) / sizeof(special[0]);
     for (size_t i = 0; i < COUNT; i++) {
         float r = rng_float();
@@ -691,6 +693,24 @@ static void test_gelu_vectors(void) {
             printf("  gelu(%.9g) = %.9g, the definition gives %.9g\n", x[i], y[i], expected);
     }
     CHECK(bad == 0, "%zu GELU values differ from uform_gelu_value", bad);
+    static const char *const loops[] = {"avx512", "avx2", "scalar"};
+    for (size_t l = 0; l < sizeof(loops) / sizeof(loops[0]); l++) {
+        uform_gelu_row_fn_t loop = uform_gelu_row_named(loops[l]);
+        if (!loop) {
+            printf("skip gelu's %s loop: not on this CPU or build\n", loops[l]);
+            continue;
+        }
+        for (size_t start = 0; start < COUNT; start += 1000) /* tails of 1000 and 99 */
+            loop(x + start, y + start, COUNT - start < 1000 ? COUNT - start : 1000);
+        size_t differ = 0;
+        for (size_t i = 0; i < COUNT; i++) {
+            float expected = uform_gelu_value(x[i]);
+            if (memcmp(&expected, &y[i], sizeof(float)) != 0 && !(isnan(expected) && isnan(y[i])) &&
+                differ++ < 3)
+                printf("  %s: gelu(%.9g) = %.9g, the definition gives %.9g\n", loops[l], x[i], y[i], expected);
+        }
+        CHECK(differ == 0, "%zu GELU values of the %s loop differ from uform_gelu_value", differ, loops[l]);
+    }
     free(x);
     free(y);
 }

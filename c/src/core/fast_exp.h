@@ -1,4 +1,6 @@
-/* fast_exp.h: the one exp approximation of the forward pass (softmax, GELU),
+/* fast_exp.h: the natural-base exp approximation of the forward pass (the
+ * FP32 classes' softmax, GELU's backward; GELU's forward and the BF16
+ * classes' softmax work in base 2 instead: gelu.c, attention_bf16.h),
  * scalar for code the compiler vectorises, and AVX-512, AVX2, NEON and SVE for
  * hand-written kernels; all the same Cody-Waite reduction and degree-6
  * polynomial (Cephes expf), about 2 ulp on [-87, 88]. Inputs are clamped to

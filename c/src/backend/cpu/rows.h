@@ -48,6 +48,11 @@ UFORM_INTERNAL void uform_gelu_forward(uform_executor_t *executor, const float *
                                        float *y);
 UFORM_INTERNAL void uform_gelu_backward(uform_executor_t *executor, const float *x, const float *dy,
                                         size_t count, float *dx);
+/* y [n] = gelu(x [n]) by one instruction set's loop, "avx512", "avx2" or
+ * "scalar" (NULL where this CPU or build lacks it): for the tests, which
+ * check each against uform_gelu_value bit for bit. */
+typedef void (*uform_gelu_row_fn_t)(const float *x, float *y, size_t n);
+UFORM_INTERNAL uform_gelu_row_fn_t uform_gelu_row_named(const char *isa);
 
 /* ---- Rotary positions on q and k of every head, in place on rows of a qkv
  * matrix [rows, 3H] (q at columns [0, H), k at [H, 2H)). cosines/sines are
