@@ -109,7 +109,7 @@ static UFORM_AMX_TARGET void uform_attention_amx(const float *q, const float *k,
         for (; j0 + 64 <= padded; j0 += 64) UFORM_AMX_SCORES(4);
         if (j0 < padded) UFORM_AMX_SCORES(2);
         UFORM_AMX_MEMORY_BARRIER();
-        uform_bf16_softmax_tile(scores, rows, n, padded, UFORM_EXP_LOG2E, probabilities, inverse);
+        uform_bf16_softmax_tile(scores, rows, n, padded, UFORM_EXP_LOG2E, NULL, probabilities, inverse);
         UFORM_AMX_MEMORY_BARRIER();
 
         size_t probability_bytes = half * sizeof(uint32_t), value_bytes = UFORM_HEAD_WIDTH * sizeof(uint32_t);

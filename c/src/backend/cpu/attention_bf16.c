@@ -21,7 +21,7 @@
  * [j0, j0 + 16 * vectors). */
 static inline __attribute__((always_inline)) UFORM_BF16_TARGET void
 uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded, size_t j0,
-                      size_t vectors, float *scores) {
+                      size_t vectors, __mmask16 last_valid, float *scores, __m512 *top) {
     __m512 acc[UFORM_QUERY_TILE][2];
     for (size_t r = 0; r < UFORM_QUERY_TILE; r++)
         for (size_t c = 0; c < vectors; c++) acc[r][c] = _mm512_setzero_ps();
@@ -37,8 +37,14 @@ uform_bf16_score_tile(const uint32_t *queries, const uint32_t *kp, size_t padded
     /* 1/sqrt(head width), and log2 e: the softmax's base-2 units */
     const __m512 scale = _mm512_set1_ps(0.125f * UFORM_EXP_LOG2E);
     for (size_t r = 0; r < UFORM_QUERY_TILE; r++)
-        for (size_t c = 0; c < vectors; c++)
-            _mm512_store_ps(scores + r * padded + j0 + 16 * c, _mm512_mul_ps(acc[r][c], scale));
+        for (size_t c = 0; c < vectors; c++) {
+            __m512 scaled = _mm512_mul_ps(acc[r][c], scale);
+            _mm512_store_ps(scores + r * padded + j0 + 16 * c, scaled);
+            /* each row's running maximum over the item's scores (the last
+             * vector's lanes past n left out) */
+            top[r] = c + 1 < vectors ? _mm512_max_ps(top[r], scaled)
+                                     : _mm512_mask_max_ps(top[r], last_valid, top[r], scaled);
+        }
 }
 
 /* out rows of `rows` (<= 4) queries: sum over token pairs of p . v, times inverse[r]. */
@@ -82,6 +88,8 @@ UFORM_BF16_TARGET void uform_attention_bf16(const float *q, const float *k, cons
     float inverse[UFORM_QUERY_TILE];
 
     uform_bf16_pack_keys_values(k, v, stride, n, padded, kp, vp);
+    /* the lanes of the last vector of scores that hold tokens (n - 16 to n) */
+    __mmask16 last_mask = (__mmask16)(n % 16 ? (1u << (n % 16)) - 1u : 0xffffu);
 
     for (size_t i0 = first; i0 < last; i0 += UFORM_QUERY_TILE) {
         size_t rows = last - i0 < UFORM_QUERY_TILE ? last - i0 : UFORM_QUERY_TILE;
@@ -95,10 +103,17 @@ UFORM_BF16_TARGET void uform_attention_bf16(const float *q, const float *k, cons
             _mm512_storeu_si512(query, pairs_low);
             _mm512_storeu_si512(query + 16, pairs_high);
         }
+        /* the scores and each row's maximum (the softmax's first pass, made
+         * as the scores are) */
+        __m512 top[UFORM_QUERY_TILE];
+        for (size_t r = 0; r < UFORM_QUERY_TILE; r++) top[r] = _mm512_set1_ps(-INFINITY);
         size_t j0 = 0;
-        for (; j0 + 32 <= padded; j0 += 32) uform_bf16_score_tile(queries, kp, padded, j0, 2, scores);
-        if (j0 < padded) uform_bf16_score_tile(queries, kp, padded, j0, 1, scores);
-        uform_bf16_softmax_tile(scores, rows, n, padded, 1.0f, probabilities, inverse);
+        for (; j0 + 32 <= padded; j0 += 32)
+            uform_bf16_score_tile(queries, kp, padded, j0, 2, j0 + 32 < padded ? 0xffff : last_mask, scores, top);
+        if (j0 < padded) uform_bf16_score_tile(queries, kp, padded, j0, 1, last_mask, scores, top);
+        float maxima[UFORM_QUERY_TILE];
+        for (size_t r = 0; r < UFORM_QUERY_TILE; r++) maxima[r] = _mm512_reduce_max_ps(top[r]);
+        uform_bf16_softmax_tile(scores, rows, n, padded, 1.0f, maxima, probabilities, inverse);
         for (size_t r = 0; r < rows; r += UFORM_VALUE_TILE) {
             size_t tile = rows - r < UFORM_VALUE_TILE ? rows - r : UFORM_VALUE_TILE;
             uform_bf16_value_tile(probabilities + r * half, half, tile, vp, inverse + r,

@@ -46,7 +46,10 @@ uform_bf16_exp2_nonpositive(__m512 t) {
 }
 
 /* Softmax of `rows` rows of n scores (n <= padded), row r at scores + r *
- * padded, each score s standing for e^(s * log2_scale * ln 2): 1 where the
+ * padded, with maxima[r] each row's largest of its n scores where the caller
+ * found it as it made them (SAPPHIRE's score products; NULL: found here, one
+ * pass over each row, as AMX does), each score s standing for
+ * e^(s * log2_scale * ln 2): 1 where the
  * scores are in base-2 units already (SAPPHIRE scales them by log2 e / 8 as
  * its products end), log2 e where they are natural (AMX's tiles). Writes each
  * row's probabilities 2^(s C - max C) as BF16 pairs along j into pairs + r *
@@ -60,8 +63,8 @@ uform_bf16_exp2_nonpositive(__m512 t) {
  * by side (a transpose puts lane l of every row in one vector). */
 static inline UFORM_SAPPHIRE_TARGET void uform_bf16_softmax_tile(const float *scores, size_t rows,
                                                                 size_t n, size_t padded,
-                                                                float log2_scale, uint32_t *pairs,
-                                                                float *inverse) {
+                                                                float log2_scale, const float *maxima,
+                                                                uint32_t *pairs, float *inverse) {
     const __m512 scale = _mm512_set1_ps(log2_scale);
     size_t full = n & ~(size_t)15, half = padded / 2;
     __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
@@ -70,12 +73,24 @@ static inline UFORM_SAPPHIRE_TARGET void uform_bf16_softmax_tile(const float *sc
     for (size_t r = 0; r < rows; r++) {
         const float *row = scores + r * padded;
         uint32_t *out = pairs + r * half;
-        __m512 top = _mm512_set1_ps(-INFINITY);
-        for (size_t j = 0; j < full; j += 16) top = _mm512_max_ps(top, _mm512_load_ps(row + j));
-        if (tail) top = _mm512_mask_max_ps(top, tail, top, _mm512_load_ps(row + full));
-        __m512 maximum = _mm512_set1_ps(_mm512_reduce_max_ps(top) * log2_scale);
+        float row_max = maxima ? maxima[r] : -INFINITY;
+        if (!maxima) {
+            __m512 top = _mm512_set1_ps(-INFINITY);
+            for (size_t j = 0; j < full; j += 16) top = _mm512_max_ps(top, _mm512_load_ps(row + j));
+            if (tail) top = _mm512_mask_max_ps(top, tail, top, _mm512_load_ps(row + full));
+            row_max = _mm512_reduce_max_ps(top);
+        }
+        __m512 maximum = _mm512_set1_ps(row_max * log2_scale);
         __m512 total = _mm512_setzero_ps();
         size_t j = 0;
+        /* whole vectors of the item: nothing to mask (the same sums) */
+        for (; j + 32 <= full; j += 32) {
+            __m512 low = uform_bf16_exp2_nonpositive(_mm512_fmsub_ps(_mm512_load_ps(row + j), scale, maximum));
+            __m512 high = uform_bf16_exp2_nonpositive(_mm512_fmsub_ps(_mm512_load_ps(row + j + 16), scale, maximum));
+            total = _mm512_add_ps(total, low);
+            total = _mm512_add_ps(total, high);
+            _mm512_storeu_si512(out + j / 2, (__m512i)_mm512_cvtne2ps_pbh(high, low));
+        }
         for (; j + 32 <= padded; j += 32) {
             __m512 low = uform_bf16_exp2_nonpositive(_mm512_fmsub_ps(_mm512_load_ps(row + j), scale, maximum));
             __m512 high = uform_bf16_exp2_nonpositive(_mm512_fmsub_ps(_mm512_load_ps(row + j + 16), scale, maximum));
