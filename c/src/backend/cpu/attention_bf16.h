@@ -36,12 +36,12 @@ uform_bf16_exp2_nonpositive(__m512 t) {
     t = _mm512_max_ps(t, _mm512_set1_ps(-126.0f));
     __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_set1_ps(1.326472731e-03f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671512991e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550733581e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402224243e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470037e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(UFORM_EXP2_P5);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P0));
     return _mm512_scalef_ps(p, n);
 }
 

@@ -7,7 +7,7 @@
  * nothing else). e^(-2u) is taken in base 2: t = (x K) (1 + 0.044715 x^2)
  * with K = -2 sqrt(2/pi) log2 e, clamped to [-126, 126], n = t rounded to
  * nearest even, 2^(t - n) by the degree-5 polynomial of BF16 attention's
- * softmax (attention_bf16.h: relative error at most 2e-7, p(0) = 1) and 2^n
+ * softmax (fast_exp.h's UFORM_EXP2_P*: relative error at most 2e-7, p(0) = 1) and 2^n
  * exactly, then x / (1 + 2^t). Where t > 126 (x below -10.001) the clamp
  * would leave x / (1 + 2^126), so 0 is taken: the exact GELU is smaller than
  * 1.3e-37 there. Against the tanh form in float64 it is as close as the
@@ -23,6 +23,7 @@
  * vscalefps, or the multiplication by 2^n, is the scalar's one rounding of
  * p 2^n (a subnormal only where n = -126, and then 1 + 2^t = 1 either way). */
 #include "backend/cpu/rows.h"
+#include "core/fast_exp.h"
 
 #include <math.h>
 #include <string.h>
@@ -32,13 +33,6 @@
 /* -2 sqrt(2/pi) log2 e, rounded to float: t = -2u in base-2 units */
 #define UFORM_GELU_K (-2.302208185f)
 #define UFORM_GELU_LIMIT 126.0f /* |t| clamp: 2^t stays a finite float */
-/* 2^f on [-1/2, 1/2] (attention_bf16.h's fit), highest degree first */
-#define UFORM_GELU_P5 1.326472731e-03f
-#define UFORM_GELU_P4 9.671512991e-03f
-#define UFORM_GELU_P3 5.550733581e-02f
-#define UFORM_GELU_P2 2.402224243e-01f
-#define UFORM_GELU_P1 6.931470037e-01f
-#define UFORM_GELU_P0 1.0f
 
 float uform_gelu_value(float v) {
     float w = fmaf(v * v, UFORM_GELU_A, 1.0f);
@@ -50,11 +44,11 @@ float uform_gelu_value(float v) {
     float shifted = x + round_magic;
     float n = shifted - round_magic;
     float f = x - n;
-    float p = fmaf(UFORM_GELU_P5, f, UFORM_GELU_P4);
-    p = fmaf(p, f, UFORM_GELU_P3);
-    p = fmaf(p, f, UFORM_GELU_P2);
-    p = fmaf(p, f, UFORM_GELU_P1);
-    p = fmaf(p, f, UFORM_GELU_P0);
+    float p = fmaf(UFORM_EXP2_P5, f, UFORM_EXP2_P4);
+    p = fmaf(p, f, UFORM_EXP2_P3);
+    p = fmaf(p, f, UFORM_EXP2_P2);
+    p = fmaf(p, f, UFORM_EXP2_P1);
+    p = fmaf(p, f, UFORM_EXP2_P0);
     /* 2^n from the low bits of shifted (fast_exp.h's way: no float-to-int
      * conversion of a NaN) */
     uint32_t shifted_bits;
@@ -80,11 +74,11 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 uform_gel
     x = _mm512_min_ps(_mm512_set1_ps(UFORM_GELU_LIMIT), x);
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(UFORM_GELU_P5), f, _mm512_set1_ps(UFORM_GELU_P4));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_GELU_P3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_GELU_P2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_GELU_P1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_GELU_P0));
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(UFORM_EXP2_P5), f, _mm512_set1_ps(UFORM_EXP2_P4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(UFORM_EXP2_P0));
     __m512 y = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(p, n)));
     __mmask16 clamped = _mm512_cmp_ps_mask(t, _mm512_set1_ps(UFORM_GELU_LIMIT), _CMP_GT_OQ);
     return _mm512_mask_mov_ps(y, clamped, _mm512_setzero_ps());
@@ -97,11 +91,11 @@ static inline __attribute__((always_inline, target("avx2,fma"))) __m256 uform_ge
     x = _mm256_min_ps(_mm256_set1_ps(UFORM_GELU_LIMIT), x);
     __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(UFORM_GELU_P5), f, _mm256_set1_ps(UFORM_GELU_P4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_GELU_P3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_GELU_P2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_GELU_P1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_GELU_P0));
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(UFORM_EXP2_P5), f, _mm256_set1_ps(UFORM_EXP2_P4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_EXP2_P3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_EXP2_P2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_EXP2_P1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(UFORM_EXP2_P0));
     /* 2^n, n in [-126, 126] (a NaN n makes some power, times a NaN p) */
     __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
