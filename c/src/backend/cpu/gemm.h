@@ -129,6 +129,13 @@ typedef struct {
      * none. */
     void (*tasks_begin)(void);
     void (*tasks_end)(void);
+    /* With several threads and enough rows, a task is one row group swept
+     * across every panel of the pass (gemm.c, uform_gemm_blocking): for the
+     * classes whose one-panel kernels prefetch the next panel, so that W
+     * streams from L3 behind the products; false: tiles that keep a W block
+     * in L2 for several row groups (AMX, bounded by its tile loads, and the
+     * Arm classes, whose kernels do not prefetch). */
+    bool row_group_tasks;
 } uform_gemm_class_t;
 
 /* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */

@@ -128,6 +128,7 @@ static const uform_gemm_class_t uform_haswell_gemm = {
                     uform_haswell_f32_4x1, uform_haswell_f32_5x1, uform_haswell_f32_6x1},
     .wide_f32 = {NULL, uform_haswell_f32_1x4},
     .decode_e4m3 = uform_e4m3_decode_f32_avx2,
+    .row_group_tasks = true,
 };
 
 static uform_status_t uform_haswell_pack(const uint16_t *weights, size_t n, size_t k,

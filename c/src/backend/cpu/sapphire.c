@@ -129,6 +129,7 @@ static const uform_gemm_class_t uform_sapphire_gemm = {
     .wide_panels = UFORM_SAPPHIRE_WIDE,
     .wide = {NULL, uform_sapphire_kernel_1x4, uform_sapphire_kernel_2x4},
     .decode_e4m3 = uform_e4m3_decode_bf16_avx512, /* E4M3 tiles in BF16 PAIRS (gemm.h) */
+    .row_group_tasks = true,                      /* its kernels prefetch (gemm.h) */
 };
 
 static uform_status_t uform_sapphire_pack(const uint16_t *weights, size_t n, size_t k,

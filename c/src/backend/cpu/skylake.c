@@ -118,6 +118,7 @@ static const uform_gemm_class_t uform_skylake_gemm = {
                     uform_skylake_f32_13x1, uform_skylake_f32_14x1},
     .wide_f32 = {NULL, uform_skylake_f32_1x4, uform_skylake_f32_2x4},
     .decode_e4m3 = uform_e4m3_decode_f32_avx2,
+    .row_group_tasks = true,
 };
 
 static uform_status_t uform_skylake_pack(const uint16_t *weights, size_t n, size_t k,
