@@ -474,8 +474,8 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
  * k block by k block, while it is in L1, and no packing pass before the
  * tasks; each sweep prefetches the next panel, so W comes from L3 behind the
  * products). Measured on the 2-core Zen 4 against the tiles below, the same
- * process alternating the two (text_encode, depth 12, hidden 512):
- * SAPPHIRE +0.7% at batch 256 and one text per call while the machine was
+ * process alternating the two (text_encode, depth 12, hidden 512, 32-48
+ * texts in one call and one text per call): SAPPHIRE +0.7% while the machine was
  * quiet, +5% to +10% while other work loaded its memory (the packing pass
  * and its buffer's round trip through L3 suffer most there); HASWELL +3.5%;
  * SKYLAKE within +-0.6%; one thread within +-0.6% (so left as it was).

@@ -215,8 +215,8 @@ static void uform_sgemm_pack_a(const uform_sgemm_kernels_t *ks, uform_matrix_t a
     size_t mr = ks->mr;
     if (a.transposed && mr * sizeof(float) < 64) {
         /* op(a)[i, p] = a.data[p * stride + i] (the weight gradient's A),
-         * groups whose runs are shorter than a cache line (AVX2's and NEON's 6
-         * rows: 24 bytes): one group at a time, its destination written in
+         * groups whose runs are shorter than a cache line (the AVX2, NEON and
+         * portable paths' 6 rows: 24 bytes): one group at a time, its destination written in
          * order while the rows' lines it reads stay in L1 for the next group
          * (bench/sgemm_bench.c on the 2-core Zen 4, AVX2 path: the weight
          * gradients 6-9% faster than k step by k step across the groups
