@@ -2,9 +2,10 @@
 
 For every CPU class this machine runs, the model of bench/harness.py (depth 12, hidden 512) is
 loaded twice, as BF16 and with quantization=E4M3, and timed in alternating rounds (so drift in
-a shared VM hits both): batch 256 of 64-512-byte texts in one call, and batch 1 (16 such texts,
-one call each). SERIAL, the portable reference class, is far slower and gets batch 16 and 4
-single texts instead. Prints a markdown section (the machine, memory, texts/s, ratios) that
+a shared VM hits both): batch 256 of 64-512-byte texts in one call, batch 1 (16 such texts,
+one call each), and short queries (64 texts of 8-64 bytes, one call each: products of a few row
+groups, where the weights' bytes matter most). SERIAL, the portable reference class, is far
+slower and gets batch 16, 4 single texts and 8 queries instead. Prints a markdown section (the machine, memory, texts/s, ratios) that
 docs/benchmarks.md carries; `--output FILE` also writes it there.
 
     python3 bench/quantized_report.py [--output docs/benchmarks-e4m3.md] [--classes haswell ...]
@@ -70,8 +71,10 @@ def main() -> None:
                                     quantization=uform.Scalar.E4M3)
         serial = cpu_class == uform.CPUClass.SERIAL
         big = 16 if serial else harness.BIG_BATCH
+        queries = harness.texts_for(harness.QUERY)
         workloads = [(f"batch {big}", harness.make_texts(big, seed=harness.BIG_BATCH), False),
-                     ("batch 1", harness.make_texts(4 if serial else harness.SINGLE_TEXTS, seed=1), True)]
+                     ("batch 1", harness.make_texts(4 if serial else harness.SINGLE_TEXTS, seed=1), True),
+                     ("queries of 8-64 bytes", queries[:8] if serial else queries, True)]
         arena = uform.Arena()
         memory = [m.describe().memory_usage / 2**20 for m in (bf16, e4m3)]
         for title, texts, per_call in workloads:

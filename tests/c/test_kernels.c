@@ -578,27 +578,33 @@ static void test_e4m3(const uform_cpu_kernels_t *kernels, uform_executor_t **exe
                     kernels->gemm(executor, &bf16, p.x, p.x_stride, m, p.bias, epilogue, expected,
                                   p.y_stride);
                     /* each task decoding into its thread's L2 tile (up to a
-                     * text's rows), then, with that off, the panels decoded in
-                     * one pass, in passes of a few panels (or one), and the
-                     * stack tiles where not one panel fits */
-                    static const size_t local_rows[] = {UFORM_GEMM_E4M3_LOCAL_ROWS, 0, 0, 0};
+                     * text's rows) in its first row group's kernels where the
+                     * class reads E4M3 panels directly (SAPPHIRE with VBMI),
+                     * then by the tile decoder; then, with the tiles off, the
+                     * panels decoded in one pass, in passes of a few panels
+                     * (or one), and the stack tiles where not one panel fits */
+                    static const size_t local_rows[] = {UFORM_GEMM_E4M3_LOCAL_ROWS,
+                                                        UFORM_GEMM_E4M3_LOCAL_ROWS, 0, 0, 0};
+                    static const bool direct[] = {true, false, true, true, true};
                     static const size_t decoded_limits[] = {UFORM_GEMM_DECODED_MAX, UFORM_GEMM_DECODED_MAX,
-                                                            24576, 1};
+                                                            UFORM_GEMM_DECODED_MAX, 24576, 1};
                     for (size_t l = 0; l < sizeof(decoded_limits) / sizeof(decoded_limits[0]); l++) {
                         if (l > 0 && accumulate)
                             for (size_t i = 0; i < m; i++)
                                 memcpy(got + i * p.y_stride, y_start + i * n, n * sizeof(float));
                         uform_gemm_e4m3_local_rows = local_rows[l];
+                        uform_gemm_e4m3_direct_kernels = direct[l];
                         uform_gemm_decoded_max = decoded_limits[l];
                         kernels->gemm(executor, &e4m3, p.x, p.x_stride, m, p.bias, epilogue, got,
                                       p.y_stride);
                         CHECK(memcmp(got, expected, m * p.y_stride * sizeof(float)) == 0,
                               "%s E4M3 m=%zu n=%zu k=%zu bias=%d accumulate=%d local tiles up to %zu "
-                              "rows, decoded at most %zu bytes: differs from BF16",
+                              "rows, direct kernels %d, decoded at most %zu bytes: differs from BF16",
                               kernels->name, m, n, k, p.bias != NULL, accumulate, local_rows[l],
-                              decoded_limits[l]);
+                              direct[l], decoded_limits[l]);
                     }
                     uform_gemm_e4m3_local_rows = UFORM_GEMM_E4M3_LOCAL_ROWS;
+                    uform_gemm_e4m3_direct_kernels = true;
                     uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
                     free(y_start);
                     free(expected);

@@ -10,19 +10,12 @@
  * the power-of-two scale, which keeps every value a normal FP32 (quantize.h).
  * So no flush mode can change a bit. */
 #include "backend/cpu/e4m3_decode.h"
+#include "backend/cpu/e4m3_f16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #define UFORM_E4M3_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-/* 16 codes as FP16 bits of value x 2^-8 in 16-bit lanes. */
-static inline __attribute__((always_inline)) UFORM_E4M3_AVX2 __m256i
-uform_e4m3_to_f16x16(const uint8_t *codes) {
-    __m256i wide = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
-    __m256i shifted = _mm256_srai_epi16(_mm256_slli_epi16(wide, 8), 1);
-    return _mm256_and_si256(shifted, _mm256_set1_epi16((short)0xbfff));
-}
 
 /* 8 codes likewise in the low 128 bits. */
 static inline __attribute__((always_inline)) UFORM_E4M3_AVX2 __m128i

@@ -17,6 +17,7 @@
  * decoder: a 512-bit one measured no faster (its 4-byte outputs, not the
  * instructions, bound it). */
 #include "backend/cpu/e4m3_decode.h"
+#include "backend/cpu/e4m3_vbmi.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -48,8 +49,8 @@ static const uint16_t uform_e4m3_subnormal_bf16[32] = {0x0000, 0x3b00, 0x3b80, 0
  * 119] (codes span 2^-9 to 2^8.8, BF16's normal exponents 2^-126 to 2^127).
  * Fewer and lighter instructions than the FP path (no VCVTPH2PS, no
  * VCVTNE2PS2BF16): docs/benchmarks-e4m3.md. */
-static UFORM_E4M3_AVX512_BF16 bool uform_e4m3_scale_shifts(const float *scales, size_t width,
-                                                            int16_t *shifts) {
+UFORM_E4M3_AVX512_BF16 bool uform_e4m3_scale_shifts(const float *scales, size_t width,
+                                                     int16_t *shifts) {
     __mmask16 bad = 0;
     for (size_t i = 0; i < width; i += 16) {
         size_t left = width - i;
@@ -115,18 +116,9 @@ UFORM_E4M3_AVX512_BF16 void uform_e4m3_decode_bf16_avx512bw(const uint8_t *codes
 
 /* ---- AVX-512 VBMI: 64 codes at a time, from two byte tables ----------------
  *
- * The integer path's BF16 bits of each magnitude (0 to 127) are fixed, so
- * two 128-byte tables hold them, low bytes and high bytes, and VPERMI2B looks
- * up 64 codes in each at once (it reads the low 7 bits of each index: the
- * sign is left out). The sign goes into the high bytes, the bytes are
- * interleaved into 16-bit lanes, and the scale's exponent is added to each
- * nonzero one as above. About half the instructions per code of the 32-lane
- * path (E4M3 queries on AMX: docs/benchmarks-e4m3.md). VPUNPCKLBW and
- * VPUNPCKHBW interleave within 128-bit lanes, so the codes are first
- * reordered (VPERMB) for the words to come out in order. */
-
-#define UFORM_E4M3_VBMI                                                                       \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c")))
+ * The steps are e4m3_vbmi.h's (shared with SAPPHIRE's kernels that read E4M3
+ * panels directly): about half the instructions per code of the 32-lane path
+ * (E4M3 queries on AMX: docs/benchmarks-e4m3.md). */
 
 /* The integer path's bits of magnitude m: 0x3C00 + (m << 4) from 8 up, the
  * normalized subnormals (uform_e4m3_subnormal_bf16) below. */
@@ -142,13 +134,13 @@ UFORM_E4M3_AVX512_BF16 void uform_e4m3_decode_bf16_avx512bw(const uint8_t *codes
     {UFORM_E4M3_ROW(F, 0),  UFORM_E4M3_ROW(F, 16), UFORM_E4M3_ROW(F, 32),                     \
      UFORM_E4M3_ROW(F, 48), UFORM_E4M3_ROW(F, 64), UFORM_E4M3_ROW(F, 80),                     \
      UFORM_E4M3_ROW(F, 96), UFORM_E4M3_ROW(F, 112)}
-static const uint8_t uform_e4m3_low_bytes[128] = UFORM_E4M3_TABLE(UFORM_E4M3_LOW);
-static const uint8_t uform_e4m3_high_bytes[128] = UFORM_E4M3_TABLE(UFORM_E4M3_HIGH);
+const uint8_t uform_e4m3_low_bytes[128] = UFORM_E4M3_TABLE(UFORM_E4M3_LOW);
+const uint8_t uform_e4m3_high_bytes[128] = UFORM_E4M3_TABLE(UFORM_E4M3_HIGH);
 
 /* Byte 16 L + j of the reordered codes is code 8 L + j, byte 16 L + 8 + j
  * code 32 + 8 L + j (L the 128-bit lane, j < 8): the low unpack then yields
  * codes 0 to 31 in order, the high one 32 to 63. */
-static const uint8_t uform_e4m3_vbmi_order[64] = {
+const uint8_t uform_e4m3_vbmi_order[64] = {
     0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,
     8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,
     16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
@@ -156,32 +148,21 @@ static const uint8_t uform_e4m3_vbmi_order[64] = {
 
 /* Rows of a multiple of 64 codes with power-of-two scales (every AMX and
  * SAPPHIRE panel of a quantized model); anything else as the 32-lane path. */
-UFORM_E4M3_VBMI void uform_e4m3_decode_bf16_vbmi(const uint8_t *codes, size_t rows, size_t width,
-                                                 const float *scales, void *out) {
+UFORM_E4M3_VBMI_TARGET void uform_e4m3_decode_bf16_vbmi(const uint8_t *codes, size_t rows,
+                                                        size_t width, const float *scales,
+                                                        void *out) {
     int16_t shifts[UFORM_E4M3_WIDTH_MAX + 32];
     if (width % 64 != 0 || !uform_e4m3_scale_shifts(scales, width, shifts)) {
         uform_e4m3_decode_bf16_avx512bw(codes, rows, width, scales, out);
         return;
     }
     uint16_t *dst = out;
-    const __m512i low0 = _mm512_loadu_si512(uform_e4m3_low_bytes);
-    const __m512i low1 = _mm512_loadu_si512(uform_e4m3_low_bytes + 64);
-    const __m512i high0 = _mm512_loadu_si512(uform_e4m3_high_bytes);
-    const __m512i high1 = _mm512_loadu_si512(uform_e4m3_high_bytes + 64);
-    const __m512i order = _mm512_loadu_si512(uform_e4m3_vbmi_order);
-    const __m512i sign = _mm512_set1_epi8((char)0x80), magnitude = _mm512_set1_epi16(0x7fff);
+    const uform_e4m3_vbmi_tables_t tables = uform_e4m3_vbmi_tables();
     for (size_t r = 0; r < rows; r++, codes += width, dst += width)
         for (size_t i = 0; i < width; i += 64) {
-            __m512i c = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(codes + i));
-            __m512i low = _mm512_permutex2var_epi8(low0, c, low1);
-            /* high | (c & 0x80): the sign */
-            __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, c, high1), c,
-                                                     sign, 0xF8);
-            __m512i first = _mm512_unpacklo_epi8(low, high), second = _mm512_unpackhi_epi8(low, high);
-            first = _mm512_mask_add_epi16(first, _mm512_test_epi16_mask(first, magnitude), first,
-                                          _mm512_loadu_si512(shifts + i));
-            second = _mm512_mask_add_epi16(second, _mm512_test_epi16_mask(second, magnitude), second,
-                                           _mm512_loadu_si512(shifts + i + 32));
+            __m512i first, second;
+            uform_e4m3_vbmi_decode64(codes + i, &tables, _mm512_loadu_si512(shifts + i),
+                                     _mm512_loadu_si512(shifts + i + 32), &first, &second);
             _mm512_storeu_si512(dst + i, first);
             _mm512_storeu_si512(dst + i + 32, second);
         }

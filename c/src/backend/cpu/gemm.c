@@ -227,6 +227,9 @@ typedef struct {
     /* The tile tasks' decoded tiles, UFORM_GEMM_E4M3_LOCAL_TILE_BYTES per
      * pool thread (NULL: a UFORM_GEMM_TILE_BYTES tile on each task's stack). */
     unsigned char *tiles;
+    /* The tile tasks' first row group decodes the panels in its kernels
+     * (uform_gemm_e4m3_direct). */
+    bool direct;
 } uform_gemm_job_t;
 
 /* Per-task stack buffers: the packed A panels (a row group's, and the next
@@ -241,6 +244,7 @@ typedef struct {
 
 size_t uform_gemm_decoded_max = UFORM_GEMM_DECODED_MAX;
 size_t uform_gemm_e4m3_local_rows = UFORM_GEMM_E4M3_LOCAL_ROWS;
+bool uform_gemm_e4m3_direct_kernels = true;
 
 /* Bytes of one panel's decoded k block of the class's kc, as the L2 tiles
  * hold it. */
@@ -264,6 +268,43 @@ static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_cla
                    : pairs                 ? uform_e4m3_decode_bf16_portable
                                            : uform_e4m3_decode_f32_portable;
     return codes;
+}
+
+/* A partial last panel (cols < nr) is computed full width in buffers->edge:
+ * its rows of c copied in unless the block is the first, its bias padded
+ * with zeros (the bias the kernel gets, NULL without one); then copied out. */
+static const float *uform_gemm_edge_in(const uform_gemm_job_t *job, const float *c, size_t rows,
+                                       size_t cols, int first, const float *bias,
+                                       uform_gemm_buffers_t *buffers) {
+    size_t nr = job->gemm_class->nr;
+    if (!first)
+        for (size_t r = 0; r < rows; r++)
+            memcpy(buffers->edge + r * nr, c + r * job->y_stride, cols * sizeof(float));
+    if (!bias) return NULL;
+    memset(buffers->edge_bias, 0, nr * sizeof(float));
+    memcpy(buffers->edge_bias, bias, cols * sizeof(float));
+    return buffers->edge_bias;
+}
+
+static void uform_gemm_edge_out(const uform_gemm_job_t *job, float *c, size_t rows, size_t cols,
+                                const uform_gemm_buffers_t *buffers) {
+    size_t nr = job->gemm_class->nr;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(c + r * job->y_stride, buffers->edge + r * nr, cols * sizeof(float));
+}
+
+/* After the last k block of rows [i, i + rows) over panels [q0, q1): the
+ * bias (add_bias) and GELU over them, while they are in L1/L2 (one call per
+ * sweep: per kernel tile, HASWELL's 6 x 16, the calls cost more than they
+ * saved). */
+static void uform_gemm_finish_rows(const uform_gemm_job_t *job, size_t i, size_t rows, size_t q0,
+                                   size_t q1) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    size_t nr = gc->nr;
+    float *swept = job->y + i * job->y_stride + q0 * nr;
+    size_t swept_cols = uform_min(q1 * nr, job->w->n) - q0 * nr;
+    if (job->bias && gc->add_bias) gc->add_bias(swept, rows, swept_cols, job->y_stride, job->bias + q0 * nr);
+    if (job->gelu) uform_gelu_rows(swept, rows, swept_cols, job->y_stride);
 }
 
 /* Rows [i, i + rows) of k block [k0, k0 + kb), packed into buffers->a_panel,
@@ -294,17 +335,9 @@ static void uform_gemm_sweep(const uform_gemm_job_t *job, const uform_gemm_panel
                    first, bias);
             continue;
         }
-        if (!first)
-            for (size_t r = 0; r < rows; r++)
-                memcpy(buffers->edge + r * nr, c + r * job->y_stride, cols * sizeof(float));
-        if (bias) {
-            memset(buffers->edge_bias, 0, nr * sizeof(float));
-            memcpy(buffers->edge_bias, bias, cols * sizeof(float));
-            bias = buffers->edge_bias;
-        }
+        bias = uform_gemm_edge_in(job, c, rows, cols, first, bias, buffers);
         kernel(kb, a_panel, UFORM_GEMM_B(q), 0, buffers->edge, nr, first, bias);
-        for (size_t r = 0; r < rows; r++)
-            memcpy(c + r * job->y_stride, buffers->edge + r * nr, cols * sizeof(float));
+        uform_gemm_edge_out(job, c, rows, cols, buffers);
     }
 #undef UFORM_GEMM_B
 }
@@ -343,7 +376,7 @@ static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_
                                   size_t i0, size_t i1, size_t k0, size_t kb, int first, int last,
                                   size_t q0, size_t q1, uform_gemm_buffers_t *buffers) {
     const uform_gemm_class_t *gc = job->gemm_class;
-    size_t mr = gc->mr, n = job->w->n;
+    size_t mr = gc->mr;
     for (size_t i = i0, rows; i < i1; i += rows) {
         if (panels->pair && i + 2 * mr <= i1) {
             rows = 2 * mr;
@@ -357,14 +390,7 @@ static void uform_gemm_row_groups(const uform_gemm_job_t *job, const uform_gemm_
              * prefetch the next one; the later row groups find them in L2 */
             uform_gemm_sweep(job, panels, a_panel, i, rows, kb, first, last, q0, q1, i == i0, buffers);
         }
-        /* The bias (add_bias) and GELU over the rows just finished, while
-         * they are in L1/L2 (one call per sweep: per kernel tile, HASWELL's
-         * 6 x 16, the calls cost more than they saved) */
-        float *swept = job->y + i * job->y_stride + q0 * gc->nr;
-        size_t swept_cols = uform_min(q1 * gc->nr, n) - q0 * gc->nr;
-        if (last && job->bias && gc->add_bias)
-            gc->add_bias(swept, rows, swept_cols, job->y_stride, job->bias + q0 * gc->nr);
-        if (last && job->gelu) uform_gelu_rows(swept, rows, swept_cols, job->y_stride);
+        if (last) uform_gemm_finish_rows(job, i, rows, q0, q1);
     }
 }
 
@@ -431,6 +457,50 @@ static void uform_gemm_task(void *context, size_t begin, size_t end, size_t thre
     if (gc->tasks_end) gc->tasks_end();
 }
 
+/* Whether the tile tasks' first row group reads the E4M3 panels directly:
+ * a class with kernels_e4m3 that takes these scales on this CPU, whose
+ * panel blocks fit the tile as the tile decoder would write them. */
+static bool uform_gemm_e4m3_direct(const uform_gemm_job_t *job) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    size_t panels = job->w->n / gc->nr + (job->w->n % gc->nr != 0);
+    return uform_gemm_e4m3_direct_kernels && gc->kernels_e4m3[1] &&
+           (!gc->e4m3_kernels_take || gc->e4m3_kernels_take(job->codes.slot_scales, panels * job->codes.slots));
+}
+
+/* Rows [i, i + rows) (one row group) of k block [k0, k0 + kb) swept over
+ * E4M3 panels [q0, q1) by the class's kernels_e4m3, each panel's decoded
+ * block written to decoded + (q - q0) * panel_bytes when `decoded` is not
+ * NULL; then the bias (add_bias) and GELU over the rows, as
+ * uform_gemm_row_groups does. */
+static void uform_gemm_e4m3_sweep(const uform_gemm_job_t *job, size_t i, size_t rows, size_t k0,
+                                  size_t kb, int first, int last, size_t q0, size_t q1,
+                                  unsigned char *decoded, size_t panel_bytes,
+                                  uform_gemm_buffers_t *buffers) {
+    const uform_gemm_class_t *gc = job->gemm_class;
+    const uform_gemm_codes_t *codes = &job->codes;
+    size_t n = job->w->n, nr = gc->nr, panel_codes = codes->kp * nr;
+    const float *kernel_bias = gc->add_bias ? NULL : job->bias;
+    uform_e4m3_kernel_fn_t kernel = gc->kernels_e4m3[rows];
+    const void *a_panel = uform_gemm_a_panel(job, i, rows, k0, kb, buffers->a_panel);
+    for (size_t q = q0; q < q1; q++) {
+        const uint8_t *panel = codes->codes + q * panel_codes + k0 * nr;
+        const uint8_t *next = q + 1 < q1 ? panel + panel_codes : NULL;
+        const float *scales = codes->slot_scales + q * codes->slots;
+        void *block = decoded ? decoded + (q - q0) * panel_bytes : NULL;
+        size_t j = q * nr, cols = uform_min(nr, n - j);
+        float *c = job->y + i * job->y_stride + j;
+        const float *bias = last && kernel_bias ? kernel_bias + j : NULL;
+        if (cols == nr) {
+            kernel(kb, a_panel, panel, scales, next, block, c, job->y_stride, first, bias);
+            continue;
+        }
+        bias = uform_gemm_edge_in(job, c, rows, cols, first, bias, buffers);
+        kernel(kb, a_panel, panel, scales, NULL, block, buffers->edge, nr, first, bias);
+        uform_gemm_edge_out(job, c, rows, cols, buffers);
+    }
+    if (last) uform_gemm_finish_rows(job, i, rows, q0, q1);
+}
+
 /* E4M3 tasks that decode their own panels (uform_gemm_run): for each k
  * block, the task's panels are decoded into a tile, an L1 one on its stack or
  * the thread's L2 one, then every row group sweeps them. */
@@ -456,12 +526,22 @@ static void uform_gemm_task_e4m3_tile(void *context, size_t begin, size_t end, s
             /* rows of the panel this block covers, its padding included
              * (k0 is a multiple of kc, so of k_align): pairs of k for PAIRS */
             size_t kbp = uform_gemm_class_k(gc, job->w->layout, kb), panel_rows = pairs ? kbp / 2 : kbp;
+            uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, codes->size, job->b.kernels,
+                                          job->b.wide, job->b.pair};
+            if (job->direct) {
+                /* the first row group's kernels decode the panels as they
+                 * multiply, writing the tile only for the rows after them */
+                size_t rows = uform_min(mr, i1 - i0);
+                uform_gemm_e4m3_sweep(job, i0, rows, k0, kb, first, last, q0, q1,
+                                      i1 - i0 > rows ? tile : NULL, kbp_max * nr * codes->size, &buffers);
+                if (i0 + rows < i1)
+                    uform_gemm_row_groups(job, &panels, i0 + rows, i1, k0, kb, first, last, q0, q1, &buffers);
+                continue;
+            }
             for (size_t q = q0; q < q1; q++)
                 codes->decode(codes->codes + q * codes->kp * nr + k0 * nr, panel_rows, codes->slots,
                               codes->slot_scales + q * codes->slots,
                               tile + (q - q0) * kbp_max * nr * codes->size);
-            uform_gemm_panels_t panels = {tile, q0, kbp_max * nr, codes->size, job->b.kernels,
-                                          job->b.wide, job->b.pair};
             uform_gemm_row_groups(job, &panels, i0, i1, k0, kb, first, last, q0, q1, &buffers);
         }
     }
@@ -609,6 +689,7 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         job.q_begin = job.b.first = q_begin;
         job.q_end = uform_min(panels, q_begin + pass_panels);
         uform_gemm_blocking(&job, threads, job.q_end - q_begin, task == uform_gemm_task_e4m3_tile);
+        job.direct = task == uform_gemm_task_e4m3_tile && job.tiles && uform_gemm_e4m3_direct(&job);
         job.decode_panels = job.decoded ? job.q_end - q_begin : 0;
         /* Tasks side by side across n would each pack the same rows of A (3
          * to 8 times for one text's projections, on one thread as on

@@ -17,7 +17,11 @@
  * scale of each slot. A product of up to a text's rows (1 to
  * uform_gemm_e4m3_local_rows) takes all its rows in one block: each task
  * decodes its panels, a k block at a time, into its thread's L2 tile, and
- * every row sweeps them. A larger one decodes its panels once, before its tasks,
+ * every row sweeps them; where the class has kernels that read E4M3 panels
+ * (kernels_e4m3: SAPPHIRE with VBMI, SKYLAKE), its first row group's kernels
+ * do that decoding as they multiply, writing the tile for the rows after it
+ * (a short query's products: the codes' trip from memory overlaps the
+ * products instead of preceding them). A larger one decodes its panels once, before its tasks,
  * into a buffer of the class's compute type (e4m3_decode.h: the FP32 classes
  * get FP32 in PLAIN order, read by kernels_f32; the BF16 classes BF16 PAIRS,
  * read by their usual kernels), up to uform_gemm_decoded_max bytes at a time
@@ -70,6 +74,10 @@ UFORM_INTERNAL extern size_t uform_gemm_decoded_max;
 /* That bound as the GEMM reads it; tests set 0 to run the other paths at
  * these sizes. Not for callers. */
 UFORM_INTERNAL extern size_t uform_gemm_e4m3_local_rows;
+/* Whether those products' first row group runs the class's kernels that
+ * read E4M3 panels directly (kernels_e4m3), where it has them; tests turn it
+ * off to run the tile decoder there. Not for callers. */
+UFORM_INTERNAL extern bool uform_gemm_e4m3_direct_kernels;
 #define UFORM_GEMM_E4M3_LOCAL_TILE_BYTES (256u << 10)
 
 typedef enum { UFORM_GEMM_PLAIN, UFORM_GEMM_HALVES, UFORM_GEMM_PAIRS } uform_gemm_layout_t;
@@ -90,6 +98,17 @@ typedef void (*uform_microkernel_fn_t)(size_t kc, const void *a, const void *b,
  * groups at once, a0 (rows 0 to mr - 1) and a1 (the next mr): one panel,
  * the same chains over k, so the same bits; c_stride apart, in place; no
  * bias (a class with pair kernels has add_bias). */
+/* A one-panel kernel that reads the panel's E4M3 codes in the class's E4M3
+ * layout (`codes` at the block's first row of the panel: a pair of k for
+ * PAIRS, a step of k for PLAIN; `scales` the panel's slot scales) and
+ * decodes them in registers as the class's tile decoder does, so it gives
+ * exactly the decoded tile's kernel's results; `next`, when not NULL, the
+ * sweep's next panel at the same k, to prefetch; `decoded`, when not NULL
+ * (64-byte aligned), receives the decoded block as the tile decoder writes
+ * it, for the other row groups' usual kernels. */
+typedef void (*uform_e4m3_kernel_fn_t)(size_t kc, const void *a, const uint8_t *codes,
+                                       const float *scales, const uint8_t *next, void *decoded,
+                                       float *c, size_t c_stride, int first, const float *bias);
 typedef void (*uform_pair_kernel_fn_t)(size_t kc, const void *a0, const void *a1, const void *b,
                                        float *c, size_t c_stride, int first);
 /* Packs x[rows, kc] (rows x_stride floats apart) into the A panel layout of
@@ -136,6 +155,13 @@ typedef struct {
      * in L2 for several row groups (AMX, bounded by its tile loads, and the
      * Arm classes, whose kernels do not prefetch). */
     bool row_group_tasks;
+    /* Kernels reading E4M3 panels directly (NULL: none): the first row group
+     * of a product of up to uform_gemm_e4m3_local_rows rows runs them,
+     * writing the decoded tile for the others as it goes (gemm.c); and
+     * whether they take a matrix of these `count` slot scales on this CPU
+     * (NULL: always). */
+    uform_e4m3_kernel_fn_t kernels_e4m3[UFORM_GEMM_MR_MAX + 1];
+    bool (*e4m3_kernels_take)(const float *scales, size_t count);
 } uform_gemm_class_t;
 
 /* pack_a for FP32 kernels: a[p * rows + r] = x[r, p]. */

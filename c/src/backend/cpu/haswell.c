@@ -129,6 +129,10 @@ static const uform_gemm_class_t uform_haswell_gemm = {
     .wide_f32 = {NULL, uform_haswell_f32_1x4},
     .decode_e4m3 = uform_e4m3_decode_f32_avx2,
     .row_group_tasks = true,
+    /* no kernels_e4m3: decoding 16 codes a step in its kernels (e4m3_f16.h)
+     * measured 5-10% slower than the tiles on 8-64-byte queries (the 2-core
+     * Zen 4, 2026-12-06): its 12 FMAs a step leave no room for the 8
+     * decoding operations, two of them multiplications */
 };
 
 static uform_status_t uform_haswell_pack(const uint16_t *weights, size_t n, size_t k,

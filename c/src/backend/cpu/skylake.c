@@ -7,6 +7,7 @@
  * (gemm.h) the same kernels read. Functions carry their own target (see haswell.c). */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/e4m3_decode.h"
+#include "backend/cpu/e4m3_f16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -97,6 +98,73 @@ UFORM_SKYLAKE_KERNEL(14, 1)
 UFORM_SKYLAKE_KERNEL(1, 4)
 UFORM_SKYLAKE_KERNEL(2, 4)
 
+/* rows x 32 outputs as uform_skylake_kernel's on a decoded FP32 tile (one
+ * panel, the same chains over k), reading the panel's E4M3 codes (PLAIN: 32
+ * a step of k) and decoding them in registers as the tile decoder does
+ * (e4m3_f16.h); `decoded`, when not NULL, receives them as that decoder
+ * writes them, for the other row groups' kernels (gemm.h, kernels_e4m3). */
+#define UFORM_SKYLAKE_E4M3 __attribute__((target("avx512f,avx2,fma,f16c")))
+static inline __attribute__((always_inline)) UFORM_SKYLAKE_E4M3 void
+uform_skylake_kernel_e4m3(size_t rows, size_t kc, const float *a, const uint8_t *codes,
+                          const float *scales, const uint8_t *next, float *decoded, float *c,
+                          size_t c_stride, int first, const float *bias) {
+    __m512 acc[UFORM_SKYLAKE_MR][2];
+#pragma GCC unroll 16
+    for (size_t r = 0; r < rows; r++)
+        for (size_t v = 0; v < 2; v++)
+            acc[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * c_stride + 16 * v);
+    const __m512 two8 = _mm512_set1_ps(256.0f); /* exact: scales are powers of two */
+    const __m512 scale0 = _mm512_mul_ps(_mm512_loadu_ps(scales), two8);
+    const __m512 scale1 = _mm512_mul_ps(_mm512_loadu_ps(scales + 16), two8);
+    for (size_t p = 0; p < kc; p++) {
+        const uint8_t *step = codes + p * UFORM_SKYLAKE_NR;
+        if (next) _mm_prefetch((const char *)(next + p * UFORM_SKYLAKE_NR), _MM_HINT_T1);
+        __m512 w0 = _mm512_mul_ps(_mm512_cvtph_ps(uform_e4m3_to_f16x16(step)), scale0);
+        __m512 w1 = _mm512_mul_ps(_mm512_cvtph_ps(uform_e4m3_to_f16x16(step + 16)), scale1);
+        if (decoded) {
+            _mm512_store_ps(decoded + p * UFORM_SKYLAKE_NR, w0);
+            _mm512_store_ps(decoded + p * UFORM_SKYLAKE_NR + 16, w1);
+        }
+#pragma GCC unroll 16
+        for (size_t r = 0; r < rows; r++) {
+            __m512 x = _mm512_set1_ps(a[p * rows + r]);
+            acc[r][0] = _mm512_fmadd_ps(x, w0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, w1, acc[r][1]);
+        }
+    }
+    for (size_t v = 0; v < 2 && bias; v++) {
+        __m512 bias_v = _mm512_loadu_ps(bias + 16 * v);
+#pragma GCC unroll 16
+        for (size_t r = 0; r < rows; r++) acc[r][v] = _mm512_add_ps(acc[r][v], bias_v);
+    }
+#pragma GCC unroll 16
+    for (size_t r = 0; r < rows; r++)
+        for (size_t v = 0; v < 2; v++) _mm512_storeu_ps(c + r * c_stride + 16 * v, acc[r][v]);
+}
+
+#define UFORM_SKYLAKE_E4M3_KERNEL(R)                                                            \
+    static UFORM_SKYLAKE_E4M3 void uform_skylake_kernel_e4m3_##R(                               \
+        size_t kc, const void *a, const uint8_t *codes, const float *scales,                    \
+        const uint8_t *next, void *decoded, float *c, size_t c_stride, int first,               \
+        const float *bias) {                                                                    \
+        uform_skylake_kernel_e4m3(R, kc, a, codes, scales, next, decoded, c, c_stride, first,   \
+                                  bias);                                                        \
+    }
+UFORM_SKYLAKE_E4M3_KERNEL(1)
+UFORM_SKYLAKE_E4M3_KERNEL(2)
+UFORM_SKYLAKE_E4M3_KERNEL(3)
+UFORM_SKYLAKE_E4M3_KERNEL(4)
+UFORM_SKYLAKE_E4M3_KERNEL(5)
+UFORM_SKYLAKE_E4M3_KERNEL(6)
+UFORM_SKYLAKE_E4M3_KERNEL(7)
+UFORM_SKYLAKE_E4M3_KERNEL(8)
+UFORM_SKYLAKE_E4M3_KERNEL(9)
+UFORM_SKYLAKE_E4M3_KERNEL(10)
+UFORM_SKYLAKE_E4M3_KERNEL(11)
+UFORM_SKYLAKE_E4M3_KERNEL(12)
+UFORM_SKYLAKE_E4M3_KERNEL(13)
+UFORM_SKYLAKE_E4M3_KERNEL(14)
+
 static const uform_gemm_class_t uform_skylake_gemm = {
     .mr = UFORM_SKYLAKE_MR,
     .nr = UFORM_SKYLAKE_NR,
@@ -119,6 +187,13 @@ static const uform_gemm_class_t uform_skylake_gemm = {
     .wide_f32 = {NULL, uform_skylake_f32_1x4, uform_skylake_f32_2x4},
     .decode_e4m3 = uform_e4m3_decode_f32_avx2,
     .row_group_tasks = true,
+    .kernels_e4m3 = {NULL, uform_skylake_kernel_e4m3_1, uform_skylake_kernel_e4m3_2,
+                     uform_skylake_kernel_e4m3_3, uform_skylake_kernel_e4m3_4,
+                     uform_skylake_kernel_e4m3_5, uform_skylake_kernel_e4m3_6,
+                     uform_skylake_kernel_e4m3_7, uform_skylake_kernel_e4m3_8,
+                     uform_skylake_kernel_e4m3_9, uform_skylake_kernel_e4m3_10,
+                     uform_skylake_kernel_e4m3_11, uform_skylake_kernel_e4m3_12,
+                     uform_skylake_kernel_e4m3_13, uform_skylake_kernel_e4m3_14},
 };
 
 static uform_status_t uform_skylake_pack(const uint16_t *weights, size_t n, size_t k,
