@@ -476,12 +476,28 @@ static void test_e4m3_decoders_at(size_t width, bool odd_scale) {
         CHECK(memcmp(got16, expected16, ROWS * width * sizeof(uint16_t)) == 0,
               "%s E4M3 decode (BF16, width %zu) differs", decoders[d].name, width);
     }
+#if defined(__x86_64__)
+    /* HASWELL's: the portable BF16 in the HALVES order of 16-column groups
+     * (word 2 l + h of a group holds column l + 8 h) */
+    if (width % 16 == 0 && uform_cpu_class_supported(UFORM_CPU_CLASS_HASWELL)) {
+        memset(got16, 0xa5, sizeof(got16));
+        uform_e4m3_decode_bf16_halves_avx2(codes, ROWS, width, scales, got16);
+        bool same = true, untouched = true;
+        for (size_t i = 0; i < ROWS * width; i++) {
+            size_t group = i / 16 * 16, word = i % 16, column = word / 2 + 8 * (word % 2);
+            same &= got16[i] == expected16[group + column];
+        }
+        for (size_t i = ROWS * width; i < ROWS * WIDTH; i++) untouched &= got16[i] == 0xa5a5u;
+        CHECK(same && untouched, "avx2 E4M3 decode (BF16 HALVES, width %zu) differs or wrote past the tile",
+              width);
+    }
+#endif
 }
 
 /* 64: AMX's and SAPPHIRE's pair slots; 40 and 8: a masked last group of the
- * 32-wide decoders, and the 8 of the smallest FP32 panels. */
+ * 32-wide decoders, and the 8 of the smallest FP32 panels; 16: HASWELL's. */
 static void test_e4m3_decoders(void) {
-    static const size_t widths[] = {64, 40, 8};
+    static const size_t widths[] = {64, 40, 16, 8};
     for (size_t w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) {
         test_e4m3_decoders_at(widths[w], false);
         test_e4m3_decoders_at(widths[w], true);

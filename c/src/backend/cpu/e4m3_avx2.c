@@ -66,4 +66,31 @@ UFORM_E4M3_AVX2 void uform_e4m3_decode_bf16_avx2(const uint8_t *codes, size_t ro
 #undef UFORM_E4M3_EMIT_BF16
 }
 
+/* BF16 in the HALVES layout (gemm.h) of 16-column panels: each group of 16
+ * codes (columns 0 to 15 of a panel row, PLAIN) becomes 8 32-bit lanes, lane
+ * l holding column l in its low half and column l + 8 in its high half, so
+ * the BF16 kernels that widen HALVES (a shift and a mask) read the decoded
+ * tile as they read a BF16 panel. The FP32 values above, whose low halves
+ * are zero (4 significant bits), cut to their high halves: the same BF16 as
+ * uform_e4m3_decode_bf16_avx2's, in that order. `width`: a multiple of 16. */
+UFORM_E4M3_AVX2 void uform_e4m3_decode_bf16_halves_avx2(const uint8_t *codes, size_t rows,
+                                                        size_t width, const float *scales,
+                                                        void *out) {
+    uint16_t *dst = out;
+    const __m256i high_half = _mm256_set1_epi32((int)0xffff0000u);
+    float scaled[UFORM_E4M3_WIDTH_MAX];
+    for (size_t i = 0; i < width; i++) scaled[i] = scales[i] * 256.0f; /* exact */
+    for (size_t r = 0; r < rows; r++, codes += width, dst += width)
+        for (size_t i = 0; i + 16 <= width; i += 16) {
+            __m256i half = uform_e4m3_to_f16x16(codes + i);
+            __m256 low = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)),
+                                       _mm256_loadu_ps(scaled + i));
+            __m256 high = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)),
+                                        _mm256_loadu_ps(scaled + i + 8));
+            __m256i lanes = _mm256_or_si256(_mm256_srli_epi32(_mm256_castps_si256(low), 16),
+                                            _mm256_and_si256(_mm256_castps_si256(high), high_half));
+            _mm256_storeu_si256((__m256i *)(dst + i), lanes);
+        }
+}
+
 #endif /* __x86_64__ */

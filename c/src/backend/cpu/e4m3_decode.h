@@ -27,6 +27,11 @@ UFORM_INTERNAL void uform_e4m3_decode_f32_avx2(const uint8_t *codes, size_t rows
                                                const float *scales, void *out);
 UFORM_INTERNAL void uform_e4m3_decode_bf16_avx2(const uint8_t *codes, size_t rows, size_t width,
                                                 const float *scales, void *out);
+/* BF16 out in the HALVES order of 16-column panels (gemm.h: each 32-bit lane
+ * holds columns l and l + 8), for HASWELL's BF16 kernels; width a multiple
+ * of 16. */
+UFORM_INTERNAL void uform_e4m3_decode_bf16_halves_avx2(const uint8_t *codes, size_t rows,
+                                                       size_t width, const float *scales, void *out);
 /* e4m3_avx512.c: BF16 for SAPPHIRE and AMX (AVX-512 BF16): _avx512 takes
  * _vbmi where the CPU has AVX-512 VBMI, _avx512bw (32 codes a step) where
  * not; _vbmi runs only where the CPU has it. */

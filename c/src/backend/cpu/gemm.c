@@ -263,7 +263,7 @@ static uform_gemm_codes_t uform_gemm_codes_of(const uform_gemm_class_t *gemm_cla
     codes.slots = uform_gemm_slots(w->layout, nr);
     codes.rows = pairs ? codes.kp / 2 : codes.kp;
     codes.slot_scales = (const float *)(codes.codes + uform_gemm_codes_bytes(panels, nr, codes.kp));
-    codes.size = pairs ? 2 : 4;
+    codes.size = pairs || gemm_class->e4m3_halves ? 2 : 4;
     codes.decode = gemm_class->decode_e4m3 ? gemm_class->decode_e4m3
                    : pairs                 ? uform_e4m3_decode_bf16_portable
                                            : uform_e4m3_decode_f32_portable;
@@ -675,9 +675,10 @@ void uform_gemm_run(const uform_gemm_class_t *gemm_class, uform_executor_t *exec
         pass_panels = m < mr || job.tiles ? 0 : uform_min(panels, uform_gemm_decoded_max / panel_bytes);
         if (pass_panels > 0)
             job.decoded = uform_scratch_take(executor, pass_panels * panel_bytes);
+        bool bf16 = job.codes.size == 2; /* the decoded panels in the class's BF16 layout */
         job.b = (uform_gemm_panels_t){job.decoded, 0, job.codes.kp * nr, job.codes.size,
-                                      pairs ? gemm_class->kernels : gemm_class->kernels_f32,
-                                      pairs ? gemm_class->wide : gemm_class->wide_f32,
+                                      bf16 ? gemm_class->kernels : gemm_class->kernels_f32,
+                                      bf16 ? gemm_class->wide : gemm_class->wide_f32,
                                       pairs ? gemm_class->pair : NULL};
         if (!job.decoded) {
             pass_panels = panels;

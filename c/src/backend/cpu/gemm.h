@@ -23,8 +23,9 @@
  * (a short query's products: the codes' trip from memory overlaps the
  * products instead of preceding them). A larger one decodes its panels once, before its tasks,
  * into a buffer of the class's compute type (e4m3_decode.h: the FP32 classes
- * get FP32 in PLAIN order, read by kernels_f32; the BF16 classes BF16 PAIRS,
- * read by their usual kernels), up to uform_gemm_decoded_max bytes at a time
+ * get FP32 in PLAIN order, read by kernels_f32, except HASWELL, whose BF16
+ * kernels read BF16 in its HALVES layout (e4m3_halves); the BF16 classes BF16
+ * PAIRS, read by their usual kernels), up to uform_gemm_decoded_max bytes at a time
  * (a larger matrix goes in passes of whole panels); the tasks then block and
  * sweep as BF16 ones do. Where no such buffer can be had, each task decodes
  * its panels' k blocks into an L1 tile on its stack instead (slower: narrow
@@ -140,6 +141,10 @@ typedef struct {
     /* The E4M3 tile decoder (e4m3_decode.h): FP32 out for the FP32 classes,
      * BF16 for PAIRS; NULL: the portable one. */
     uform_e4m3_decode_fn_t decode_e4m3;
+    /* An FP32 class whose decoder writes BF16 in its HALVES layout instead,
+     * read by its BF16 kernels (HASWELL: half the tile's bytes to write and
+     * read back). */
+    bool e4m3_halves;
     /* BF16 weights are packed with k padded with zeros to a multiple of this
      * (0: what the layout needs, 2 for PAIRS): AMX reads whole tile steps. */
     size_t k_align;

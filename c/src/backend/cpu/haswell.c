@@ -3,9 +3,10 @@
  * Kernel: 6 rows x 16 columns in 12 ymm accumulators. W stays BF16 in the
  * HALVES layout: one 256-bit load holds 16 columns, a shift gives columns
  * 0..7 as FP32 and a mask gives 8..15; a single row sweeps 4 panels at
- * once. E4M3 matrices are decoded per task into FP32 tiles (gemm.h), which
- * the same kernels read directly. The functions carry their own target so the file builds with
- * baseline flags and is only called on AVX2 CPUs. */
+ * once. E4M3 matrices are decoded into BF16 tiles in the same HALVES layout
+ * (e4m3_avx2.c, gemm.h), which the same kernels read. The functions carry
+ * their own target so the file builds with baseline flags and is only called
+ * on AVX2 CPUs. */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/avx2_transpose.h"
 #include "backend/cpu/e4m3_decode.h"
@@ -18,21 +19,15 @@
 #define UFORM_HASWELL_NR 16
 #define UFORM_HASWELL_WIDE 4 /* panels per wide kernel call */
 
-/* One step p of k: the panels' 16 weights of row p (BF16 widened to FP32, or
- * a decoded FP32 tile's) times each row's a[p * rows + r] into acc. */
+/* One step p of k: the panels' 16 weights of row p (BF16 widened to FP32)
+ * times each row's a[p * rows + r] into acc. */
 static inline __attribute__((always_inline)) UFORM_HASWELL void
-uform_haswell_step(size_t rows, size_t panels, bool f32, size_t p, const float *a, const void *b,
+uform_haswell_step(size_t rows, size_t panels, size_t p, const float *a, const void *b,
                    size_t b_stride, __m256 acc[UFORM_HASWELL_MR][2 * UFORM_HASWELL_WIDE]) {
     const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
     __m256 w[2 * UFORM_HASWELL_WIDE];
 #pragma GCC unroll 8
     for (size_t q = 0; q < panels; q++) {
-        if (f32) { /* a decoded tile, PLAIN order */
-            const float *src = (const float *)b + q * b_stride + p * UFORM_HASWELL_NR;
-            w[2 * q] = _mm256_loadu_ps(src);
-            w[2 * q + 1] = _mm256_loadu_ps(src + 8);
-            continue;
-        }
         __m256i raw = _mm256_loadu_si256(
             (const __m256i *)((const uint16_t *)b + q * b_stride + p * UFORM_HASWELL_NR));
         w[2 * q] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
@@ -48,7 +43,7 @@ uform_haswell_step(size_t rows, size_t panels, bool f32, size_t p, const float *
 
 /* rows x (panels x 16) outputs; panels > 1 gives one row enough sums. */
 static inline __attribute__((always_inline)) UFORM_HASWELL void
-uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const float *a, const void *b,
+uform_haswell_kernel(size_t rows, size_t panels, size_t kc, const float *a, const void *b,
                      size_t b_stride, float *c, size_t c_stride, int first, const float *bias) {
     __m256 acc[UFORM_HASWELL_MR][2 * UFORM_HASWELL_WIDE];
     size_t vectors = 2 * panels;
@@ -60,18 +55,17 @@ uform_haswell_kernel(size_t rows, size_t panels, bool f32, size_t kc, const floa
     if (panels == 1 && b_stride) {
         /* One panel: the sweep's next one (gemm.h) into L2, a 64-byte line per
          * line of this one read (as sapphire.c; there 3-4.5% less time a text
-         * at one text per call). A prefetch every step, so each line of BF16
-         * weights twice (an FP32 step reads a whole line): testing for the
-         * even steps took 5 more instructions a step, beside 12 FMAs, than
-         * the second prefetch does, and unrolling two steps made the
-         * compiler spill accumulators. */
+         * at one text per call). A prefetch every step, so each line of
+         * weights twice: testing for the even steps took 5 more instructions
+         * a step, beside 12 FMAs, than the second prefetch does, and
+         * unrolling two steps made the compiler spill accumulators. */
         for (size_t p = 0; p < kc; p++) {
-            const char *next = (const char *)b + (b_stride + p * UFORM_HASWELL_NR) * (f32 ? 4 : 2);
+            const char *next = (const char *)b + (b_stride + p * UFORM_HASWELL_NR) * 2;
             _mm_prefetch(next, _MM_HINT_T1);
-            uform_haswell_step(rows, panels, f32, p, a, b, b_stride, acc);
+            uform_haswell_step(rows, panels, p, a, b, b_stride, acc);
         }
     } else {
-        for (size_t p = 0; p < kc; p++) uform_haswell_step(rows, panels, f32, p, a, b, b_stride, acc);
+        for (size_t p = 0; p < kc; p++) uform_haswell_step(rows, panels, p, a, b, b_stride, acc);
     }
 #pragma GCC unroll 8
     for (size_t v = 0; v < vectors && bias; v++) {
@@ -93,17 +87,12 @@ static UFORM_HASWELL void uform_haswell_pack_a(const float *x, size_t x_stride, 
     else uform_gemm_pack_a_f32(x, x_stride, rows, kc, a);
 }
 
-/* uform_haswell_kernel_RxP on BF16 panels, uform_haswell_f32_RxP on a decoded FP32 tile. */
+/* uform_haswell_kernel_RxP: R rows, P panels. */
 #define UFORM_HASWELL_KERNEL(R, P)                                                              \
     static UFORM_HASWELL void uform_haswell_kernel_##R##x##P(                                   \
         size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
         size_t c_stride, int first, const float *bias) {                                        \
-        uform_haswell_kernel(R, P, false, kc, a, b, b_stride, c, c_stride, first, bias);        \
-    }                                                                                           \
-    static UFORM_HASWELL void uform_haswell_f32_##R##x##P(                                      \
-        size_t kc, const void *a, const void *b, size_t b_stride, float *c,                     \
-        size_t c_stride, int first, const float *bias) {                                        \
-        uform_haswell_kernel(R, P, true, kc, a, b, b_stride, c, c_stride, first, bias);         \
+        uform_haswell_kernel(R, P, kc, a, b, b_stride, c, c_stride, first, bias);               \
     }
 UFORM_HASWELL_KERNEL(1, 1)
 UFORM_HASWELL_KERNEL(2, 1)
@@ -124,10 +113,8 @@ static const uform_gemm_class_t uform_haswell_gemm = {
                 uform_haswell_kernel_4x1, uform_haswell_kernel_5x1, uform_haswell_kernel_6x1},
     .wide_panels = UFORM_HASWELL_WIDE,
     .wide = {NULL, uform_haswell_kernel_1x4},
-    .kernels_f32 = {NULL, uform_haswell_f32_1x1, uform_haswell_f32_2x1, uform_haswell_f32_3x1,
-                    uform_haswell_f32_4x1, uform_haswell_f32_5x1, uform_haswell_f32_6x1},
-    .wide_f32 = {NULL, uform_haswell_f32_1x4},
-    .decode_e4m3 = uform_e4m3_decode_f32_avx2,
+    .decode_e4m3 = uform_e4m3_decode_bf16_halves_avx2,
+    .e4m3_halves = true,
     .row_group_tasks = true,
     /* no kernels_e4m3: decoding 16 codes a step in its kernels (e4m3_f16.h)
      * measured 5-10% slower than the tiles on 8-64-byte queries (the 2-core
