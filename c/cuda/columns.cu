@@ -18,7 +18,18 @@
  * one thread per (chunk, column) summing the chunk's rows in order, then one
  * thread per column summing the chunks in order. Run on an H200
  * (tests/gpu/test_cuda_ops.c, 2026-12-04); also runs under the emulation
- * (emulation.h). */
+ * (emulation.h).
+ *
+ * Where the width is a multiple of 4 and the rows 16-byte aligned, a thread
+ * takes four neighbouring columns of its chunk (the _x4 kernels: one 16-byte
+ * load of each row's four values, an 8-byte store of their BF16 words)
+ * instead of one: a quarter of the load instructions, and four times the
+ * bytes in flight for each load a thread waits on. Each column's partial is
+ * still its chunk's rows in order, so the same bits as the one-column
+ * kernels, which take the other widths (written 2026-12-06 without a GPU:
+ * compiled for sm_80 to sm_100a and run under the emulation, where
+ * tests/gpu/test_cuda_ops.c checks both kernels' results bit for bit; not
+ * yet run on a GPU). */
 #include "cuda_internal.h"
 #include "bf16.cuh"
 #include "gelu.cuh"
@@ -26,6 +37,29 @@
 
 #define UFORM_COLUMN_CHUNK 256
 #define UFORM_COLUMN_THREADS 128
+#define UFORM_COLUMN_LANES 4          /* columns a thread of the _x4 kernels */
+#define UFORM_COLUMN_THREADS_X4 64    /* 256 columns a block: less of a last block idle at width 768 */
+
+/* g (x - mean) rstd added to sum_w, each rounding explicit: no contraction
+ * into a fused multiply-add, which nvcc could decide differently in the two
+ * kernels that use it, so both make the same bits. */
+__device__ static inline float uform_column_weight_term(float sum_w, float g, float x, float mean, float rstd) {
+    return __fadd_rn(sum_w, __fmul_rn(__fmul_rn(g, __fsub_rn(x, mean)), rstd));
+}
+
+/* What the rounding kernels sum and round of g = dy[r][c]: GELU's backward
+ * at pre's value p (gelu), or q's and k's columns turned back with their
+ * pair's other half o and the row's cosine and sine (turned; low: c is the
+ * pair's first half), or g itself. */
+__device__ static inline float uform_column_form(float g, bool gelu, float p, bool turned, bool low, float o,
+                                                 float cosine, float sine) {
+    if (gelu) g = uform_gelu_backward_term(0.0f, g, p);
+    if (turned) {
+        float2 back = low ? uform_rope_turn_back(g, o, cosine, sine) : uform_rope_turn_back(o, g, cosine, sine);
+        g = low ? back.x : back.y;
+    }
+    return g;
+}
 
 /* partial_b[chunk][c] = sum of dy over the chunk's rows (row i is list[i],
  * or i without a list); partial_w (when x is not NULL) the same of
@@ -40,11 +74,43 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
     for (size_t i = first; i < last; i++) {
         size_t r = list ? list[i] : i;
         float g = dy[r * width + c];
-        sum_b += g;
-        if (x) sum_w += g * (x[r * width + c] - mean[r]) * rstd[r];
+        sum_b = __fadd_rn(sum_b, g);
+        if (x) sum_w = uform_column_weight_term(sum_w, g, x[r * width + c], mean[r], rstd[r]);
     }
     partial_b[chunk * width + c] = sum_b;
     if (x) partial_w[chunk * width + c] = sum_w;
+}
+
+/* The same partials, four columns a thread (c a multiple of 4; dy and x
+ * 16-byte aligned, width a multiple of 4). */
+__global__ static void uform_column_partials_x4(const float *__restrict__ dy, const size_t *__restrict__ list,
+                                                const float *__restrict__ x, const float *__restrict__ mean,
+                                                const float *__restrict__ rstd, size_t rows, size_t width,
+                                                size_t chunk_rows, float *__restrict__ partial_w,
+                                                float *__restrict__ partial_b) {
+    size_t c = UFORM_COLUMN_LANES * ((size_t)blockIdx.x * blockDim.x + threadIdx.x), chunk = blockIdx.y;
+    if (c >= width) return;
+    size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
+    float4 sum_w = make_float4(0.0f, 0.0f, 0.0f, 0.0f), sum_b = sum_w;
+#ifndef UFORM_CUDA_EMULATION   /* nvcc's pragma; the emulation's g++ has none */
+#pragma unroll 4
+#endif
+    for (size_t i = first; i < last; i++) {
+        size_t r = list ? list[i] : i;
+        float4 g = *(const float4 *)(dy + r * width + c);
+        sum_b.x = __fadd_rn(sum_b.x, g.x), sum_b.y = __fadd_rn(sum_b.y, g.y);
+        sum_b.z = __fadd_rn(sum_b.z, g.z), sum_b.w = __fadd_rn(sum_b.w, g.w);
+        if (x) {
+            float4 v = *(const float4 *)(x + r * width + c);
+            float m = mean[r], s = rstd[r];
+            sum_w.x = uform_column_weight_term(sum_w.x, g.x, v.x, m, s);
+            sum_w.y = uform_column_weight_term(sum_w.y, g.y, v.y, m, s);
+            sum_w.z = uform_column_weight_term(sum_w.z, g.z, v.z, m, s);
+            sum_w.w = uform_column_weight_term(sum_w.w, g.w, v.w, m, s);
+        }
+    }
+    *(float4 *)(partial_b + chunk * width + c) = sum_b;
+    if (x) *(float4 *)(partial_w + chunk * width + c) = sum_w;
 }
 
 /* Written after the last call of 2026-12-04 (the same partials as below under
@@ -69,7 +135,10 @@ __global__ static void uform_column_partials(const float *dy, const size_t *list
  * 800 MB): a thread walks its chunk's rows one load at a time. Since then
  * (not yet run on a GPU) the pointers are __restrict__ and the loop unrolled
  * by 4, so that a thread can have several rows' loads in flight; the same
- * sums in the same order (the next profile says whether it paid). */
+ * sums in the same order; and (2026-12-06, not yet run on a GPU either)
+ * widths that are multiples of 4 go to uform_column_partials_bf16_x4 below,
+ * four columns a thread, 16-byte loads. The next profile says whether they
+ * paid. */
 __global__ static void uform_column_partials_bf16(const float *__restrict__ dy, const float *__restrict__ pre,
                                                   const float *__restrict__ cosines, const float *__restrict__ sines,
                                                   size_t rows, size_t width, size_t chunk_rows,
@@ -86,18 +155,56 @@ __global__ static void uform_column_partials_bf16(const float *__restrict__ dy, 
 #pragma unroll 4
 #endif
     for (size_t r = first; r < last; r++) {
-        float g = dy[r * width + c];
-        if (pre) g = uform_gelu_backward_term(0.0f, g, pre[r * width + c]);
+        float g = dy[r * width + c], p = pre ? pre[r * width + c] : 0.0f, other = 0.0f, cosine = 0.0f, sine = 0.0f;
         if (turned) {
-            float other = dy[r * width + (low ? c + UFORM_PAIRS : c - UFORM_PAIRS)];
-            float cosine = cosines[r * UFORM_PAIRS + pair], sine = sines[r * UFORM_PAIRS + pair];
-            float2 back = low ? uform_rope_turn_back(g, other, cosine, sine) : uform_rope_turn_back(other, g, cosine, sine);
-            g = low ? back.x : back.y;
+            other = dy[r * width + (low ? c + UFORM_PAIRS : c - UFORM_PAIRS)];
+            cosine = cosines[r * UFORM_PAIRS + pair], sine = sines[r * UFORM_PAIRS + pair];
         }
-        sum_b += g;
+        g = uform_column_form(g, pre != NULL, p, turned, low, other, cosine, sine);
+        sum_b = __fadd_rn(sum_b, g);
         out[r * width + c] = uform_bf16_bits(g);
     }
     partial_b[chunk * width + c] = sum_b;
+}
+
+/* The same, four columns a thread (c a multiple of 4, so its four columns
+ * share their half of a head and their pairs are four neighbours; dy, pre,
+ * the tables and out 16-byte aligned, width a multiple of 4). */
+__global__ static void uform_column_partials_bf16_x4(const float *__restrict__ dy, const float *__restrict__ pre,
+                                                     const float *__restrict__ cosines,
+                                                     const float *__restrict__ sines, size_t rows, size_t width,
+                                                     size_t chunk_rows, uint16_t *__restrict__ out,
+                                                     float *__restrict__ partial_b) {
+    size_t c = UFORM_COLUMN_LANES * ((size_t)blockIdx.x * blockDim.x + threadIdx.x), chunk = blockIdx.y;
+    if (c >= width) return;
+    size_t first = chunk * chunk_rows, last = first + chunk_rows < rows ? first + chunk_rows : rows;
+    bool turned = cosines && c < 2 * (width / 3);
+    size_t pair = c % UFORM_PAIRS;
+    bool low = c % UFORM_HEAD_WIDTH < UFORM_PAIRS;
+    size_t partner = low ? c + UFORM_PAIRS : c - UFORM_PAIRS;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 sum_b = zero;
+#ifndef UFORM_CUDA_EMULATION
+#pragma unroll 4
+#endif
+    for (size_t r = first; r < last; r++) {
+        float4 g = *(const float4 *)(dy + r * width + c);
+        float4 p = pre ? *(const float4 *)(pre + r * width + c) : zero, other = zero, cosine = zero, sine = zero;
+        if (turned) {
+            other = *(const float4 *)(dy + r * width + partner);
+            cosine = *(const float4 *)(cosines + r * UFORM_PAIRS + pair);
+            sine = *(const float4 *)(sines + r * UFORM_PAIRS + pair);
+        }
+        bool gelu = pre != NULL;
+        g.x = uform_column_form(g.x, gelu, p.x, turned, low, other.x, cosine.x, sine.x);
+        g.y = uform_column_form(g.y, gelu, p.y, turned, low, other.y, cosine.y, sine.y);
+        g.z = uform_column_form(g.z, gelu, p.z, turned, low, other.z, cosine.z, sine.z);
+        g.w = uform_column_form(g.w, gelu, p.w, turned, low, other.w, cosine.w, sine.w);
+        sum_b.x = __fadd_rn(sum_b.x, g.x), sum_b.y = __fadd_rn(sum_b.y, g.y);
+        sum_b.z = __fadd_rn(sum_b.z, g.z), sum_b.w = __fadd_rn(sum_b.w, g.w);
+        *(uint2 *)(out + r * width + c) = make_uint2(uform_bf16_pair(g.x, g.y), uform_bf16_pair(g.z, g.w));
+    }
+    *(float4 *)(partial_b + chunk * width + c) = sum_b;
 }
 
 /* sums[c] += the chunks' partials in order. */
@@ -127,13 +234,26 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t
     if (!partial_b) return;
     float *partial_w = partial_b + chunks * width;
     bool weights = x && dweight;
-    dim3 grid((unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS), (unsigned)chunks);
-    if (rounded)
-        UFORM_LAUNCH(uform_column_partials_bf16, grid, UFORM_COLUMN_THREADS, context->stream)(
-            dy, form ? form->gelu_pre : NULL, form ? form->cosines : NULL, form ? form->sines : NULL, rows, width,
-            chunk_rows, rounded, partial_b);
+    const float *pre = form ? form->gelu_pre : NULL, *cosines = form ? form->cosines : NULL;
+    const float *sines = form ? form->sines : NULL;
+    const void *const loaded[] = {dy, weights ? x : NULL, pre, cosines, sines, rounded, partial_b, partial_w};
+    bool x4 = context->column_lanes != 1 && width % UFORM_COLUMN_LANES == 0;
+    for (size_t i = 0; i < sizeof(loaded) / sizeof(loaded[0]); i++) x4 = x4 && (uintptr_t)loaded[i] % 16 == 0;
+    unsigned threads = x4 ? UFORM_COLUMN_THREADS_X4 : UFORM_COLUMN_THREADS;
+    size_t lanes = x4 ? UFORM_COLUMN_LANES : 1, columns_a_block = threads * lanes;
+    dim3 grid((unsigned)((width + columns_a_block - 1) / columns_a_block), (unsigned)chunks);
+    context->column_lanes_last = lanes;
+    if (rounded && x4)
+        UFORM_LAUNCH(uform_column_partials_bf16_x4, grid, threads, context->stream)(
+            dy, pre, cosines, sines, rows, width, chunk_rows, rounded, partial_b);
+    else if (rounded)
+        UFORM_LAUNCH(uform_column_partials_bf16, grid, threads, context->stream)(
+            dy, pre, cosines, sines, rows, width, chunk_rows, rounded, partial_b);
+    else if (x4)
+        UFORM_LAUNCH(uform_column_partials_x4, grid, threads, context->stream)(
+            dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
     else
-        UFORM_LAUNCH(uform_column_partials, grid, UFORM_COLUMN_THREADS, context->stream)(
+        UFORM_LAUNCH(uform_column_partials, grid, threads, context->stream)(
             dy, list, weights ? x : NULL, mean, rstd, rows, width, chunk_rows, partial_w, partial_b);
     uform_cuda_launched(b, "column sums");
     unsigned blocks = (unsigned)((width + UFORM_COLUMN_THREADS - 1) / UFORM_COLUMN_THREADS);
@@ -147,6 +267,14 @@ static void uform_cuda_columns(uform_backend_t *b, const float *dy, const size_t
                                                                                         dweight);
         uform_cuda_launched(b, "column sums (total)");
     }
+}
+
+extern "C" void uform_cuda_column_lanes(uform_backend_t *b, size_t lanes) {
+    uform_cuda_context(b)->column_lanes = lanes;
+}
+
+extern "C" size_t uform_cuda_column_lanes_last(uform_backend_t *b) {
+    return uform_cuda_context(b)->column_lanes_last;
 }
 
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums) {

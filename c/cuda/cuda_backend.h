@@ -63,6 +63,12 @@ UFORM_INTERNAL void uform_cuda_attention_simple(uform_backend_t *backend, bool s
  * for the tests, which check that, and bench/gpu_attention_bench.c, which
  * times both. */
 UFORM_INTERNAL void uform_cuda_attention_query_rows(uform_backend_t *backend, size_t rows);
+/* The column sums' (columns.cu) columns a thread from now on: 1, or 0 for
+ * the default, 4 wherever the width and pointers allow 16-byte loads. The
+ * same bits either way; for the tests, which check that. */
+UFORM_INTERNAL void uform_cuda_column_lanes(uform_backend_t *backend, size_t lanes);
+/* The columns a thread the last column sums ran with (1 or 4). */
+UFORM_INTERNAL size_t uform_cuda_column_lanes_last(uform_backend_t *backend);
 
 /* Why this backend's E4M3 products are decoded to BF16 on a GPU with FP8
  * tensor cores (cuBLASLt refused an FP8 product: gemm_fp8.cu), or NULL while

@@ -277,6 +277,91 @@ static void test_rope_linear_backward(backends_t *b, size_t rows, size_t hidden)
         free(want_dbias), free(want_dx), free(after), free(x16);
 }
 
+/* The column sums' kernels of four columns a thread (columns.cu) against
+ * those of one, bit for bit (bound 0): every op that sums columns, from the
+ * same starting values, with uform_cuda_column_lanes 1 and then the default;
+ * the default must have taken four (the widths are multiples of 4, the
+ * buffers aligned). Widths H, 3H (the qkv backward's rotation) and 4H (the
+ * up projection's GELU); rows over several chunks. */
+typedef struct {
+    size_t rows, hidden, picks;
+    float *host[12], *gpu[12];   /* starting values, and their GPU copies */
+    size_t count[12];
+    uint16_t *x16;
+    size_t *which;
+} column_case_t;
+
+enum { CC_W3, CC_W4, CC_W1, CC_X, CC_DQKV, CC_DY4, CC_PRE, CC_DY1, CC_TABLES, CC_LN_X, CC_STATS, CC_OUT };
+
+/* Runs the ops with `lanes`, every output downloaded into result (the
+ * outputs' counts summed), each op from the case's starting values. */
+static size_t column_case_run(backends_t *b, column_case_t *cc, size_t lanes, float *result) {
+    size_t rows = cc->rows, h = cc->hidden;
+    float **g = cc->gpu;
+    for (int i = 0; i < 12; i++) sync(b, g[i], cc->host[i], cc->count[i]);
+    uform_cuda_column_lanes(&b->gpu, lanes);
+    /* the outputs: dW, dbias, dx of three products; layer norm dx, dweight,
+     * dbias; sum_rows; a lone bias gradient (no products: the FP32 sums) */
+    float *out = g[CC_OUT], *dw3 = out, *db3 = dw3 + 3 * h * h, *dx3 = db3 + 3 * h;
+    float *dw4 = dx3 + rows * h, *db4 = dw4 + 4 * h * h, *dx4 = db4 + 4 * h;
+    float *dw1 = dx4 + rows * h, *db1 = dw1 + h * h, *dx1 = db1 + h;
+    float *ln_dx = dx1 + rows * h, *ln_dw = ln_dx + rows * h, *ln_db = ln_dw + h, *sums = ln_db + h;
+    float *lone = sums + h, *end = lone + h;
+    uform_weight_t w3 = {NULL, g[CC_W3], 3 * h, h}, w4 = {NULL, g[CC_W4], 4 * h, h}, w1 = {NULL, g[CC_W1], h, h};
+    float *cosines = g[CC_TABLES], *sines = cosines + rows * UFORM_PAIRS, *mean = g[CC_STATS], *rstd = mean + rows;
+    b->gpu.ops->rope_linear_backward_bf16(&b->gpu, &w3, cc->x16, g[CC_DQKV], cosines, sines, rows, dw3, db3, dx3);
+    size_t used = uform_cuda_column_lanes_last(&b->gpu);
+    b->gpu.ops->gelu_linear_backward_bf16(&b->gpu, &w4, cc->x16, g[CC_PRE], g[CC_DY4], rows, dw4, db4, dx4);
+    used = used < uform_cuda_column_lanes_last(&b->gpu) ? used : uform_cuda_column_lanes_last(&b->gpu);
+    b->gpu.ops->linear_backward(&b->gpu, &w1, g[CC_X], g[CC_DY1], rows, dw1, db1, dx1, true);
+    used = used < uform_cuda_column_lanes_last(&b->gpu) ? used : uform_cuda_column_lanes_last(&b->gpu);
+    b->gpu.ops->layer_norm_backward(&b->gpu, g[CC_DY1], g[CC_LN_X], g[CC_W1], mean, rstd, rows, h, ln_dx, ln_dw, ln_db);
+    used = used < uform_cuda_column_lanes_last(&b->gpu) ? used : uform_cuda_column_lanes_last(&b->gpu);
+    b->gpu.ops->sum_rows(&b->gpu, g[CC_LN_X], h, cc->which, cc->picks, sums);
+    used = used < uform_cuda_column_lanes_last(&b->gpu) ? used : uform_cuda_column_lanes_last(&b->gpu);
+    b->gpu.ops->linear_backward(&b->gpu, &w1, g[CC_X], g[CC_DY1], rows, NULL, lone, NULL, true);
+    used = used < uform_cuda_column_lanes_last(&b->gpu) ? used : uform_cuda_column_lanes_last(&b->gpu);
+    uform_cuda_column_lanes(&b->gpu, 0);
+    size_t total = (size_t)(end - out);
+    b->gpu.ops->download(&b->gpu, result, out, total * 4);
+    b->gpu.ops->synchronize(&b->gpu);
+    return used;
+}
+
+static void test_column_lanes(backends_t *b, size_t rows, size_t hidden) {
+    size_t h = hidden;
+    column_case_t cc = {.rows = rows, .hidden = h, .picks = rows / 2 + 3};
+    size_t outputs = 3 * h * h + 3 * h + rows * h + 4 * h * h + 4 * h + rows * h + h * h + h + rows * h +
+                     rows * h + 2 * h + 2 * h;
+    size_t counts[12] = {3 * h * h, 4 * h * h, h * h, rows * h, rows * 3 * h, rows * 4 * h, rows * 4 * h, rows * h,
+                         2 * rows * UFORM_PAIRS, rows * h, 2 * rows, outputs};
+    for (int i = 0; i < 12; i++) {
+        cc.count[i] = counts[i];
+        cc.host[i] = random_floats(counts[i], i < 3 ? 0.1f : 1.0f);
+        cc.gpu[i] = on_gpu(b, cc.host[i], counts[i] * 4);
+    }
+    for (size_t r = 0; r < rows; r++) cc.host[CC_STATS][rows + r] = 0.5f + fabsf(cc.host[CC_STATS][rows + r]);
+    float *x16 = rounded_to_bf16(cc.host[CC_X], rows * h);
+    cc.x16 = bf16_on_gpu(b, x16, rows * h);
+    size_t *which = malloc(cc.picks * sizeof(size_t));
+    for (size_t i = 0; i < cc.picks; i++) which[i] = (i * 11) % rows;
+    cc.which = on_gpu(b, which, cc.picks * sizeof(size_t));
+    float *one = malloc(outputs * 4), *four = malloc(outputs * 4);
+    size_t used_one = column_case_run(b, &cc, 1, one), used_four = column_case_run(b, &cc, 0, four);
+    bool lanes_ok = used_one == 1 && used_four == 4;
+    printf("| %-34s | %8zu | %10zu | %10zu | %s |\n", "column sums' lanes (1, then 4)", rows * h, used_one,
+           used_four, lanes_ok ? "ok" : "FAIL");
+    lanes_ok ? passed++ : failed++;
+    size_t differ = 0;
+    for (size_t i = 0; i < outputs; i++) differ += memcmp(one + i, four + i, 4) != 0;
+    printf("| %-34s | %8zu | %10zu | %10s | %s |\n", "column sums x4 = x1 (bits)", outputs, differ, "0",
+           differ == 0 ? "ok" : "FAIL");
+    differ == 0 ? passed++ : failed++;
+    for (int i = 0; i < 12; i++) b->gpu.ops->free(&b->gpu, cc.gpu[i]), free(cc.host[i]);
+    b->gpu.ops->free(&b->gpu, cc.x16), b->gpu.ops->free(&b->gpu, cc.which);
+    free(x16), free(which), free(one), free(four);
+}
+
 /* Products on packed (BF16) weights: the GPU rounds the activations to BF16
  * and sums in FP32, so the CPU reference gets activations rounded the same
  * way first; what is left is the order of the sums (1e-4 as for gemm). */
@@ -1532,6 +1617,8 @@ int main(void) {
     test_linear_backward(&b, 700, 48, 64, 0);   /* the bias gradient's column sums over 3 chunks of rows */
     test_rope_linear_backward(&b, 37, 128);
     test_rope_linear_backward(&b, 700, 64);    /* 3 chunks of rows */
+    test_column_lanes(&b, 700, 64);            /* 3 chunks of rows */
+    test_column_lanes(&b, 37, 128);
     test_packed(&b, 37, 192, 64);
     test_packed(&b, 300, 64, 256);
     test_packed_e4m3(&b, 37, 96, 64);
