@@ -287,6 +287,11 @@ $(BUILD)/gpu/gpu_attention_bench: bench/gpu_attention_bench.c $(BUILD)/libuform.
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
+# The column sums' pass, one column a thread against four (the same bits).
+$(BUILD)/gpu/gpu_columns_bench: bench/gpu_columns_bench.c $(BUILD)/libuform.a $(MEDIA_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
+
 # Which FP8 products cuBLASLt accepts (scale modes, epilogues, output types), their
 # errors against the host and their speed: cuBLASLt alone, no libuform; a GPU
 # machine's diagnostic (bench/gpu_fp8_probe.cu), not part of test-gpu.
@@ -298,11 +303,13 @@ $(BUILD)/gpu/gpu_fp8_probe: bench/gpu_fp8_probe.cu
 gpu-fp8-probe: $(BUILD)/gpu/gpu_fp8_probe
 	$(BUILD)/gpu/gpu_fp8_probe
 
-test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS)) $(BUILD)/gpu/gpu_attention_bench
+test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS)) $(BUILD)/gpu/gpu_attention_bench $(BUILD)/gpu/gpu_columns_bench
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
 	@status=0; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t || { echo "== $$t FAILED"; status=1; }; done; \
 	echo "== gpu_attention_bench (the attention forward, 64 against 128 query rows a block)"; \
 	$(BUILD)/gpu/gpu_attention_bench || { echo "== gpu_attention_bench FAILED"; status=1; }; \
+	echo "== gpu_columns_bench (the column sums, one column a thread against four)"; \
+	$(BUILD)/gpu/gpu_columns_bench || { echo "== gpu_columns_bench FAILED"; status=1; }; \
 	if $(PYTHON) -c "import cffi, numpy" 2>/dev/null && $(MAKE) --no-print-directory python; then \
 	  echo "== learns_retrieval (200 steps on the GPU and on the CPU, side by side)"; \
 	  $(PYTHON) tests/gpu/learns_retrieval.py || status=1; \

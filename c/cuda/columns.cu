@@ -277,6 +277,16 @@ extern "C" size_t uform_cuda_column_lanes_last(uform_backend_t *b) {
     return uform_cuda_context(b)->column_lanes_last;
 }
 
+extern "C" void uform_cuda_column_pass(uform_backend_t *b, const float *dy, const float *pre, const float *cosines,
+                                       const float *sines, size_t rows, size_t width, bool rounded, float *sums) {
+    if (!rounded) {
+        uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums);
+        return;
+    }
+    const uform_cuda_dy_form_t form = {pre, cosines, sines};
+    (void)uform_cuda_bf16_column_sums(b, &uform_cuda_context(b)->bf16_gradients, dy, &form, rows, width, sums);
+}
+
 void uform_cuda_column_sums(uform_backend_t *b, const float *dy, size_t rows, size_t width, float *sums) {
     uform_cuda_columns(b, dy, NULL, NULL, NULL, NULL, rows, width, NULL, sums);
 }

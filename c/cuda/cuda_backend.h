@@ -69,6 +69,15 @@ UFORM_INTERNAL void uform_cuda_attention_query_rows(uform_backend_t *backend, si
 UFORM_INTERNAL void uform_cuda_column_lanes(uform_backend_t *backend, size_t lanes);
 /* The columns a thread the last column sums ran with (1 or 4). */
 UFORM_INTERNAL size_t uform_cuda_column_lanes_last(uform_backend_t *backend);
+/* The column sums' pass alone, for bench/gpu_columns_bench.c: the column
+ * sums of dy [rows, width] added into sums; with `rounded`, dy is also
+ * rounded to BF16 into the backend's gradient buffer, as linear_backward's
+ * pass does, taken as GELU's output gradient at pre when pre is not NULL
+ * (gelu_linear_backward_bf16's), or turned back by the rotary tables when
+ * cosines is not NULL (rope_linear_backward_bf16's: width 3H). */
+UFORM_INTERNAL void uform_cuda_column_pass(uform_backend_t *backend, const float *dy, const float *pre,
+                                           const float *cosines, const float *sines, size_t rows,
+                                           size_t width, bool rounded, float *sums);
 
 /* Why this backend's E4M3 products are decoded to BF16 on a GPU with FP8
  * tensor cores (cuBLASLt refused an FP8 product: gemm_fp8.cu), or NULL while
