@@ -357,6 +357,23 @@ static void test_column_lanes(backends_t *b, size_t rows, size_t hidden) {
     printf("| %-34s | %8zu | %10zu | %10s | %s |\n", "column sums x4 = x1 (bits)", outputs, differ, "0",
            differ == 0 ? "ok" : "FAIL");
     differ == 0 ? passed++ : failed++;
+    {   /* the choice itself: four columns a thread only where every row's four
+         * values are one aligned 16-byte load (a misaligned float4 load stops a
+         * GPU's context; the emulation would not notice) */
+        float *dy = cc.gpu[CC_DY4], *sums = cc.gpu[CC_OUT];
+        struct { const char *what; const float *dy; size_t width, want; } cases[] = {
+            {"width 4H: four", dy, 4 * h, 4}, {"width 37: one", dy, 37, 1},
+            {"width 4H - 2: one", dy, 4 * h - 2, 1}, {"dy 4-byte aligned: one", dy + 1, 4 * h - 4, 1}};
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            uform_cuda_column_pass(&b->gpu, cases[i].dy, NULL, NULL, NULL, rows / 2, cases[i].width, true, sums);
+            uform_cuda_column_pass(&b->gpu, cases[i].dy, NULL, NULL, NULL, rows / 2, cases[i].width, false, sums);
+            size_t got = uform_cuda_column_lanes_last(&b->gpu);
+            bool ok = b->gpu.ops->synchronize(&b->gpu) == UFORM_OK && got == cases[i].want;
+            printf("| column sums' lanes, %-19s | %8zu | %10zu | %10zu | %s |\n", cases[i].what, cases[i].width, got,
+                   cases[i].want, ok ? "ok" : "FAIL");
+            ok ? passed++ : failed++;
+        }
+    }
     for (int i = 0; i < 12; i++) b->gpu.ops->free(&b->gpu, cc.gpu[i]), free(cc.host[i]);
     b->gpu.ops->free(&b->gpu, cc.x16), b->gpu.ops->free(&b->gpu, cc.which);
     free(x16), free(which), free(one), free(four);
@@ -1615,6 +1632,7 @@ int main(void) {
     test_linear_backward(&b, 37, 48, 64, 0);
     test_linear_backward(&b, 37, 48, 64, 1);   /* 4-byte aligned outputs, bias and x */
     test_linear_backward(&b, 700, 48, 64, 0);   /* the bias gradient's column sums over 3 chunks of rows */
+    test_linear_backward(&b, 300, 37, 20, 0);   /* a width no multiple of 4: one column a thread */
     test_rope_linear_backward(&b, 37, 128);
     test_rope_linear_backward(&b, 700, 64);    /* 3 chunks of rows */
     test_column_lanes(&b, 700, 64);            /* 3 chunks of rows */
