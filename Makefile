@@ -283,12 +283,12 @@ $(BUILD)/gpu/%: tests/gpu/%.c $(TEST_HEADERS) $(BUILD)/libuform.a $(MEDIA_FILE)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) -Itests/c $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
 # The attention forward's two block shapes timed side by side (the same bits).
-$(BUILD)/gpu/gpu_attention_bench: bench/gpu_attention_bench.c $(BUILD)/libuform.a $(MEDIA_FILE)
+$(BUILD)/gpu/gpu_attention_bench: bench/gpu_attention_bench.c bench/gpu_bench_start.h $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 
 # The column sums' pass, one column a thread against four (the same bits).
-$(BUILD)/gpu/gpu_columns_bench: bench/gpu_columns_bench.c $(BUILD)/libuform.a $(MEDIA_FILE)
+$(BUILD)/gpu/gpu_columns_bench: bench/gpu_columns_bench.c bench/gpu_bench_start.h $(BUILD)/libuform.a $(MEDIA_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_LIB) $(CUDA_CFLAGS) $< $(BUILD)/libuform.a -o $@ $(LINK_LIBS) $(LDLIBS)
 

@@ -26,20 +26,14 @@ int main(void) {
 #else
 #include "backend/backend.h"
 #include "../c/cuda/cuda_backend.h"
+#include "gpu_bench_start.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define HIDDEN 768
 #define ROUNDS 5
 #define CALLS 10
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct {
     const char *name;
@@ -123,24 +117,10 @@ static int bench(uform_backend_t *gpu, const workload_t *w) {
 }
 
 int main(void) {
-    size_t gpus = 0;
-    uform_capabilities_t capabilities;
-    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
-        printf("skip gpu_attention_bench: this build has no CUDA backend\n");
-        return 0;
-    }
-    if (uform_cuda_devices(&gpus) != UFORM_OK) {
-        printf("skip gpu_attention_bench: %s\n", uform_last_error());
-        return 0;
-    }
     uform_backend_t gpu;
     char name[256];
-    uform_gpu_class_t gpu_class;
-    if (uform_cuda_device_class(0, &gpu_class, name, sizeof(name)) != UFORM_OK ||
-        uform_cuda_backend_init(0, &gpu) != UFORM_OK) {
-        printf("gpu_attention_bench: the CUDA backend did not start on GPU 0: %s\n", uform_last_error());
-        return 1;
-    }
+    int started = gpu_bench_start("gpu_attention_bench", &gpu, name, sizeof(name));
+    if (started) return started < 0 ? 0 : 1;
     static uform_segment_t inference_segments[64], training_segments[32];
     workload_t inference = {"inference, 256-1024 rows a segment", true, inference_segments, 0, 0, 0, 0};
     while (inference.rows < 34000 - 1024) add_segment(&inference, 256 + (size_t)(next_random() % 769));

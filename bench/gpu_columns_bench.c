@@ -26,21 +26,15 @@ int main(void) {
 #else
 #include "backend/backend.h"
 #include "../c/cuda/cuda_backend.h"
+#include "gpu_bench_start.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define ROWS 32768
 #define HIDDEN 768
 #define ROUNDS 5
 #define CALLS 10
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct {
     const char *name;
@@ -112,24 +106,10 @@ static int bench(uform_backend_t *gpu, const workload_t *w, const float *gdy, co
 }
 
 int main(void) {
-    size_t gpus = 0;
-    uform_capabilities_t capabilities;
-    if (uform_capabilities(&capabilities) != UFORM_OK || !capabilities.gpu_backend_built) {
-        printf("skip gpu_columns_bench: this build has no CUDA backend\n");
-        return 0;
-    }
-    if (uform_cuda_devices(&gpus) != UFORM_OK) {
-        printf("skip gpu_columns_bench: %s\n", uform_last_error());
-        return 0;
-    }
     uform_backend_t gpu;
     char name[256];
-    uform_gpu_class_t gpu_class;
-    if (uform_cuda_device_class(0, &gpu_class, name, sizeof(name)) != UFORM_OK ||
-        uform_cuda_backend_init(0, &gpu) != UFORM_OK) {
-        printf("gpu_columns_bench: the CUDA backend did not start on GPU 0: %s\n", uform_last_error());
-        return 1;
-    }
+    int started = gpu_bench_start("gpu_columns_bench", &gpu, name, sizeof(name));
+    if (started) return started < 0 ? 0 : 1;
     size_t widest = (size_t)ROWS * 4 * HIDDEN;
     float *host = malloc(widest * 4);
     float *gdy = gpu.ops->alloc(&gpu, widest * 4), *gpre = gpu.ops->alloc(&gpu, widest * 4);
