@@ -306,7 +306,7 @@ gpu-fp8-probe: $(BUILD)/gpu/gpu_fp8_probe
 test-gpu: $(addprefix $(BUILD)/gpu/,$(GPU_TESTS)) $(BUILD)/gpu/gpu_attention_bench $(BUILD)/gpu/gpu_columns_bench
 	@echo "CUDA backend in this build: $(if $(CUDA_FOUND),yes (nvcc $(NVCC), cuBLASLt $(CUBLAS_ROOT)),no (nvcc or the nvidia-cublas wheel not found))"
 	@status=0; for t in $(GPU_TESTS); do echo "== $$t"; $(BUILD)/gpu/$$t || { echo "== $$t FAILED"; status=1; }; done; \
-	echo "== gpu_attention_bench (the attention forward, 64 against 128 query rows a block)"; \
+	echo "== gpu_attention_bench (the attention forward, 64 against 128 query rows a block; the backward in 1, 2 and 4 parts)"; \
 	$(BUILD)/gpu/gpu_attention_bench || { echo "== gpu_attention_bench FAILED"; status=1; }; \
 	echo "== gpu_columns_bench (the column sums, one column a thread against four)"; \
 	$(BUILD)/gpu/gpu_columns_bench || { echo "== gpu_columns_bench FAILED"; status=1; }; \

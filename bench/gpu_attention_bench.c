@@ -12,8 +12,17 @@
  * segments of 1024 rows. Each variant: 2 calls to warm up, then 5 rounds of 10
  * calls, alternating variants round by round; the best round, in ms a call.
  * TFLOP/s counts the useful products only: 4 L^2 x 64 per segment per head
- * (QK^T and PV). Built and run by `make test-gpu`; without a GPU (or without
- * the CUDA backend) it says why and exits 0. */
+ * (QK^T and PV).
+ *
+ * Then the training backward (attention_backward_bf16: dq, then dk and dv)
+ * on the same 32 x 1024 rows with each 64 x 64 tile pair taken in 1 part (the
+ * kernels as first run on a GPU), 2 or 4 (the default;
+ * uform_cuda_attention_backward_parts, attention_mma.cuh: fewer live
+ * registers, 3 blocks an SM instead of 2; the same bits, checked here again),
+ * timed the same way; TF/s of the useful products, 10 L^2 x 64 per segment
+ * per head (QK^T, dO V^T, dV, dK, dQ; the kernels recompute two more). Built
+ * and run by `make test-gpu`; without a GPU (or without the CUDA backend) it
+ * says why and exits 0. */
 #include "uform.h"
 
 #include <stdio.h>
@@ -116,6 +125,73 @@ static int bench(uform_backend_t *gpu, const workload_t *w) {
     return same ? 0 : 1;
 }
 
+/* The training backward in 1, 2 and 4 parts a tile pair (see above). */
+static int bench_backward(uform_backend_t *gpu, const workload_t *w) {
+    enum { VARIANTS = 3 };
+    static const size_t parts[VARIANTS] = {1, 2, 4};
+    size_t heads = HIDDEN / UFORM_HEAD_WIDTH, dqkv_bytes = w->rows * 3 * HIDDEN * 4;
+    float *qkv = malloc(dqkv_bytes), *tables = malloc(2 * w->rows * UFORM_PAIRS * 4), *dout = malloc(w->rows * HIDDEN * 4);
+    for (size_t i = 0; i < w->rows * 3 * HIDDEN; i++) qkv[i] = (float)((double)(next_random() >> 11) * 0x1p-53 * 4 - 2);
+    for (size_t i = 0; i < 2 * w->rows * UFORM_PAIRS; i++) tables[i] = (float)((double)(next_random() >> 11) * 0x1p-53);
+    for (size_t i = 0; i < w->rows * HIDDEN; i++) dout[i] = (float)((double)(next_random() >> 11) * 0x1p-53 * 2 - 1);
+    uform_segment_t *gsegments = gpu->ops->alloc(gpu, w->count * sizeof(uform_segment_t));
+    float *gqkv = gpu->ops->alloc(gpu, dqkv_bytes), *gtables = gpu->ops->alloc(gpu, 2 * w->rows * UFORM_PAIRS * 4);
+    float *gout = gpu->ops->alloc(gpu, w->rows * HIDDEN * 4), *gdout = gpu->ops->alloc(gpu, w->rows * HIDDEN * 4);
+    float *glse = gpu->ops->alloc(gpu, w->rows * heads * 4), *gdqkv = gpu->ops->alloc(gpu, dqkv_bytes);
+    uint16_t *gqkv16 = gpu->ops->alloc(gpu, w->rows * 3 * HIDDEN * 2);
+    float *host[VARIANTS];
+    bool allocated = gsegments && gqkv && gtables && gout && gdout && glse && gdqkv && gqkv16 && qkv && tables && dout;
+    for (int v = 0; v < VARIANTS; v++) allocated = (host[v] = malloc(dqkv_bytes)) && allocated;
+    if (!allocated) {
+        printf("gpu_attention_bench: out of memory for the backward: %s\n", uform_last_error());
+        return 1;
+    }
+    gpu->ops->upload(gpu, gsegments, w->segments, w->count * sizeof(uform_segment_t));
+    gpu->ops->upload(gpu, gqkv, qkv, dqkv_bytes);
+    gpu->ops->upload(gpu, gtables, tables, 2 * w->rows * UFORM_PAIRS * 4);
+    gpu->ops->upload(gpu, gdout, dout, w->rows * HIDDEN * 4);
+    gpu->ops->attention_forward_train_bf16(gpu, gqkv, HIDDEN, gsegments, w->count, w->rows, w->longest, gtables,
+                                           gtables + w->rows * UFORM_PAIRS, gqkv16, gout, glse);
+    double best[VARIANTS];
+    for (int v = 0; v < VARIANTS; v++) {   /* one call from zeros: the outputs the variants must agree on */
+        best[v] = 1e30;
+        uform_cuda_attention_backward_parts(gpu, parts[v]);
+        gpu->ops->zero(gpu, gdqkv, dqkv_bytes);
+        gpu->ops->attention_backward_bf16(gpu, gqkv16, gout, gdout, glse, HIDDEN, gsegments, w->count, w->rows,
+                                          w->longest, gdqkv);
+        gpu->ops->download(gpu, host[v], gdqkv, dqkv_bytes);
+        gpu->ops->attention_backward_bf16(gpu, gqkv16, gout, gdout, glse, HIDDEN, gsegments, w->count, w->rows,
+                                          w->longest, gdqkv);   /* warm-up */
+    }
+    uform_status_t status = gpu->ops->synchronize(gpu);
+    bool same = memcmp(host[0], host[1], dqkv_bytes) == 0 && memcmp(host[0], host[2], dqkv_bytes) == 0;
+    for (int round = 0; round < ROUNDS && status == UFORM_OK; round++)
+        for (int v = 0; v < VARIANTS; v++) {
+            uform_cuda_attention_backward_parts(gpu, parts[v]);
+            double start = now();
+            for (int i = 0; i < CALLS; i++)
+                gpu->ops->attention_backward_bf16(gpu, gqkv16, gout, gdout, glse, HIDDEN, gsegments, w->count,
+                                                  w->rows, w->longest, gdqkv);
+            status = gpu->ops->synchronize(gpu);
+            double took = (now() - start) / CALLS;
+            if (took < best[v]) best[v] = took;
+        }
+    uform_cuda_attention_backward_parts(gpu, 0);
+    if (status != UFORM_OK) {
+        printf("gpu_attention_bench: the backward failed: %s\n", uform_last_error());
+        return 1;
+    }
+    double flops = 2.5 * w->flops;   /* 10 L^2 x 64 a head against the forward's 4 */
+    printf("| %-34s | %6zu | %8.3f | %8.3f | %8.3f | %6.1f | %6.1f | %6.1f | %5.2fx | %s |\n", w->name, w->rows,
+           1e3 * best[0], 1e3 * best[1], 1e3 * best[2], flops / best[0] * 1e-12, flops / best[1] * 1e-12,
+           flops / best[2] * 1e-12, best[0] / best[2], same ? "yes" : "NO");
+    void *all[] = {gsegments, gqkv, gtables, gout, gdout, glse, gdqkv, gqkv16};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) gpu->ops->free(gpu, all[i]);
+    free(qkv), free(tables), free(dout);
+    for (int v = 0; v < VARIANTS; v++) free(host[v]);
+    return same ? 0 : 1;
+}
+
 int main(void) {
     uform_backend_t gpu;
     char name[256];
@@ -132,6 +208,12 @@ int main(void) {
     printf("| %-40s | %6s | %5s | %8s | %8s | %6s | %6s | %6s | %s |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
            "workload", "rows", "segs", "64: ms", "128: ms", "TF/s", "TF/s", "speed", "same bits");
     int failures = bench(&gpu, &inference) + bench(&gpu, &training);
+    training.name = "training backward, 32 x 1024 rows";
+    printf("\nThe training backward (dq, then dk and dv), each tile pair in 1, 2 or 4 parts (4: the default)\n\n");
+    printf("| %-34s | %6s | %8s | %8s | %8s | %6s | %6s | %6s | %6s | %s |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+           "workload", "rows", "1: ms", "2: ms", "4: ms", "TF/s", "TF/s", "TF/s", "4 vs 1", "same bits");
+    failures += bench_backward(&gpu, &training);
     uform_cuda_backend_free(&gpu);
     return failures ? 1 : 0;
 }

@@ -118,7 +118,7 @@ fi
     echo "| step | result |"
     echo "| --- | --- |"
     for i in "${!NAMES[@]}"; do echo "| ${NAMES[$i]} | ${RESULTS[$i]} |"; done
-    grep -h -E "^== test_|^== gpu_(attention|columns)_bench FAILED|^\| (inference|training forward), |^\| (bias sums|FP32 sums)|^test_[a-z_]+: [0-9]+ passed|^[0-9]+ passed|^skip |^FAIL|\| FAIL \||^\| (uform|torch)|^First step|^learns_retrieval|^\| (CPU|GPU) \(init" "$LOG" || true
+    grep -h -E "^== test_|^== gpu_(attention|columns)_bench FAILED|^\| (inference|training forward|training backward), |^\| (bias sums|FP32 sums)|^test_[a-z_]+: [0-9]+ passed|^[0-9]+ passed|^skip |^FAIL|\| FAIL \||^\| (uform|torch)|^First step|^learns_retrieval|^\| (CPU|GPU) \(init" "$LOG" || true
 } | tee "$SUMMARY" | tee -a "$LOG"
 [ -n "${OUT:-}" ] && [ -f docs/benchmarks-gpu.md ] && cp docs/benchmarks-gpu.md "$OUT/"
 exit $failed

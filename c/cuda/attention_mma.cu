@@ -230,20 +230,44 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
  * through the context's buffer of rows x heads floats (the dk, dv kernel
  * otherwise recomputes it for each key tile: half of its loads). A segment
  * longer than one tile has its tiles fetched many times: then qkv and dout
- * are rounded to BF16 once, as in the forward. */
+ * are rounded to BF16 once, as in the forward. Each tile pair in `parts`
+ * pieces (attention_mma.cuh: the same bits for 1, 2 and 4). */
+template <typename T, int parts>
+static void uform_attention_backward_parts(uform_backend_t *b, dim3 grid, const T *qkv_rows, const T *dout_rows,
+                                           const float *out, const float *dout, const float *logsumexp, size_t hidden,
+                                           const uform_segment_t *segments, float *dqkv, float *deltas) {
+    cudaStream_t stream = uform_cuda_context(b)->stream;
+    UFORM_LAUNCH((uform_attention_dq_mma<T, parts>), grid, UFORM_MMA_THREADS, stream)(
+        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    uform_cuda_launched(b, "attention_backward dq (tensor cores)");
+    UFORM_LAUNCH((uform_attention_dkv_mma<T, parts>), grid, UFORM_MMA_THREADS, stream)(
+        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
+}
+
 template <typename T>
 static void uform_attention_backward_launch(uform_backend_t *b, const T *qkv_rows, const T *dout_rows,
                                             const float *out, const float *dout, const float *logsumexp,
                                             size_t hidden, const uform_segment_t *segments, size_t count,
                                             size_t longest, float *dqkv, float *deltas) {
-    cudaStream_t stream = uform_cuda_context(b)->stream;
     dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
-    UFORM_LAUNCH(uform_attention_dq_mma<T>, grid, UFORM_MMA_THREADS, stream)(
-        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
-    uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-    UFORM_LAUNCH(uform_attention_dkv_mma<T>, grid, UFORM_MMA_THREADS, stream)(
-        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
-    uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
+    switch (uform_cuda_context(b)->attention_backward_parts) {
+    case 1:
+        uform_attention_backward_parts<T, 1>(b, grid, qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments,
+                                             dqkv, deltas);
+        break;
+    case 2:
+        uform_attention_backward_parts<T, 2>(b, grid, qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments,
+                                             dqkv, deltas);
+        break;
+    default:
+        uform_attention_backward_parts<T, 4>(b, grid, qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments,
+                                             dqkv, deltas);
+    }
+}
+
+extern "C" void uform_cuda_attention_backward_parts(uform_backend_t *b, size_t parts) {
+    uform_cuda_context(b)->attention_backward_parts = parts;
 }
 
 static float *uform_attention_deltas(uform_backend_t *b, size_t rows, size_t hidden) {

@@ -87,15 +87,17 @@ __device__ static inline void uform_mma_ldmatrix(uint32_t r[4], const uint16_t *
  * (64 x 64): c[i][j] += sum over p of a[i][p] tile[j][p]. The B operand of
  * C tile n, steps s and s + 1: tile rows 8n .. 8n + 7 at columns 16s, 16s + 8,
  * 16s + 16, 16s + 24, one ldmatrix. Each accumulator takes its 4 steps in
- * order (the same chain as _rows below and as the first version's). */
-template <int groups>
-__device__ static inline void uform_mma_16x64x64_groups(float c[][8][4], const uint32_t a[][4][4],
-                                                        const uform_mma_tile_t tile) {
+ * order (the same chain as _rows below and as the first version's).
+ * `tiles` < 8: only the C tiles of tile rows first .. first + 8 tiles - 1 (a
+ * part of the scores, the backward's: each accumulator the same chain). */
+template <int groups, int tiles = 8>
+__device__ static inline void uform_mma_16x64x64_groups(float c[][tiles][4], const uint32_t a[][4][4],
+                                                        const uform_mma_tile_t tile, int first = 0) {
     int lane = threadIdx.x % 32;
-    for (int n = 0; n < 8; n++)
+    for (int n = 0; n < tiles; n++)
         for (int s = 0; s < 4; s += 2) {
             uint32_t b[4];
-            uform_mma_ldmatrix<false>(b, &tile[8 * n + lane % 8][16 * s + 8 * (lane / 8)]);
+            uform_mma_ldmatrix<false>(b, &tile[first + 8 * n + lane % 8][16 * s + 8 * (lane / 8)]);
             for (int r = 0; r < groups; r++) {
                 uform_mma(c[r][n], a[r][s], b[0], b[1]);
                 uform_mma(c[r][n], a[r][s + 1], b[2], b[3]);
@@ -103,23 +105,30 @@ __device__ static inline void uform_mma_16x64x64_groups(float c[][8][4], const u
         }
 }
 
-__device__ static inline void uform_mma_16x64x64(float c[8][4], const uint32_t a[4][4], const uform_mma_tile_t tile) {
-    uform_mma_16x64x64_groups<1>(reinterpret_cast<float(*)[8][4]>(c),
-                                 reinterpret_cast<const uint32_t(*)[4][4]>(a), tile);
+/* One group: c (16 x 8 tiles) += a times the transpose of tile rows first .. */
+template <int tiles = 8>
+__device__ static inline void uform_mma_16x64x64(float c[tiles][4], const uint32_t a[4][4], const uform_mma_tile_t tile,
+                                                 int first = 0) {
+    uform_mma_16x64x64_groups<1, tiles>(reinterpret_cast<float(*)[tiles][4]>(c),
+                                        reinterpret_cast<const uint32_t(*)[4][4]>(a), tile, first);
 }
 
 /* c (16 x 64) += a (16 x 64, 4 A fragments) times `tile` (64 x 64, row p
  * the p-th term): c[i][d] += sum over p of a[i][p] tile[p][d]. The B operand
  * of step s, C tiles n and n + 1: tile rows 16s and 16s + 8 at columns 8n
- * and 8n + 8, one ldmatrix.trans; so no tile is ever stored transposed. */
-template <int groups>
-__device__ static inline void uform_mma_16x64x64_rows_groups(float c[][8][4], const uint32_t a[][4][4],
-                                                             const uform_mma_tile_t tile) {
+ * and 8n + 8, one ldmatrix.trans; so no tile is ever stored transposed.
+ * `steps` < 4: a holds steps first_step .. first_step + steps - 1 only (the
+ * terms of tile rows 16 first_step ..: a part of the backward's scores); the
+ * parts taken in order give each accumulator the same chain as one call. */
+template <int groups, int steps = 4>
+__device__ static inline void uform_mma_16x64x64_rows_groups(float c[][8][4], const uint32_t a[][steps][4],
+                                                             const uform_mma_tile_t tile, int first_step = 0) {
     int lane = threadIdx.x % 32, matrix = lane / 8;
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < steps; s++)
         for (int n = 0; n < 8; n += 2) {
             uint32_t b[4];
-            uform_mma_ldmatrix<true>(b, &tile[16 * s + 8 * (matrix % 2) + lane % 8][8 * n + 8 * (matrix / 2)]);
+            uform_mma_ldmatrix<true>(
+                b, &tile[16 * (first_step + s) + 8 * (matrix % 2) + lane % 8][8 * n + 8 * (matrix / 2)]);
             for (int r = 0; r < groups; r++) {
                 uform_mma(c[r][n], a[r][s], b[0], b[1]);
                 uform_mma(c[r][n + 1], a[r][s], b[2], b[3]);
@@ -127,10 +136,11 @@ __device__ static inline void uform_mma_16x64x64_rows_groups(float c[][8][4], co
         }
 }
 
-__device__ static inline void uform_mma_16x64x64_rows(float c[8][4], const uint32_t a[4][4],
-                                                      const uform_mma_tile_t tile) {
-    uform_mma_16x64x64_rows_groups<1>(reinterpret_cast<float(*)[8][4]>(c),
-                                      reinterpret_cast<const uint32_t(*)[4][4]>(a), tile);
+template <int steps = 4>
+__device__ static inline void uform_mma_16x64x64_rows(float c[8][4], const uint32_t a[steps][4],
+                                                      const uform_mma_tile_t tile, int first_step = 0) {
+    uform_mma_16x64x64_rows_groups<1, steps>(reinterpret_cast<float(*)[8][4]>(c),
+                                             reinterpret_cast<const uint32_t(*)[steps][4]>(a), tile, first_step);
 }
 
 /* The A fragments of rows first .. first + 15 of a tile. */
@@ -144,9 +154,11 @@ __device__ static inline void uform_mma_fragments(const uform_mma_tile_t tile, i
     }
 }
 
-/* An accumulator of 16 x 64 (8 C tiles) rounded to BF16 as 4 A fragments. */
-__device__ static inline void uform_mma_repack(const float c[8][4], uint32_t a[4][4]) {
-    for (int s = 0; s < 4; s++) {
+/* An accumulator of 16 x 64 (8 C tiles) rounded to BF16 as 4 A fragments
+ * (or of 16 x 16 steps: 2 steps C tiles, `steps` fragments). */
+template <int steps = 4>
+__device__ static inline void uform_mma_repack(const float c[2 * steps][4], uint32_t a[steps][4]) {
+    for (int s = 0; s < steps; s++) {
         a[s][0] = uform_mma_pack(c[2 * s][0], c[2 * s][1]);
         a[s][1] = uform_mma_pack(c[2 * s][2], c[2 * s][3]);
         a[s][2] = uform_mma_pack(c[2 * s + 1][0], c[2 * s + 1][1]);
@@ -154,8 +166,9 @@ __device__ static inline void uform_mma_repack(const float c[8][4], uint32_t a[4
     }
 }
 
-__device__ static inline void uform_mma_clear(float c[8][4]) {
-    for (int n = 0; n < 8; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+template <int tiles = 8>
+__device__ static inline void uform_mma_clear(float c[tiles][4]) {
+    for (int n = 0; n < tiles; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
 }
 
 /* cp.async of 16 bytes, global to shared; `bytes` 0 writes zeros instead. */
@@ -429,13 +442,31 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4 / groups)
     }
 }
 
+/* The backward's parts: each 64 x 64 tile pair's scores are made, turned
+ * into p and ds, and multiplied into the accumulators in `parts` pieces of
+ * 64 / parts keys (dq) or queries (dk, dv). A piece's scores are the same
+ * accumulators as the whole tile's (each C tile its 4 steps in order), and
+ * the second products take their steps in order across the pieces, so every
+ * output is the same chain: the same bits for 1, 2 and 4 parts. Fewer
+ * scores live (32 floats fewer for dk, dv's two products with two parts, 48
+ * with four) let a block fit under 168 registers: 3 blocks (12 warps) an SM
+ * instead of 2 (ptxas -v, nvcc 13.0, sm_90a, the BF16-row kernels: one part,
+ * dk, dv 180 registers and dq 181; two parts 168 with 44 bytes of spill
+ * loads and 166; four parts 168 and 157, no spills). The ldmatrix and mma
+ * are the same in number; the parts only let ptxas overlap one part's
+ * exponentials with another's products within the bound. Written 2026-12-06
+ * without a GPU: compiled and emulated, **not yet run**; the default is four
+ * parts, uform_cuda_attention_backward_parts(b, 1) runs the kernels as first
+ * run on a GPU, and bench/gpu_attention_bench.c times 1, 2 and 4. */
+#define UFORM_MMA_BACKWARD_BLOCKS(parts) ((parts) == 1 ? 0 : 3)   /* 0: no bound (the kernels as first run) */
+
 /* dq of a query tile: its keys in order. The tiles come from qkv and
  * dout_rows (T, see above); D = dout . out from the FP32 dout and out, and
  * each row's D is also written to deltas [rows][heads] when not NULL, for the
  * dk, dv kernel launched after. Stage 1 first holds the query tile's q and
  * dout, until their fragments are in registers. */
-template <typename T>
-__global__ static void __launch_bounds__(UFORM_MMA_THREADS)
+template <typename T, int parts = 1>
+__global__ static void __launch_bounds__(UFORM_MMA_THREADS, UFORM_MMA_BACKWARD_BLOCKS(parts))
     uform_attention_dq_mma(const T *qkv, const T *dout_rows, const float *out, const float *dout,
                            const float *logsumexp, size_t hidden, const uform_segment_t *segments, float *dqkv,
                            float *deltas) {
@@ -478,20 +509,25 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
             uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
                                                     keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
             __syncthreads();
-            float s[8][4], dp[8][4];
-            uform_mma_clear(s);
-            uform_mma_clear(dp);
-            uform_mma_16x64x64(s, q, k_rows[stage]);    /* scores */
-            uform_mma_16x64x64(dp, d, v_rows[stage]);   /* dout . v */
-            for (int n = 0; n < 8; n++)
-                for (int e = 0; e < 4; e++) {
-                    int h = e / 2;
-                    float p = keys + 8 * n + at.t + (e & 1) < length ? uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
-                    s[n][e] = p * (dp[n][e] - delta[h]) * 0.125f;   /* ds */
-                }
-            uint32_t ds[4][4];
-            uform_mma_repack(s, ds);
-            uform_mma_16x64x64_rows(dq, ds, k_rows[stage]);   /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
+            for (int part = 0; part < parts; part++) {   /* keys 8 tiles part .. of the tile */
+                constexpr int tiles = 8 / parts, steps = 4 / parts;
+                float s[tiles][4], dp[tiles][4];
+                uform_mma_clear<tiles>(s);
+                uform_mma_clear<tiles>(dp);
+                uform_mma_16x64x64<tiles>(s, q, k_rows[stage], 8 * tiles * part);    /* scores */
+                uform_mma_16x64x64<tiles>(dp, d, v_rows[stage], 8 * tiles * part);   /* dout . v */
+                for (int n = 0; n < tiles; n++)
+                    for (int e = 0; e < 4; e++) {
+                        int h = e / 2;
+                        size_t key = keys + 8 * (tiles * part + n) + at.t + (e & 1);
+                        float p = key < length ? uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
+                        s[n][e] = p * (dp[n][e] - delta[h]) * 0.125f;   /* ds */
+                    }
+                uint32_t ds[steps][4];
+                uform_mma_repack<steps>(s, ds);
+                /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
+                uform_mma_16x64x64_rows<steps>(dq, ds, k_rows[stage], steps * part);
+            }
             __syncthreads();
         }
         for (int h = 0; h < 2; h++) {
@@ -547,8 +583,8 @@ __device__ static void uform_mma_statistics(const uform_mma_place_t<T> &at, size
  * dout and out (half of a step's loads) are gone; the same bits either way.
  * Stage 1 first holds the key tile's k and v, until their fragments are in
  * registers. */
-template <typename T>
-__global__ static void __launch_bounds__(UFORM_MMA_THREADS)
+template <typename T, int parts = 1>
+__global__ static void __launch_bounds__(UFORM_MMA_THREADS, UFORM_MMA_BACKWARD_BLOCKS(parts))
     uform_attention_dkv_mma(const T *qkv, const T *dout_rows, const float *out, const float *dout,
                             const float *logsumexp, size_t hidden, const uform_segment_t *segments, float *dqkv,
                             const float *deltas) {
@@ -582,22 +618,26 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS)
                                      lse[stage ^ 1], delta[stage ^ 1]);
             uform_mma_wait_stage(more);
             __syncthreads();
-            float s[8][4], dp[8][4];
-            uform_mma_clear(s);
-            uform_mma_clear(dp);
-            uform_mma_16x64x64(s, k, q_rows[stage]);    /* s[key][query] */
-            uform_mma_16x64x64(dp, v, g_rows[stage]);   /* v . dout */
-            for (int n = 0; n < 8; n++)
-                for (int e = 0; e < 4; e++) {
-                    int query = 8 * n + at.t + (e & 1);
-                    s[n][e] = uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[stage][query]);       /* p */
-                    dp[n][e] = s[n][e] * (dp[n][e] - delta[stage][query]) * 0.125f;   /* ds */
-                }
-            uint32_t p[4][4], ds[4][4];
-            uform_mma_repack(s, p);
-            uform_mma_repack(dp, ds);
-            uform_mma_16x64x64_rows(dv, p, g_rows[stage]);    /* dv[j][c] += sum over queries of p[j][i] dout[i][c] */
-            uform_mma_16x64x64_rows(dk, ds, q_rows[stage]);   /* dk[j][c] += sum over queries of ds[j][i] q[i][c] */
+            for (int part = 0; part < parts; part++) {   /* queries 8 tiles part .. of the tile */
+                constexpr int tiles = 8 / parts, steps = 4 / parts;
+                float s[tiles][4], dp[tiles][4];
+                uform_mma_clear<tiles>(s);
+                uform_mma_clear<tiles>(dp);
+                uform_mma_16x64x64<tiles>(s, k, q_rows[stage], 8 * tiles * part);    /* s[key][query] */
+                uform_mma_16x64x64<tiles>(dp, v, g_rows[stage], 8 * tiles * part);   /* v . dout */
+                for (int n = 0; n < tiles; n++)
+                    for (int e = 0; e < 4; e++) {
+                        int query = 8 * (tiles * part + n) + at.t + (e & 1);
+                        s[n][e] = uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[stage][query]);   /* p */
+                        dp[n][e] = s[n][e] * (dp[n][e] - delta[stage][query]) * 0.125f;          /* ds */
+                    }
+                uint32_t p[steps][4], ds[steps][4];
+                uform_mma_repack<steps>(s, p);
+                uform_mma_repack<steps>(dp, ds);
+                /* dv[j][c] += sum over queries of p[j][i] dout[i][c], dk[j][c] of ds[j][i] q[i][c] */
+                uform_mma_16x64x64_rows<steps>(dv, p, g_rows[stage], steps * part);
+                uform_mma_16x64x64_rows<steps>(dk, ds, q_rows[stage], steps * part);
+            }
             __syncthreads();
         }
         for (int h = 0; h < 2; h++) {

@@ -63,6 +63,13 @@ UFORM_INTERNAL void uform_cuda_attention_simple(uform_backend_t *backend, bool s
  * for the tests, which check that, and bench/gpu_attention_bench.c, which
  * times both. */
 UFORM_INTERNAL void uform_cuda_attention_query_rows(uform_backend_t *backend, size_t rows);
+/* The tensor-core backward's parts a tile pair from now on: 1 (the kernels as
+ * first run on a GPU), 2, or 0 for the default, 4 (the scores made and used a
+ * quarter of a tile at a time: fewer registers, 3 blocks an SM;
+ * attention_mma.cuh). The
+ * same bits either way; for the tests, which check that, and
+ * bench/gpu_attention_bench.c, which times both. */
+UFORM_INTERNAL void uform_cuda_attention_backward_parts(uform_backend_t *backend, size_t parts);
 /* The column sums' (columns.cu) columns a thread from now on: 1, or 0 for
  * the default, 4 wherever the width and pointers allow 16-byte loads. The
  * same bits either way; for the tests, which check that. */

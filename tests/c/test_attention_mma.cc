@@ -20,7 +20,9 @@
  * inference forward (no logsumexp) equal to the training forward, the
  * kernels fed BF16 copies (tiles by cp.async) equal to those fed FP32, the
  * forward taking 128 query rows a block (two row groups a warp) equal to the
- * one taking 64, and all of it again with the warps run far apart (emulation.h's by-warp order:
+ * one taking 64, the backward taking each tile pair in 2 or 4 parts (the
+ * GPU's default since 2026-12-06, not yet run there) equal to one part, and
+ * all of it again with the warps run far apart (emulation.h's by-warp order:
  * each barrier and cp.async wait of the kernels is needed for these to pass;
  * dropping any one of them fails a check, tried 2026-12-04). */
 #include "../../c/cuda/emulation.h"
@@ -63,6 +65,18 @@ static void compare(const char *what, const std::vector<double> &expected, const
 static void same_bits(const char *what, const std::vector<float> &a, const std::vector<float> &b) {
     bool same = a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
     row(what, same, 0, 0);
+}
+
+/* The backward as the GPU runs it (dq, then dk and dv with D handed over),
+ * each tile pair in `parts` pieces, `slots` blocks a (segment, head). */
+template <typename T, int parts>
+static void backward_in_parts(unsigned slots, const T *qkv, const T *dout_rows, const float *out, const float *dout,
+                              const float *lse, size_t hidden, const uform_segment_t *segments, size_t count,
+                              size_t heads, float *dqkv, float *deltas) {
+    uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dq_mma<T, parts>, qkv, dout_rows,
+                          out, dout, lse, hidden, segments, dqkv, deltas);
+    uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dkv_mma<T, parts>, qkv,
+                          dout_rows, out, dout, lse, hidden, segments, dqkv, (const float *)deltas);
 }
 
 int main() {
@@ -202,6 +216,24 @@ int main() {
                           lse1.data(), hidden, segments, grads4.data(), (const float *)deltas4.data());
     same_bits("backward from BF16 rows", grads1, grads4);
     same_bits("backward from BF16 rows: D", deltas, deltas4);
+    /* each tile pair in 2 and 4 parts: the same chains, the same bits */
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        std::vector<float> two(dqkv_initial), four(dqkv_initial), deltas2(rows * heads), deltas6(rows * heads);
+        if (bf16) {
+            const uint16_t *q16 = (const uint16_t *)qkv16.data(), *d16 = (const uint16_t *)dout16.data();
+            backward_in_parts<uint16_t, 2>(2, q16, d16, out1.data(), dout.data(), lse1.data(), hidden, segments, count,
+                                           heads, two.data(), deltas2.data());
+            backward_in_parts<uint16_t, 4>(3, q16, d16, out1.data(), dout.data(), lse1.data(), hidden, segments, count,
+                                           heads, four.data(), deltas6.data());
+        } else {
+            backward_in_parts<float, 2>(3, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
+                                        segments, count, heads, two.data(), deltas2.data());
+            backward_in_parts<float, 4>(1, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
+                                        segments, count, heads, four.data(), deltas6.data());
+        }
+        same_bits(bf16 ? "backward in 2 parts, from BF16 rows" : "backward in 2 parts", grads1, two);
+        same_bits(bf16 ? "backward in 4 parts, from BF16 rows" : "backward in 4 parts", grads1, four);
+    }
 
     /* again with each warp run as far as it goes before the next starts
      * (emulation.h): a barrier missing between one warp's reads of a stage
@@ -249,6 +281,16 @@ int main() {
             same_bits("warps apart, 128 rows a block: forward lse", lse1, lse8);
         }
         same_bits(bf16 ? "warps apart, from BF16 rows: backward" : "warps apart: backward", grads1, grads5);
+        std::vector<float> grads9(dqkv_initial), deltas9(rows * heads);
+        if (bf16)
+            backward_in_parts<uint16_t, 4>(2, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
+                                           out1.data(), dout.data(), lse1.data(), hidden, segments, count, heads,
+                                           grads9.data(), deltas9.data());
+        else
+            backward_in_parts<float, 2>(2, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
+                                        segments, count, heads, grads9.data(), deltas9.data());
+        same_bits(bf16 ? "warps apart, from BF16 rows: backward, 4 parts" : "warps apart: backward, 2 parts", grads1,
+                  grads9);
     }
 
     printf("\ntest_attention_mma: %d passed, %d failed\n", passed, failed);

@@ -1209,11 +1209,29 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
     }
     sync(b, gout, out, rows * hidden);
     sync(b, glse, lse, rows * heads);
+    float *initial = malloc(rows * 3 * hidden * 4);
+    memcpy(initial, dqkv, rows * 3 * hidden * 4);
     b->cpu.ops->attention_backward(&b->cpu, qkv, out, dout, lse, hidden, segments, count, rows, longest, dqkv);
     b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, rows, longest,
                                    gdqkv);
     snprintf(what, sizeof(what), "attention_backward dqkv (%s)", kind);
     compare(b, what, dqkv, gdqkv, rows * 3 * hidden, backward);
+    if (!simple) {   /* each tile pair in 1 and 2 parts against the default 4: bit for bit (bound 0) */
+        float *four = malloc(rows * 3 * hidden * 4);
+        b->gpu.ops->download(&b->gpu, four, gdqkv, rows * 3 * hidden * 4);
+        b->gpu.ops->synchronize(&b->gpu);
+        for (size_t parts = 1; parts <= 2; parts++) {
+            sync(b, gdqkv, initial, rows * 3 * hidden);
+            uform_cuda_attention_backward_parts(&b->gpu, parts);
+            b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, rows, longest,
+                                           gdqkv);
+            uform_cuda_attention_backward_parts(&b->gpu, 0);
+            snprintf(what, sizeof(what), "attention_backward %zu = 4 parts (dqkv)", parts);
+            compare(b, what, four, gdqkv, rows * 3 * hidden, 0);
+        }
+        free(four);
+    }
+    free(initial);
     /* inference: the CPU's takes scratch of attention_scratch_bytes; the GPU is
      * told a longest of 64, below the truth, so its blocks loop over tiles */
     void *scratch = malloc(b->cpu.ops->attention_scratch_bytes(&b->cpu, hidden, count, longest) + 1);
