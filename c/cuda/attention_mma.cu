@@ -231,43 +231,54 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
  * otherwise recomputes it for each key tile: half of its loads). A segment
  * longer than one tile has its tiles fetched many times: then qkv and dout
  * are rounded to BF16 once, as in the forward. Each tile pair in `parts`
- * pieces (attention_mma.cuh: the same bits for 1, 2 and 4). */
-template <typename T, int parts>
-static void uform_attention_backward_parts(uform_backend_t *b, dim3 grid, const T *qkv_rows, const T *dout_rows,
-                                           const float *out, const float *dout, const float *logsumexp, size_t hidden,
-                                           const uform_segment_t *segments, float *dqkv, float *deltas) {
+ * pieces, and dq's blocks taking `dq_groups` query tiles (attention_mma.cuh:
+ * the same bits for every choice). */
+template <typename T, int parts, int dq_groups>
+static void uform_attention_backward_parts(uform_backend_t *b, size_t count, size_t heads, size_t longest,
+                                           const T *qkv_rows, const T *dout_rows, const float *out, const float *dout,
+                                           const float *logsumexp, size_t hidden, const uform_segment_t *segments,
+                                           float *dqkv, float *deltas) {
     cudaStream_t stream = uform_cuda_context(b)->stream;
-    UFORM_LAUNCH((uform_attention_dq_mma<T, parts>), grid, UFORM_MMA_THREADS, stream)(
-        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    UFORM_LAUNCH((uform_attention_dq_mma<T, parts, dq_groups>),
+                 uform_attention_mma_grid(count, heads, longest, dq_groups * UFORM_MMA_TILE), UFORM_MMA_THREADS,
+                 stream)(qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
     uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-    UFORM_LAUNCH((uform_attention_dkv_mma<T, parts>), grid, UFORM_MMA_THREADS, stream)(
-        qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    UFORM_LAUNCH((uform_attention_dkv_mma<T, parts>), uform_attention_mma_grid(count, heads, longest),
+                 UFORM_MMA_THREADS, stream)(qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
     uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
 }
 
+/* The default: four parts, and dq 128 query rows a block (two groups a warp)
+ * where the longest segment spans more than a tile; the tests' and the
+ * benchmark's other choices through uform_cuda_attention_backward_parts (1,
+ * 2: dq 64 rows) and uform_cuda_attention_dq_rows (64). */
 template <typename T>
 static void uform_attention_backward_launch(uform_backend_t *b, const T *qkv_rows, const T *dout_rows,
                                             const float *out, const float *dout, const float *logsumexp,
                                             size_t hidden, const uform_segment_t *segments, size_t count,
                                             size_t longest, float *dqkv, float *deltas) {
-    dim3 grid = uform_attention_mma_grid(count, hidden / UFORM_HEAD_WIDTH, longest);
-    switch (uform_cuda_context(b)->attention_backward_parts) {
-    case 1:
-        uform_attention_backward_parts<T, 1>(b, grid, qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments,
-                                             dqkv, deltas);
-        break;
-    case 2:
-        uform_attention_backward_parts<T, 2>(b, grid, qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments,
-                                             dqkv, deltas);
-        break;
-    default:
-        uform_attention_backward_parts<T, 4>(b, grid, qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments,
-                                             dqkv, deltas);
-    }
+    uform_cuda_context_t *context = uform_cuda_context(b);
+    size_t heads = hidden / UFORM_HEAD_WIDTH;
+    if (context->attention_backward_parts == 1)
+        uform_attention_backward_parts<T, 1, 1>(b, count, heads, longest, qkv_rows, dout_rows, out, dout, logsumexp,
+                                                hidden, segments, dqkv, deltas);
+    else if (context->attention_backward_parts == 2)
+        uform_attention_backward_parts<T, 2, 1>(b, count, heads, longest, qkv_rows, dout_rows, out, dout, logsumexp,
+                                                hidden, segments, dqkv, deltas);
+    else if (context->attention_dq_rows == UFORM_MMA_TILE || longest <= UFORM_MMA_TILE)
+        uform_attention_backward_parts<T, 4, 1>(b, count, heads, longest, qkv_rows, dout_rows, out, dout, logsumexp,
+                                                hidden, segments, dqkv, deltas);
+    else
+        uform_attention_backward_parts<T, 4, 2>(b, count, heads, longest, qkv_rows, dout_rows, out, dout, logsumexp,
+                                                hidden, segments, dqkv, deltas);
 }
 
 extern "C" void uform_cuda_attention_backward_parts(uform_backend_t *b, size_t parts) {
     uform_cuda_context(b)->attention_backward_parts = parts;
+}
+
+extern "C" void uform_cuda_attention_dq_rows(uform_backend_t *b, size_t rows) {
+    uform_cuda_context(b)->attention_dq_rows = rows;
 }
 
 static float *uform_attention_deltas(uform_backend_t *b, size_t rows, size_t hidden) {

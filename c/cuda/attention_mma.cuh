@@ -20,6 +20,15 @@
 
 typedef uint16_t uform_mma_tile_t[UFORM_MMA_TILE][UFORM_MMA_STRIDE];
 
+/* nvcc's full unrolling of a loop over row groups (without it, a loop with a
+ * barrier inside kept its arrays in local memory: ptxas -v); the emulation's
+ * g++ has no such pragma. */
+#ifdef UFORM_CUDA_EMULATION
+#define UFORM_MMA_UNROLL
+#else
+#define UFORM_MMA_UNROLL _Pragma("unroll")
+#endif
+
 __device__ static inline uint16_t uform_mma_bf16(float value) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
@@ -456,91 +465,127 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4 / groups)
  * are the same in number; the parts only let ptxas overlap one part's
  * exponentials with another's products within the bound. Written 2026-12-06
  * without a GPU: compiled and emulated, **not yet run**; the default is four
- * parts, uform_cuda_attention_backward_parts(b, 1) runs the kernels as first
- * run on a GPU, and bench/gpu_attention_bench.c times 1, 2 and 4. */
+ * parts (and dq 128 query rows a block, below),
+ * uform_cuda_attention_backward_parts(b, 1) runs the kernels as first run on
+ * a GPU, and bench/gpu_attention_bench.c times the choices side by side. */
 #define UFORM_MMA_BACKWARD_BLOCKS(parts) ((parts) == 1 ? 0 : 3)   /* 0: no bound (the kernels as first run) */
 
-/* dq of a query tile: its keys in order. The tiles come from qkv and
- * dout_rows (T, see above); D = dout . out from the FP32 dout and out, and
- * each row's D is also written to deltas [rows][heads] when not NULL, for the
- * dk, dv kernel launched after. Stage 1 first holds the query tile's q and
- * dout, until their fragments are in registers. */
-template <typename T, int parts = 1>
-__global__ static void __launch_bounds__(UFORM_MMA_THREADS, UFORM_MMA_BACKWARD_BLOCKS(parts))
+/* dq of `groups` query tiles, first .. first + 64 groups - 1 of the segment:
+ * their keys in order. Warp w holds rows 16w .. 16w + 15 of each tile, so
+ * with two groups every B operand read from shared memory (one ldmatrix)
+ * feeds two mma, as in the forward; each row's operations are those of one
+ * group alone, in the same order: one group or two, the same bits. The tiles
+ * come from qkv and dout_rows (T, see above); D = dout . out from the FP32
+ * dout and out, and each row's D is also written to deltas [rows][heads]
+ * when not NULL, for the dk, dv kernel launched after. Stage 1 first holds
+ * each query tile's q and dout in turn, until their fragments are in
+ * registers. */
+template <int groups, int parts, typename T>
+__device__ __forceinline__ static void uform_mma_dq_tiles(const uform_mma_place_t<T> &at, size_t first,
+                                                          const T *dout_base, const float *out, const float *dout,
+                                                          const float *logsumexp, size_t hidden, float *dqkv,
+                                                          float *deltas, uform_mma_tile_t k_rows[2],
+                                                          uform_mma_tile_t v_rows[2]) {
+    const size_t length = at.segment.length;
+    uint32_t q[groups][4][4], d[groups][4][4];
+    float lse[groups][2], delta[groups][2];
+    UFORM_MMA_UNROLL
+    for (int r = 0; r < groups; r++) {
+        const size_t tile = first + r * UFORM_MMA_TILE;
+        uform_mma_fetch(at.base, at.stride, tile, length, k_rows[1]);
+        uform_mma_fetch(dout_base, hidden, tile, length, v_rows[1]);
+        if (r == 0) {
+            uform_mma_fetch(at.base + hidden, at.stride, 0, length, k_rows[0]);
+            uform_mma_fetch(at.base + 2 * hidden, at.stride, 0, length, v_rows[0]);
+        }
+        uform_mma_commit();
+        lse[r][0] = lse[r][1] = delta[r][0] = delta[r][1] = 0.0f;
+        for (int i = 0; i < 16; i++) {   /* D of the warp's 16 rows, kept by the lanes that own them */
+            size_t row = tile + 16 * at.warp + i;
+            float value = 0.0f;
+            if (row < length) {
+                size_t g = at.segment.begin + row;
+                value = uform_mma_delta(dout + g * hidden + at.column, out + g * hidden + at.column);
+                if (deltas && at.lane == 0) deltas[g * at.heads + at.head] = value;
+            }
+            if (i == at.g) delta[r][0] = value;
+            if (i == at.g + 8) delta[r][1] = value;
+        }
+        for (int h = 0; h < 2; h++) {
+            size_t row = tile + 16 * at.warp + at.g + 8 * h;
+            if (row < length) lse[r][h] = logsumexp[(at.segment.begin + row) * at.heads + at.head] * UFORM_MMA_LOG2E;
+        }
+        uform_mma_wait<0>();
+        __syncthreads();
+        uform_mma_fragments(k_rows[1], 16 * at.warp, q[r]);
+        uform_mma_fragments(v_rows[1], 16 * at.warp, d[r]);
+        __syncthreads();   /* stage 1 is free */
+    }
+    float dq[groups][8][4];
+    for (int r = 0; r < groups; r++) uform_mma_clear(dq[r]);
+    int stage = 0;
+    for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
+        uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
+                                                keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
+        __syncthreads();
+        for (int part = 0; part < parts; part++) {   /* keys 8 tiles part .. of the tile */
+            constexpr int tiles = 8 / parts, steps = 4 / parts;
+            float s[groups][tiles][4], dp[groups][tiles][4];
+            for (int r = 0; r < groups; r++) uform_mma_clear<tiles>(s[r]), uform_mma_clear<tiles>(dp[r]);
+            uform_mma_16x64x64_groups<groups, tiles>(s, q, k_rows[stage], 8 * tiles * part);    /* scores */
+            uform_mma_16x64x64_groups<groups, tiles>(dp, d, v_rows[stage], 8 * tiles * part);   /* dout . v */
+            for (int r = 0; r < groups; r++)
+                for (int n = 0; n < tiles; n++)
+                    for (int e = 0; e < 4; e++) {
+                        int h = e / 2;
+                        size_t key = keys + 8 * (tiles * part + n) + at.t + (e & 1);
+                        float p = key < length ? uform_mma_exp2(s[r][n][e] * UFORM_MMA_SCALE - lse[r][h]) : 0.0f;
+                        s[r][n][e] = p * (dp[r][n][e] - delta[r][h]) * 0.125f;   /* ds */
+                    }
+            uint32_t ds[groups][steps][4];
+            for (int r = 0; r < groups; r++) uform_mma_repack<steps>(s[r], ds[r]);
+            /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
+            uform_mma_16x64x64_rows_groups<groups, steps>(dq, ds, k_rows[stage], steps * part);
+        }
+        __syncthreads();
+    }
+    UFORM_MMA_UNROLL
+    for (int r = 0; r < groups; r++)
+        for (int h = 0; h < 2; h++) {
+            size_t row = first + r * UFORM_MMA_TILE + 16 * at.warp + at.g + 8 * h;
+            if (row >= length) continue;
+            float *target = dqkv + (at.segment.begin + row) * at.stride + at.column;
+            for (int n = 0; n < 8; n++) {
+                float2 value = *(float2 *)(target + 8 * n + at.t);
+                value.x += dq[r][n][2 * h];
+                value.y += dq[r][n][2 * h + 1];
+                *(float2 *)(target + 8 * n + at.t) = value;
+            }
+        }
+}
+
+/* dq: a block takes `groups` query tiles at a time (64 or 128 query rows),
+ * spans z, z + slots, ... of its segment, as the forward does (a segment's
+ * last span holding a single tile runs as one group). Two groups: up to 255
+ * registers, 2 blocks an SM (the forward's trade: 1.28-1.36x on an H100);
+ * written 2026-12-06 without a GPU, compiled and emulated, not yet run
+ * (uform_cuda_attention_dq_rows). */
+template <typename T, int parts = 1, int groups = 1>
+__global__ static void __launch_bounds__(UFORM_MMA_THREADS, groups == 1 ? UFORM_MMA_BACKWARD_BLOCKS(parts) : 2)
     uform_attention_dq_mma(const T *qkv, const T *dout_rows, const float *out, const float *dout,
                            const float *logsumexp, size_t hidden, const uform_segment_t *segments, float *dqkv,
                            float *deltas) {
     __shared__ __align__(16) uform_mma_tile_t k_rows[2], v_rows[2];
     const auto at = uform_mma_place(qkv, hidden, segments);
-    const size_t length = at.segment.length;
+    const size_t length = at.segment.length, span = groups * UFORM_MMA_TILE;
     const T *dout_base = dout_rows + at.segment.begin * hidden + at.column;
-    UFORM_MMA_BLOCK_TILES(first, length) {
-        uform_mma_fetch(at.base, at.stride, first, length, k_rows[1]);
-        uform_mma_fetch(dout_base, hidden, first, length, v_rows[1]);
-        uform_mma_fetch(at.base + hidden, at.stride, 0, length, k_rows[0]);
-        uform_mma_fetch(at.base + 2 * hidden, at.stride, 0, length, v_rows[0]);
-        uform_mma_commit();
-        float lse[2] = {0.0f, 0.0f}, delta[2] = {0.0f, 0.0f};
-        for (int i = 0; i < 16; i++) {   /* D of the warp's 16 rows, kept by the lanes that own them */
-            size_t row = first + 16 * at.warp + i;
-            float value = 0.0f;
-            if (row < length) {
-                size_t r = at.segment.begin + row;
-                value = uform_mma_delta(dout + r * hidden + at.column, out + r * hidden + at.column);
-                if (deltas && at.lane == 0) deltas[r * at.heads + at.head] = value;
-            }
-            if (i == at.g) delta[0] = value;
-            if (i == at.g + 8) delta[1] = value;
-        }
-        for (int h = 0; h < 2; h++) {
-            size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row < length) lse[h] = logsumexp[(at.segment.begin + row) * at.heads + at.head] * UFORM_MMA_LOG2E;
-        }
-        uform_mma_wait<0>();
-        __syncthreads();
-        uint32_t q[4][4], d[4][4];
-        uform_mma_fragments(k_rows[1], 16 * at.warp, q);
-        uform_mma_fragments(v_rows[1], 16 * at.warp, d);
-        __syncthreads();   /* stage 1 is free */
-        float dq[8][4];
-        uform_mma_clear(dq);
-        int stage = 0;
-        for (size_t keys = 0; keys < length; keys += UFORM_MMA_TILE, stage ^= 1) {
-            uform_mma_wait_stage(uform_mma_prefetch(at.base + hidden, at.stride, at.base + 2 * hidden, at.stride,
-                                                    keys + UFORM_MMA_TILE, length, k_rows[stage ^ 1], v_rows[stage ^ 1]));
-            __syncthreads();
-            for (int part = 0; part < parts; part++) {   /* keys 8 tiles part .. of the tile */
-                constexpr int tiles = 8 / parts, steps = 4 / parts;
-                float s[tiles][4], dp[tiles][4];
-                uform_mma_clear<tiles>(s);
-                uform_mma_clear<tiles>(dp);
-                uform_mma_16x64x64<tiles>(s, q, k_rows[stage], 8 * tiles * part);    /* scores */
-                uform_mma_16x64x64<tiles>(dp, d, v_rows[stage], 8 * tiles * part);   /* dout . v */
-                for (int n = 0; n < tiles; n++)
-                    for (int e = 0; e < 4; e++) {
-                        int h = e / 2;
-                        size_t key = keys + 8 * (tiles * part + n) + at.t + (e & 1);
-                        float p = key < length ? uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[h]) : 0.0f;
-                        s[n][e] = p * (dp[n][e] - delta[h]) * 0.125f;   /* ds */
-                    }
-                uint32_t ds[steps][4];
-                uform_mma_repack<steps>(s, ds);
-                /* dq[i][c] += sum over keys of ds[i][j] k[j][c] */
-                uform_mma_16x64x64_rows<steps>(dq, ds, k_rows[stage], steps * part);
-            }
-            __syncthreads();
-        }
-        for (int h = 0; h < 2; h++) {
-            size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row >= length) continue;
-            float *target = dqkv + (at.segment.begin + row) * at.stride + at.column;
-            for (int n = 0; n < 8; n++) {
-                float2 value = *(float2 *)(target + 8 * n + at.t);
-                value.x += dq[n][2 * h];
-                value.y += dq[n][2 * h + 1];
-                *(float2 *)(target + 8 * n + at.t) = value;
-            }
-        }
+    for (size_t first = (size_t)blockIdx.z * span; first < length; first += (size_t)gridDim.z * span) {
+        if (groups > 1 && first + UFORM_MMA_TILE >= length)
+            uform_mma_dq_tiles<1, parts>(at, first, dout_base, out, dout, logsumexp, hidden, dqkv, deltas, k_rows,
+                                         v_rows);
+        else
+            uform_mma_dq_tiles<groups, parts>(at, first, dout_base, out, dout, logsumexp, hidden, dqkv, deltas,
+                                              k_rows, v_rows);
     }
 }
 

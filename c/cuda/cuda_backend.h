@@ -70,6 +70,12 @@ UFORM_INTERNAL void uform_cuda_attention_query_rows(uform_backend_t *backend, si
  * same bits either way; for the tests, which check that, and
  * bench/gpu_attention_bench.c, which times both. */
 UFORM_INTERNAL void uform_cuda_attention_backward_parts(uform_backend_t *backend, size_t parts);
+/* The tensor-core backward's dq query rows a block from now on, with four
+ * parts: 64 (one tile) or 0 for the default, 128 (two tiles, two row groups a
+ * warp, as the forward; attention_mma.cuh) where the longest segment spans
+ * more than one tile. With 1 or 2 parts dq takes 64. The same bits either
+ * way; for the tests and bench/gpu_attention_bench.c. */
+UFORM_INTERNAL void uform_cuda_attention_dq_rows(uform_backend_t *backend, size_t rows);
 /* The column sums' (columns.cu) columns a thread from now on: 1, or 0 for
  * the default, 4 wherever the width and pointers allow 16-byte loads. The
  * same bits either way; for the tests, which check that. */

@@ -20,8 +20,9 @@
  * inference forward (no logsumexp) equal to the training forward, the
  * kernels fed BF16 copies (tiles by cp.async) equal to those fed FP32, the
  * forward taking 128 query rows a block (two row groups a warp) equal to the
- * one taking 64, the backward taking each tile pair in 2 or 4 parts (the
- * GPU's default since 2026-12-06, not yet run there) equal to one part, and
+ * one taking 64, the backward taking each tile pair in 2 or 4 parts and dq
+ * 128 query rows a block (the GPU's default since 2026-12-06, not yet run
+ * there) equal to one part and 64 rows, and
  * all of it again with the warps run far apart (emulation.h's by-warp order:
  * each barrier and cp.async wait of the kernels is needed for these to pass;
  * dropping any one of them fails a check, tried 2026-12-04). */
@@ -69,12 +70,12 @@ static void same_bits(const char *what, const std::vector<float> &a, const std::
 
 /* The backward as the GPU runs it (dq, then dk and dv with D handed over),
  * each tile pair in `parts` pieces, `slots` blocks a (segment, head). */
-template <typename T, int parts>
+template <typename T, int parts, int dq_groups = 1>
 static void backward_in_parts(unsigned slots, const T *qkv, const T *dout_rows, const float *out, const float *dout,
                               const float *lse, size_t hidden, const uform_segment_t *segments, size_t count,
                               size_t heads, float *dqkv, float *deltas) {
-    uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dq_mma<T, parts>, qkv, dout_rows,
-                          out, dout, lse, hidden, segments, dqkv, deltas);
+    uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dq_mma<T, parts, dq_groups>, qkv,
+                          dout_rows, out, dout, lse, hidden, segments, dqkv, deltas);
     uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dkv_mma<T, parts>, qkv,
                           dout_rows, out, dout, lse, hidden, segments, dqkv, (const float *)deltas);
 }
@@ -234,6 +235,21 @@ int main() {
         same_bits(bf16 ? "backward in 2 parts, from BF16 rows" : "backward in 2 parts", grads1, two);
         same_bits(bf16 ? "backward in 4 parts, from BF16 rows" : "backward in 4 parts", grads1, four);
     }
+    /* dq taking 128 query rows a block (two row groups a warp; the 130-row
+     * segment's last span one group), its spans looped over by one block or
+     * taken by two: the same bits */
+    for (unsigned slots = 1; slots <= 2; slots++) {
+        std::vector<float> wide(dqkv_initial), wide16(dqkv_initial), deltas2(rows * heads), deltas6(rows * heads);
+        backward_in_parts<float, 4, 2>(slots, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
+                                       segments, count, heads, wide.data(), deltas2.data());
+        backward_in_parts<uint16_t, 4, 2>(slots, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
+                                          out1.data(), dout.data(), lse1.data(), hidden, segments, count, heads,
+                                          wide16.data(), deltas6.data());
+        same_bits(slots == 1 ? "backward, dq 128 rows a block, looped" : "backward, dq 128 rows a block", grads1, wide);
+        same_bits(slots == 1 ? "backward, dq 128 rows, BF16 rows, looped" : "backward, dq 128 rows, BF16 rows", grads1,
+                  wide16);
+        same_bits("backward, dq 128 rows a block: D", deltas, deltas2);
+    }
 
     /* again with each warp run as far as it goes before the next starts
      * (emulation.h): a barrier missing between one warp's reads of a stage
@@ -282,15 +298,15 @@ int main() {
         }
         same_bits(bf16 ? "warps apart, from BF16 rows: backward" : "warps apart: backward", grads1, grads5);
         std::vector<float> grads9(dqkv_initial), deltas9(rows * heads);
-        if (bf16)
-            backward_in_parts<uint16_t, 4>(2, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
+        if (bf16)   /* the GPU's default: 4 parts, dq 128 rows a block */
+            backward_in_parts<uint16_t, 4, 2>(1, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
                                            out1.data(), dout.data(), lse1.data(), hidden, segments, count, heads,
                                            grads9.data(), deltas9.data());
         else
             backward_in_parts<float, 2>(2, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
                                         segments, count, heads, grads9.data(), deltas9.data());
-        same_bits(bf16 ? "warps apart, from BF16 rows: backward, 4 parts" : "warps apart: backward, 2 parts", grads1,
-                  grads9);
+        same_bits(bf16 ? "warps apart, from BF16 rows: backward, 4 parts, dq 128 rows" : "warps apart: backward, 2 parts",
+                  grads1, grads9);
     }
 
     printf("\ntest_attention_mma: %d passed, %d failed\n", passed, failed);

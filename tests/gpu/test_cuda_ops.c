@@ -1216,17 +1216,21 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
                                    gdqkv);
     snprintf(what, sizeof(what), "attention_backward dqkv (%s)", kind);
     compare(b, what, dqkv, gdqkv, rows * 3 * hidden, backward);
-    if (!simple) {   /* each tile pair in 1 and 2 parts against the default 4: bit for bit (bound 0) */
+    if (!simple) {   /* each tile pair in 1 and 2 parts, and dq 64 rows a block, against the default (4 parts,
+                      * dq 128 rows): bit for bit (bound 0) */
         float *four = malloc(rows * 3 * hidden * 4);
         b->gpu.ops->download(&b->gpu, four, gdqkv, rows * 3 * hidden * 4);
         b->gpu.ops->synchronize(&b->gpu);
-        for (size_t parts = 1; parts <= 2; parts++) {
+        for (size_t parts = 1; parts <= 3; parts++) {
             sync(b, gdqkv, initial, rows * 3 * hidden);
-            uform_cuda_attention_backward_parts(&b->gpu, parts);
+            if (parts < 3) uform_cuda_attention_backward_parts(&b->gpu, parts);
+            else uform_cuda_attention_dq_rows(&b->gpu, 64);
             b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, rows, longest,
                                            gdqkv);
             uform_cuda_attention_backward_parts(&b->gpu, 0);
-            snprintf(what, sizeof(what), "attention_backward %zu = 4 parts (dqkv)", parts);
+            uform_cuda_attention_dq_rows(&b->gpu, 0);
+            if (parts < 3) snprintf(what, sizeof(what), "attention_backward %zu = 4 parts (dqkv)", parts);
+            else snprintf(what, sizeof(what), "attention_backward dq 64 = 128 rows (dqkv)");
             compare(b, what, four, gdqkv, rows * 3 * hidden, 0);
         }
         free(four);
