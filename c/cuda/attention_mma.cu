@@ -231,9 +231,9 @@ void uform_cuda_attention_forward_mma(uform_backend_t *b, const float *qkv, size
  * otherwise recomputes it for each key tile: half of its loads). A segment
  * longer than one tile has its tiles fetched many times: then qkv and dout
  * are rounded to BF16 once, as in the forward. Each tile pair in `parts`
- * pieces, and dq's blocks taking `dq_groups` query tiles (attention_mma.cuh:
- * the same bits for every choice). */
-template <typename T, int parts, int dq_groups>
+ * pieces, dq's blocks taking `dq_groups` query tiles and dk, dv's
+ * `dkv_groups` key tiles (attention_mma.cuh: the same bits for every choice). */
+template <typename T, int parts, int dq_groups, int dkv_groups = 1>
 static void uform_attention_backward_parts(uform_backend_t *b, size_t count, size_t heads, size_t longest,
                                            const T *qkv_rows, const T *dout_rows, const float *out, const float *dout,
                                            const float *logsumexp, size_t hidden, const uform_segment_t *segments,
@@ -243,15 +243,18 @@ static void uform_attention_backward_parts(uform_backend_t *b, size_t count, siz
                  uform_attention_mma_grid(count, heads, longest, dq_groups * UFORM_MMA_TILE), UFORM_MMA_THREADS,
                  stream)(qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
     uform_cuda_launched(b, "attention_backward dq (tensor cores)");
-    UFORM_LAUNCH((uform_attention_dkv_mma<T, parts>), uform_attention_mma_grid(count, heads, longest),
-                 UFORM_MMA_THREADS, stream)(qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
+    UFORM_LAUNCH((uform_attention_dkv_mma<T, parts, dkv_groups>),
+                 uform_attention_mma_grid(count, heads, longest, dkv_groups * UFORM_MMA_TILE), UFORM_MMA_THREADS,
+                 stream)(qkv_rows, dout_rows, out, dout, logsumexp, hidden, segments, dqkv, deltas);
     uform_cuda_launched(b, "attention_backward dk, dv (tensor cores)");
 }
 
 /* The default: four parts, and dq 128 query rows a block (two groups a warp)
- * where the longest segment spans more than a tile; the tests' and the
- * benchmark's other choices through uform_cuda_attention_backward_parts (1,
- * 2: dq 64 rows) and uform_cuda_attention_dq_rows (64). */
+ * where the longest segment spans more than a tile, dk and dv 64 keys; the
+ * tests' and the benchmark's other choices through
+ * uform_cuda_attention_backward_parts (1, 2: dq 64 rows),
+ * uform_cuda_attention_dq_rows (64) and uform_cuda_attention_dkv_rows (128,
+ * with four parts and dq 128). */
 template <typename T>
 static void uform_attention_backward_launch(uform_backend_t *b, const T *qkv_rows, const T *dout_rows,
                                             const float *out, const float *dout, const float *logsumexp,
@@ -268,6 +271,9 @@ static void uform_attention_backward_launch(uform_backend_t *b, const T *qkv_row
     else if (context->attention_dq_rows == UFORM_MMA_TILE || longest <= UFORM_MMA_TILE)
         uform_attention_backward_parts<T, 4, 1>(b, count, heads, longest, qkv_rows, dout_rows, out, dout, logsumexp,
                                                 hidden, segments, dqkv, deltas);
+    else if (context->attention_dkv_rows == 2 * UFORM_MMA_TILE)
+        uform_attention_backward_parts<T, 4, 2, 2>(b, count, heads, longest, qkv_rows, dout_rows, out, dout,
+                                                   logsumexp, hidden, segments, dqkv, deltas);
     else
         uform_attention_backward_parts<T, 4, 2>(b, count, heads, longest, qkv_rows, dout_rows, out, dout, logsumexp,
                                                 hidden, segments, dqkv, deltas);
@@ -279,6 +285,10 @@ extern "C" void uform_cuda_attention_backward_parts(uform_backend_t *b, size_t p
 
 extern "C" void uform_cuda_attention_dq_rows(uform_backend_t *b, size_t rows) {
     uform_cuda_context(b)->attention_dq_rows = rows;
+}
+
+extern "C" void uform_cuda_attention_dkv_rows(uform_backend_t *b, size_t rows) {
+    uform_cuda_context(b)->attention_dkv_rows = rows;
 }
 
 static float *uform_attention_deltas(uform_backend_t *b, size_t rows, size_t hidden) {

@@ -621,82 +621,113 @@ __device__ static void uform_mma_statistics(const uform_mma_place_t<T> &at, size
     }
 }
 
-/* dk and dv of a key tile: its queries in order. The warp's 16 keys are the
- * rows of every product here (scores transposed: s[key][query]). Each query's
- * D is read from deltas (the dq kernel's) when not NULL, else computed here
- * again, once for each of the segment's key tiles: with deltas, D's reads of
- * dout and out (half of a step's loads) are gone; the same bits either way.
- * Stage 1 first holds the key tile's k and v, until their fragments are in
- * registers. */
-template <typename T, int parts = 1>
-__global__ static void __launch_bounds__(UFORM_MMA_THREADS, UFORM_MMA_BACKWARD_BLOCKS(parts))
+/* dk and dv of `groups` key tiles, first .. first + 64 groups - 1 of the
+ * segment: their queries in order. The warp's 16 keys of each tile are the
+ * rows of every product here (scores transposed: s[key][query]); with two
+ * groups each B operand (a query tile's q or dout) read from shared memory
+ * feeds two mma, and both groups share the query tile's statistics. Each
+ * query's D is read from deltas (the dq kernel's) when not NULL, else
+ * computed here again, once for each of the segment's key tiles: with
+ * deltas, D's reads of dout and out (half of a step's loads) are gone; the
+ * same bits either way. Stage 1 first holds each key tile's k and v in turn,
+ * until their fragments are in registers. */
+template <int groups, int parts, typename T>
+__device__ __forceinline__ static void uform_mma_dkv_tiles(const uform_mma_place_t<T> &at, size_t first,
+                                                           const T *dout_base, const float *out, const float *dout,
+                                                           const float *logsumexp, size_t hidden, float *dqkv,
+                                                           const float *deltas, uform_mma_tile_t q_rows[2],
+                                                           uform_mma_tile_t g_rows[2], float lse[2][UFORM_MMA_TILE],
+                                                           float delta[2][UFORM_MMA_TILE]) {
+    const size_t length = at.segment.length;
+    uint32_t k[groups][4][4], v[groups][4][4];
+    UFORM_MMA_UNROLL
+    for (int r = 0; r < groups; r++) {
+        const size_t tile = first + r * UFORM_MMA_TILE;
+        uform_mma_fetch(at.base + hidden, at.stride, tile, length, q_rows[1]);
+        uform_mma_fetch(at.base + 2 * hidden, at.stride, tile, length, g_rows[1]);
+        if (r == 0) {
+            uform_mma_fetch(at.base, at.stride, 0, length, q_rows[0]);
+            uform_mma_fetch(dout_base, hidden, 0, length, g_rows[0]);
+        }
+        uform_mma_commit();
+        if (r == 0) uform_mma_statistics(at, 0, out, dout, logsumexp, hidden, deltas, lse[0], delta[0]);
+        uform_mma_wait<0>();
+        __syncthreads();
+        uform_mma_fragments(q_rows[1], 16 * at.warp, k[r]);
+        uform_mma_fragments(g_rows[1], 16 * at.warp, v[r]);
+        __syncthreads();   /* stage 1 is free */
+    }
+    float dk[groups][8][4], dv[groups][8][4];
+    for (int r = 0; r < groups; r++) uform_mma_clear(dk[r]), uform_mma_clear(dv[r]);
+    int stage = 0;
+    for (size_t queries = 0; queries < length; queries += UFORM_MMA_TILE, stage ^= 1) {
+        bool more = uform_mma_prefetch(at.base, at.stride, dout_base, hidden, queries + UFORM_MMA_TILE, length,
+                                       q_rows[stage ^ 1], g_rows[stage ^ 1]);
+        if (more)   /* while the copies are under way */
+            uform_mma_statistics(at, queries + UFORM_MMA_TILE, out, dout, logsumexp, hidden, deltas, lse[stage ^ 1],
+                                 delta[stage ^ 1]);
+        uform_mma_wait_stage(more);
+        __syncthreads();
+        for (int part = 0; part < parts; part++) {   /* queries 8 tiles part .. of the tile */
+            constexpr int tiles = 8 / parts, steps = 4 / parts;
+            float s[groups][tiles][4], dp[groups][tiles][4];
+            for (int r = 0; r < groups; r++) uform_mma_clear<tiles>(s[r]), uform_mma_clear<tiles>(dp[r]);
+            uform_mma_16x64x64_groups<groups, tiles>(s, k, q_rows[stage], 8 * tiles * part);    /* s[key][query] */
+            uform_mma_16x64x64_groups<groups, tiles>(dp, v, g_rows[stage], 8 * tiles * part);   /* v . dout */
+            for (int r = 0; r < groups; r++)
+                for (int n = 0; n < tiles; n++)
+                    for (int e = 0; e < 4; e++) {
+                        int query = 8 * (tiles * part + n) + at.t + (e & 1);
+                        s[r][n][e] = uform_mma_exp2(s[r][n][e] * UFORM_MMA_SCALE - lse[stage][query]);   /* p */
+                        dp[r][n][e] = s[r][n][e] * (dp[r][n][e] - delta[stage][query]) * 0.125f;       /* ds */
+                    }
+            uint32_t p[groups][steps][4], ds[groups][steps][4];
+            for (int r = 0; r < groups; r++) uform_mma_repack<steps>(s[r], p[r]), uform_mma_repack<steps>(dp[r], ds[r]);
+            /* dv[j][c] += sum over queries of p[j][i] dout[i][c], dk[j][c] of ds[j][i] q[i][c] */
+            uform_mma_16x64x64_rows_groups<groups, steps>(dv, p, g_rows[stage], steps * part);
+            uform_mma_16x64x64_rows_groups<groups, steps>(dk, ds, q_rows[stage], steps * part);
+        }
+        __syncthreads();
+    }
+    UFORM_MMA_UNROLL
+    for (int r = 0; r < groups; r++)
+        for (int h = 0; h < 2; h++) {
+            size_t row = first + r * UFORM_MMA_TILE + 16 * at.warp + at.g + 8 * h;
+            if (row >= length) continue;
+            float *target = dqkv + (at.segment.begin + row) * at.stride + hidden + at.column;
+            for (int n = 0; n < 8; n++) {
+                float2 key = *(float2 *)(target + 8 * n + at.t), value = *(float2 *)(target + hidden + 8 * n + at.t);
+                key.x += dk[r][n][2 * h], key.y += dk[r][n][2 * h + 1];
+                value.x += dv[r][n][2 * h], value.y += dv[r][n][2 * h + 1];
+                *(float2 *)(target + 8 * n + at.t) = key;
+                *(float2 *)(target + hidden + 8 * n + at.t) = value;
+            }
+        }
+}
+
+/* dk and dv: a block takes `groups` key tiles at a time (64 or 128 keys),
+ * spans z, z + slots, ... of its segment, as dq does. Two groups with four
+ * parts: 255 registers and 88 bytes of spill loads (ptxas -v, sm_90a), 2
+ * blocks an SM; one group 168 and 3 blocks. Written 2026-12-06 without a GPU,
+ * compiled and emulated, not yet run (uform_cuda_attention_dkv_rows; one
+ * group is the default until a GPU says otherwise). */
+template <typename T, int parts = 1, int groups = 1>
+__global__ static void __launch_bounds__(UFORM_MMA_THREADS, groups == 1 ? UFORM_MMA_BACKWARD_BLOCKS(parts) : 2)
     uform_attention_dkv_mma(const T *qkv, const T *dout_rows, const float *out, const float *dout,
                             const float *logsumexp, size_t hidden, const uform_segment_t *segments, float *dqkv,
                             const float *deltas) {
     __shared__ __align__(16) uform_mma_tile_t q_rows[2], g_rows[2];   /* g: dout */
     __shared__ float lse[2][UFORM_MMA_TILE], delta[2][UFORM_MMA_TILE];
     const auto at = uform_mma_place(qkv, hidden, segments);
-    const size_t length = at.segment.length;
+    const size_t length = at.segment.length, span = groups * UFORM_MMA_TILE;
     const T *dout_base = dout_rows + at.segment.begin * hidden + at.column;
-    UFORM_MMA_BLOCK_TILES(first, length) {
-        uform_mma_fetch(at.base + hidden, at.stride, first, length, q_rows[1]);
-        uform_mma_fetch(at.base + 2 * hidden, at.stride, first, length, g_rows[1]);
-        uform_mma_fetch(at.base, at.stride, 0, length, q_rows[0]);
-        uform_mma_fetch(dout_base, hidden, 0, length, g_rows[0]);
-        uform_mma_commit();
-        uform_mma_statistics(at, 0, out, dout, logsumexp, hidden, deltas, lse[0], delta[0]);
-        uform_mma_wait<0>();
-        __syncthreads();
-        uint32_t k[4][4], v[4][4];
-        uform_mma_fragments(q_rows[1], 16 * at.warp, k);
-        uform_mma_fragments(g_rows[1], 16 * at.warp, v);
-        __syncthreads();   /* stage 1 is free */
-        float dk[8][4], dv[8][4];
-        uform_mma_clear(dk);
-        uform_mma_clear(dv);
-        int stage = 0;
-        for (size_t queries = 0; queries < length; queries += UFORM_MMA_TILE, stage ^= 1) {
-            bool more = uform_mma_prefetch(at.base, at.stride, dout_base, hidden, queries + UFORM_MMA_TILE, length,
-                                           q_rows[stage ^ 1], g_rows[stage ^ 1]);
-            if (more)   /* while the copies are under way */
-                uform_mma_statistics(at, queries + UFORM_MMA_TILE, out, dout, logsumexp, hidden, deltas,
-                                     lse[stage ^ 1], delta[stage ^ 1]);
-            uform_mma_wait_stage(more);
-            __syncthreads();
-            for (int part = 0; part < parts; part++) {   /* queries 8 tiles part .. of the tile */
-                constexpr int tiles = 8 / parts, steps = 4 / parts;
-                float s[tiles][4], dp[tiles][4];
-                uform_mma_clear<tiles>(s);
-                uform_mma_clear<tiles>(dp);
-                uform_mma_16x64x64<tiles>(s, k, q_rows[stage], 8 * tiles * part);    /* s[key][query] */
-                uform_mma_16x64x64<tiles>(dp, v, g_rows[stage], 8 * tiles * part);   /* v . dout */
-                for (int n = 0; n < tiles; n++)
-                    for (int e = 0; e < 4; e++) {
-                        int query = 8 * (tiles * part + n) + at.t + (e & 1);
-                        s[n][e] = uform_mma_exp2(s[n][e] * UFORM_MMA_SCALE - lse[stage][query]);   /* p */
-                        dp[n][e] = s[n][e] * (dp[n][e] - delta[stage][query]) * 0.125f;          /* ds */
-                    }
-                uint32_t p[steps][4], ds[steps][4];
-                uform_mma_repack<steps>(s, p);
-                uform_mma_repack<steps>(dp, ds);
-                /* dv[j][c] += sum over queries of p[j][i] dout[i][c], dk[j][c] of ds[j][i] q[i][c] */
-                uform_mma_16x64x64_rows<steps>(dv, p, g_rows[stage], steps * part);
-                uform_mma_16x64x64_rows<steps>(dk, ds, q_rows[stage], steps * part);
-            }
-            __syncthreads();
-        }
-        for (int h = 0; h < 2; h++) {
-            size_t row = first + 16 * at.warp + at.g + 8 * h;
-            if (row >= length) continue;
-            float *target = dqkv + (at.segment.begin + row) * at.stride + hidden + at.column;
-            for (int n = 0; n < 8; n++) {
-                float2 key = *(float2 *)(target + 8 * n + at.t), value = *(float2 *)(target + hidden + 8 * n + at.t);
-                key.x += dk[n][2 * h], key.y += dk[n][2 * h + 1];
-                value.x += dv[n][2 * h], value.y += dv[n][2 * h + 1];
-                *(float2 *)(target + 8 * n + at.t) = key;
-                *(float2 *)(target + hidden + 8 * n + at.t) = value;
-            }
-        }
+    for (size_t first = (size_t)blockIdx.z * span; first < length; first += (size_t)gridDim.z * span) {
+        if (groups > 1 && first + UFORM_MMA_TILE >= length)
+            uform_mma_dkv_tiles<1, parts>(at, first, dout_base, out, dout, logsumexp, hidden, dqkv, deltas, q_rows,
+                                          g_rows, lse, delta);
+        else
+            uform_mma_dkv_tiles<groups, parts>(at, first, dout_base, out, dout, logsumexp, hidden, dqkv, deltas,
+                                               q_rows, g_rows, lse, delta);
     }
 }
 

@@ -76,6 +76,11 @@ UFORM_INTERNAL void uform_cuda_attention_backward_parts(uform_backend_t *backend
  * more than one tile. With 1 or 2 parts dq takes 64. The same bits either
  * way; for the tests and bench/gpu_attention_bench.c. */
 UFORM_INTERNAL void uform_cuda_attention_dq_rows(uform_backend_t *backend, size_t rows);
+/* The tensor-core backward's dk, dv keys a block from now on: 128 (two
+ * tiles, two row groups a warp, with four parts and dq at 128 rows) or 0 for
+ * the default, 64. The same bits either way; for the tests and
+ * bench/gpu_attention_bench.c. */
+UFORM_INTERNAL void uform_cuda_attention_dkv_rows(uform_backend_t *backend, size_t rows);
 /* The column sums' (columns.cu) columns a thread from now on: 1, or 0 for
  * the default, 4 wherever the width and pointers allow 16-byte loads. The
  * same bits either way; for the tests, which check that. */

@@ -79,6 +79,7 @@ typedef struct {
     size_t attention_query_rows;     /* the forward's query rows a block, 64 or 0: 128 (attention_mma.cu) */
     size_t attention_backward_parts; /* the backward's parts a tile pair, 1, 2 or 0: 4 (attention_mma.cuh) */
     size_t attention_dq_rows;        /* dq's query rows a block with 4 parts, 64 or 0: 128 (attention_mma.cu) */
+    size_t attention_dkv_rows;       /* dk, dv's keys a block, 128 (with dq's 128) or 0: 64 (attention_mma.cu) */
     size_t column_lanes;             /* columns a thread of the column sums, 1 or 0: 4 where aligned (columns.cu) */
     size_t column_lanes_last;        /* the columns a thread the last column sums ran with */
     pthread_mutex_t lock;            /* held by one verb at a time (acquire, release) */

@@ -70,14 +70,14 @@ static void same_bits(const char *what, const std::vector<float> &a, const std::
 
 /* The backward as the GPU runs it (dq, then dk and dv with D handed over),
  * each tile pair in `parts` pieces, `slots` blocks a (segment, head). */
-template <typename T, int parts, int dq_groups = 1>
+template <typename T, int parts, int dq_groups = 1, int dkv_groups = 1>
 static void backward_in_parts(unsigned slots, const T *qkv, const T *dout_rows, const float *out, const float *dout,
                               const float *lse, size_t hidden, const uform_segment_t *segments, size_t count,
                               size_t heads, float *dqkv, float *deltas) {
     uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dq_mma<T, parts, dq_groups>, qkv,
                           dout_rows, out, dout, lse, hidden, segments, dqkv, deltas);
-    uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dkv_mma<T, parts>, qkv,
-                          dout_rows, out, dout, lse, hidden, segments, dqkv, (const float *)deltas);
+    uform_emulated_launch(dim3(count, heads, slots), UFORM_MMA_THREADS, uform_attention_dkv_mma<T, parts, dkv_groups>,
+                          qkv, dout_rows, out, dout, lse, hidden, segments, dqkv, (const float *)deltas);
 }
 
 int main() {
@@ -237,17 +237,17 @@ int main() {
     }
     /* dq taking 128 query rows a block (two row groups a warp; the 130-row
      * segment's last span one group), its spans looped over by one block or
-     * taken by two: the same bits */
+     * taken by two, and dk, dv 128 keys a block likewise: the same bits */
     for (unsigned slots = 1; slots <= 2; slots++) {
         std::vector<float> wide(dqkv_initial), wide16(dqkv_initial), deltas2(rows * heads), deltas6(rows * heads);
         backward_in_parts<float, 4, 2>(slots, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
                                        segments, count, heads, wide.data(), deltas2.data());
-        backward_in_parts<uint16_t, 4, 2>(slots, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
-                                          out1.data(), dout.data(), lse1.data(), hidden, segments, count, heads,
-                                          wide16.data(), deltas6.data());
+        backward_in_parts<uint16_t, 4, 2, 2>(slots, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
+                                             out1.data(), dout.data(), lse1.data(), hidden, segments, count, heads,
+                                             wide16.data(), deltas6.data());
         same_bits(slots == 1 ? "backward, dq 128 rows a block, looped" : "backward, dq 128 rows a block", grads1, wide);
-        same_bits(slots == 1 ? "backward, dq 128 rows, BF16 rows, looped" : "backward, dq 128 rows, BF16 rows", grads1,
-                  wide16);
+        same_bits(slots == 1 ? "backward, dq and dk, dv 128 rows, BF16, looped" : "backward, dq and dk, dv 128 rows, BF16",
+                  grads1, wide16);
         same_bits("backward, dq 128 rows a block: D", deltas, deltas2);
     }
 
@@ -298,14 +298,14 @@ int main() {
         }
         same_bits(bf16 ? "warps apart, from BF16 rows: backward" : "warps apart: backward", grads1, grads5);
         std::vector<float> grads9(dqkv_initial), deltas9(rows * heads);
-        if (bf16)   /* the GPU's default: 4 parts, dq 128 rows a block */
-            backward_in_parts<uint16_t, 4, 2>(1, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
+        if (bf16)   /* 4 parts, dq and dk, dv 128 rows a block */
+            backward_in_parts<uint16_t, 4, 2, 2>(1, (const uint16_t *)qkv16.data(), (const uint16_t *)dout16.data(),
                                            out1.data(), dout.data(), lse1.data(), hidden, segments, count, heads,
                                            grads9.data(), deltas9.data());
         else
             backward_in_parts<float, 2>(2, qkv.data(), dout.data(), out1.data(), dout.data(), lse1.data(), hidden,
                                         segments, count, heads, grads9.data(), deltas9.data());
-        same_bits(bf16 ? "warps apart, from BF16 rows: backward, 4 parts, dq 128 rows" : "warps apart: backward, 2 parts",
+        same_bits(bf16 ? "warps apart, from BF16 rows: backward, 4 parts, 128 rows" : "warps apart: backward, 2 parts",
                   grads1, grads9);
     }
 

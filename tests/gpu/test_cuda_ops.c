@@ -1221,17 +1221,21 @@ static void test_attention(backends_t *b, size_t hidden, bool simple) {
         float *four = malloc(rows * 3 * hidden * 4);
         b->gpu.ops->download(&b->gpu, four, gdqkv, rows * 3 * hidden * 4);
         b->gpu.ops->synchronize(&b->gpu);
-        for (size_t parts = 1; parts <= 3; parts++) {
+        static const char *const names[4] = {"attention_backward 1 = 4 parts (dqkv)",
+                                             "attention_backward 2 = 4 parts (dqkv)",
+                                             "attention_backward dq 64 = 128 rows (dqkv)",
+                                             "attention_backward dk, dv 128 = 64 keys (dqkv)"};
+        for (int variant = 0; variant < 4; variant++) {
             sync(b, gdqkv, initial, rows * 3 * hidden);
-            if (parts < 3) uform_cuda_attention_backward_parts(&b->gpu, parts);
-            else uform_cuda_attention_dq_rows(&b->gpu, 64);
+            if (variant < 2) uform_cuda_attention_backward_parts(&b->gpu, (size_t)variant + 1);
+            if (variant == 2) uform_cuda_attention_dq_rows(&b->gpu, 64);
+            if (variant == 3) uform_cuda_attention_dkv_rows(&b->gpu, 128);
             b->gpu.ops->attention_backward(&b->gpu, gqkv, gout, gdout, glse, hidden, gsegments, count, rows, longest,
                                            gdqkv);
             uform_cuda_attention_backward_parts(&b->gpu, 0);
             uform_cuda_attention_dq_rows(&b->gpu, 0);
-            if (parts < 3) snprintf(what, sizeof(what), "attention_backward %zu = 4 parts (dqkv)", parts);
-            else snprintf(what, sizeof(what), "attention_backward dq 64 = 128 rows (dqkv)");
-            compare(b, what, four, gdqkv, rows * 3 * hidden, 0);
+            uform_cuda_attention_dkv_rows(&b->gpu, 0);
+            compare(b, names[variant], four, gdqkv, rows * 3 * hidden, 0);
         }
         free(four);
     }
