@@ -461,7 +461,8 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4 / groups)
  * with four) let a block fit under 168 registers: 3 blocks (12 warps) an SM
  * instead of 2 (ptxas -v, nvcc 13.0, sm_90a, the BF16-row kernels: one part,
  * dk, dv 180 registers and dq 181; two parts 168 with 44 bytes of spill
- * loads and 166; four parts 168 and 157, no spills). The ldmatrix and mma
+ * loads and 166; four parts 168 and 157, no spills; on Ada, whose SMs hold
+ * 100 KB of shared memory, only 2 blocks of 37 KB fit, as before). The ldmatrix and mma
  * are the same in number; the parts only let ptxas overlap one part's
  * exponentials with another's products within the bound. Written 2026-12-06
  * without a GPU: compiled and emulated, **not yet run**; the default is four
