@@ -64,7 +64,7 @@
  * H200 (2026-12-04) a batch's longest segment then ran alone for most of the
  * kernel's time, 2 ms a layer for the forward of 34k rows, 8 ms for dk, dv of
  * 32 rows of 1024 (bench/gpu_profile.py). Past the grid's 65535 the tiles
- * loop (UFORM_MMA_BLOCK_TILES). */
+ * loop (UFORM_MMA_BLOCK_SPANS). */
 static dim3 uform_attention_mma_grid(size_t count, size_t heads, size_t longest, size_t span = UFORM_MMA_TILE) {
     size_t tiles = (longest + span - 1) / span;
     return dim3((unsigned)count, (unsigned)heads, (unsigned)(tiles < 1 ? 1 : tiles > 65535 ? 65535 : tiles));

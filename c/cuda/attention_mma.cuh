@@ -295,10 +295,10 @@ __device__ static inline uform_mma_place_t<T> uform_mma_place(const T *qkv, size
 /* Scores pre-scaled for exp2: 1/8 and log2(e). */
 #define UFORM_MMA_SCALE (0.125f * UFORM_MMA_LOG2E)
 
-/* The tiles of 64 rows a block takes: z, z + slots, ... of its segment. */
-#define UFORM_MMA_BLOCK_TILES(first, length)                                                     \
-    for (size_t first = (size_t)blockIdx.z * UFORM_MMA_TILE; first < (length);                  \
-         first += (size_t)gridDim.z * UFORM_MMA_TILE)
+/* The spans of `span` rows (one or two tiles of 64) a block takes: z,
+ * z + slots, ... of its segment. */
+#define UFORM_MMA_BLOCK_SPANS(first, length, span)                                               \
+    for (size_t first = (size_t)blockIdx.z * (span); first < (length); first += (size_t)gridDim.z * (span))
 
 /* Grid: (segment, head, slot); slot z takes the segment's tiles z, z + slots, ...
  * T: the scalar of the q, k, v (and dout) rows the tiles are fetched from:
@@ -443,7 +443,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, 4 / groups)
     uform_mma_tile_t *const k_rows = tiles.k_rows, *const v_rows = tiles.v_rows;
     const auto at = uform_mma_place(qkv, hidden, segments);
     const size_t length = at.segment.length, span = groups * UFORM_MMA_TILE;
-    for (size_t first = (size_t)blockIdx.z * span; first < length; first += (size_t)gridDim.z * span) {
+    UFORM_MMA_BLOCK_SPANS(first, length, span) {
         if (groups > 1 && first + UFORM_MMA_TILE >= length)
             uform_mma_forward_tiles<1, (groups > 1)>(at, first, hidden, out, logsumexp, q_rows, k_rows, v_rows);
         else
@@ -580,7 +580,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, groups == 1 ? UFORM_
     const auto at = uform_mma_place(qkv, hidden, segments);
     const size_t length = at.segment.length, span = groups * UFORM_MMA_TILE;
     const T *dout_base = dout_rows + at.segment.begin * hidden + at.column;
-    for (size_t first = (size_t)blockIdx.z * span; first < length; first += (size_t)gridDim.z * span) {
+    UFORM_MMA_BLOCK_SPANS(first, length, span) {
         if (groups > 1 && first + UFORM_MMA_TILE >= length)
             uform_mma_dq_tiles<1, parts>(at, first, dout_base, out, dout, logsumexp, hidden, dqkv, deltas, k_rows,
                                          v_rows);
@@ -722,7 +722,7 @@ __global__ static void __launch_bounds__(UFORM_MMA_THREADS, groups == 1 ? UFORM_
     const auto at = uform_mma_place(qkv, hidden, segments);
     const size_t length = at.segment.length, span = groups * UFORM_MMA_TILE;
     const T *dout_base = dout_rows + at.segment.begin * hidden + at.column;
-    for (size_t first = (size_t)blockIdx.z * span; first < length; first += (size_t)gridDim.z * span) {
+    UFORM_MMA_BLOCK_SPANS(first, length, span) {
         if (groups > 1 && first + UFORM_MMA_TILE >= length)
             uform_mma_dkv_tiles<1, parts>(at, first, dout_base, out, dout, logsumexp, hidden, dqkv, deltas, q_rows,
                                           g_rows, lse, delta);
